@@ -1,0 +1,403 @@
+//! Subcommands: `info`, `run`, `bench`. Their flags and JSON fields are a stable contract.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use ndarray::{ArrayD, IxDyn};
+use npu_core::ir::{DType, Dim, Model, Tensor, shape_string};
+use npu_core::sim::{Executor, with_threads};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "npu-studio", version, about = "Model-optimization studio for on-device AI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inputs, outputs, op histogram, parameters, MACs, opsets and producer of a model.
+    Info {
+        model: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Fix a dynamic input shape for MAC counting, e.g. `x=1x3x640x640`.
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shapes: Vec<String>,
+    },
+    /// Runs the model in FP32 and writes one `.npy` per output.
+    Run {
+        model: PathBuf,
+        /// An input array: `NAME=FILE.npy` (repeat for each input).
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Folder for `<output name>.npy` files.
+        #[arg(long, default_value = ".")]
+        output_dir: PathBuf,
+        /// Threads for the kernels (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+    },
+    /// Measures FP32 latency: median and min over `--runs` runs after `--warmup` runs.
+    Bench {
+        model: PathBuf,
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Shape for a random input with dynamic dims, e.g. `x=1x3x640x640`.
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shapes: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        None => {
+            println!("The studio window is not part of this build yet; use a subcommand (see --help).");
+            Ok(())
+        }
+        Some(Command::Info { model, json, shapes }) => info(&model, json, &shapes),
+        Some(Command::Run {
+            model,
+            inputs,
+            output_dir,
+            threads,
+        }) => run(&model, &inputs, &output_dir, threads),
+        Some(Command::Bench {
+            model,
+            inputs,
+            shapes,
+            threads,
+            runs,
+            warmup,
+            json,
+        }) => bench(&model, &inputs, &shapes, threads, runs, warmup, json),
+    }
+}
+
+fn load(path: &Path) -> Result<Model> {
+    let (model, report) = npu_core::import::load(path)?;
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(model)
+}
+
+#[derive(Serialize)]
+struct IoInfo {
+    name: String,
+    dtype: String,
+    shape: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct InfoReport {
+    file: String,
+    producer: String,
+    producer_version: String,
+    ir_version: i64,
+    opsets: BTreeMap<String, i64>,
+    inputs: Vec<IoInfo>,
+    outputs: Vec<IoInfo>,
+    nodes: usize,
+    ops: BTreeMap<String, usize>,
+    parameters: usize,
+    parameter_bytes: usize,
+    /// Multiply-accumulates of Conv, ConvTranspose, MatMul and Gemm with known shapes.
+    macs: u64,
+    /// True when some of those ops had unknown shapes, so `macs` is a lower bound.
+    macs_partial: bool,
+}
+
+fn io_info(model: &Model, ids: &[usize]) -> Vec<IoInfo> {
+    ids.iter()
+        .map(|&i| {
+            let v = &model.graph.values[i];
+            IoInfo {
+                name: v.name.clone(),
+                dtype: v.dtype.map_or_else(|| "?".into(), |d| d.name().to_owned()),
+                shape: v.shape.as_ref().map_or_else(Vec::new, |s| s.iter().map(ToString::to_string).collect()),
+            }
+        })
+        .collect()
+}
+
+/// Parses `NAME=1x3x640x640`.
+fn parse_shape(spec: &str) -> Result<(String, Vec<usize>)> {
+    let (name, dims) = spec.split_once('=').with_context(|| format!("'{spec}' is not NAME=DIMS"))?;
+    let dims = dims
+        .split(['x', ','])
+        .map(|d| d.trim().parse::<usize>().with_context(|| format!("bad dimension '{d}' in '{spec}'")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((name.to_owned(), dims))
+}
+
+/// Fixes dynamic input dims and re-runs shape inference.
+fn fix_shapes(model: &mut Model, shapes: &HashMap<String, Vec<usize>>) -> Result<()> {
+    for &i in &model.graph.inputs {
+        let v = &mut model.graph.values[i];
+        if let Some(dims) = shapes.get(&v.name) {
+            v.shape = Some(dims.iter().map(|&d| Dim::Fixed(d)).collect());
+        }
+    }
+    for (name, _) in shapes {
+        if !model.graph.inputs.iter().any(|&i| &model.graph.values[i].name == name) {
+            bail!("the model has no input named '{name}'");
+        }
+    }
+    for v in &mut model.graph.values {
+        if v.producer.is_some() {
+            v.shape = None;
+        }
+    }
+    let mut report = npu_core::import::ImportReport::default();
+    npu_core::import::shapes::infer(model, &mut report);
+    Ok(())
+}
+
+fn info(path: &Path, json: bool, shapes: &[String]) -> Result<()> {
+    let mut model = load(path)?;
+    if !shapes.is_empty() {
+        let m: HashMap<String, Vec<usize>> = shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?;
+        fix_shapes(&mut model, &m)?;
+    }
+    let (params, bytes) = model.parameter_count();
+    let (macs, partial) = npu_core::sim::count_macs(&model);
+    let r = InfoReport {
+        file: path.display().to_string(),
+        producer: model.meta.producer_name.clone(),
+        producer_version: model.meta.producer_version.clone(),
+        ir_version: model.meta.ir_version,
+        opsets: model.meta.opsets.iter().map(|(k, v)| (if k.is_empty() { "ai.onnx".into() } else { k.clone() }, *v)).collect(),
+        inputs: io_info(&model, &model.graph.inputs),
+        outputs: io_info(&model, &model.graph.outputs),
+        nodes: model.graph.nodes.len(),
+        ops: model.op_histogram().into_iter().collect(),
+        parameters: params,
+        parameter_bytes: bytes,
+        macs,
+        macs_partial: partial,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!("{}", r.file);
+    println!("  producer    {} {}", r.producer, r.producer_version);
+    println!("  IR version  {}", r.ir_version);
+    println!(
+        "  opsets      {}",
+        r.opsets.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    );
+    for (label, list) in [("input ", &r.inputs), ("output", &r.outputs)] {
+        for io in list {
+            println!("  {label}      {} {} [{}]", io.name, io.dtype, io.shape.join("x"));
+        }
+    }
+    println!("  nodes       {}", r.nodes);
+    println!("  parameters  {} ({:.2} MB)", r.parameters, r.parameter_bytes as f64 / 1e6);
+    println!(
+        "  MACs        {:.3} G{}",
+        r.macs as f64 / 1e9,
+        if r.macs_partial { " (lower bound: some shapes are dynamic; pass --shape)" } else { "" }
+    );
+    println!("  ops:");
+    for (op, n) in model.op_histogram() {
+        println!("    {n:6}  {op}");
+    }
+    Ok(())
+}
+
+/// Reads an `.npy` file of any supported dtype.
+fn read_npy(path: &Path) -> Result<Tensor> {
+    use ndarray_npy::ReadNpyExt;
+    let open = || std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()));
+    macro_rules! try_type {
+        ($t:ty, $v:ident) => {
+            if let Ok(a) = ArrayD::<$t>::read_npy(open()?) {
+                return Ok(Tensor::$v(a));
+            }
+        };
+    }
+    try_type!(f32, F32);
+    try_type!(f64, F64);
+    try_type!(i64, I64);
+    try_type!(i32, I32);
+    try_type!(u8, U8);
+    try_type!(i8, I8);
+    try_type!(i16, I16);
+    try_type!(u16, U16);
+    try_type!(bool, Bool);
+    bail!("{}: not an .npy file of a supported dtype (f32, f64, i64, i32, u8, i8, i16, u16, bool)", path.display())
+}
+
+fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
+    use ndarray_npy::WriteNpyExt;
+    let tmp = path.with_extension("npy.tmp");
+    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let w = std::io::BufWriter::new(file);
+    match t {
+        Tensor::F32(a) => a.write_npy(w)?,
+        Tensor::F64(a) => a.write_npy(w)?,
+        Tensor::I64(a) => a.write_npy(w)?,
+        Tensor::I32(a) => a.write_npy(w)?,
+        Tensor::I8(a) => a.write_npy(w)?,
+        Tensor::U8(a) => a.write_npy(w)?,
+        Tensor::I16(a) => a.write_npy(w)?,
+        Tensor::U16(a) => a.write_npy(w)?,
+        Tensor::Bool(a) => a.write_npy(w)?,
+        other => other.to_f32().write_npy(w)?,
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, file) = s.split_once('=').with_context(|| format!("'{s}' is not NAME=FILE.npy"))?;
+            Ok((name.to_owned(), read_npy(Path::new(file))?))
+        })
+        .collect()
+}
+
+/// Replaces every character outside `[A-Za-z0-9._-]` with `_`.
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .collect()
+}
+
+fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize) -> Result<()> {
+    let model = load(path)?;
+    let feeds = parse_inputs(inputs)?;
+    for &i in &model.graph.inputs {
+        let name = &model.graph.values[i].name;
+        if !feeds.contains_key(name) {
+            bail!("{}: input '{name}' needs a value (--input {name}=FILE.npy)", path.display());
+        }
+    }
+    let exec = Executor::new(&model, threads.max(1))?;
+    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, usize::from) } else { threads };
+    let outs = with_threads(threads, || exec.run(&feeds)).with_context(|| format!("running {}", path.display()))?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    for (name, t) in outs {
+        let file = out_dir.join(format!("{}.npy", sanitize(&name)));
+        write_npy(&file, &t)?;
+        println!("{} {} [{}] -> {}", name, t.dtype(), shape_string(&t.shape().iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>()), file.display());
+    }
+    Ok(())
+}
+
+/// Deterministic pseudo-random input (uniform in [0, 1) for floats, small ints otherwise).
+fn random_tensor(dtype: DType, shape: &[usize], seed: u64) -> Result<Tensor> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f64 / (1u64 << 24) as f64
+    };
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = (0..n).map(|_| next()).collect();
+    let a = ArrayD::from_shape_vec(IxDyn(shape), vals)?;
+    Ok(match dtype {
+        DType::F32 => Tensor::F32(a.mapv(|v| v as f32)),
+        DType::F64 => Tensor::F64(a),
+        DType::I64 => Tensor::I64(a.mapv(|v| (v * 4.0) as i64)),
+        DType::I32 => Tensor::I32(a.mapv(|v| (v * 4.0) as i32)),
+        DType::U8 => Tensor::U8(a.mapv(|v| (v * 255.0) as u8)),
+        DType::I8 => Tensor::I8(a.mapv(|v| (v * 255.0 - 128.0) as i8)),
+        DType::Bool => Tensor::Bool(a.mapv(|v| v > 0.5)),
+        other => bail!("random inputs of dtype {other} are not supported; pass --input"),
+    })
+}
+
+#[derive(Serialize)]
+struct BenchReport {
+    model: String,
+    median_ms: f64,
+    min_ms: f64,
+    mean_ms: f64,
+    runs: usize,
+    warmup: usize,
+    threads: usize,
+}
+
+fn bench(path: &Path, inputs: &[String], shapes: &[String], threads: usize, runs: usize, warmup: usize, json: bool) -> Result<()> {
+    let model = load(path)?;
+    let mut feeds = parse_inputs(inputs)?;
+    let shape_map: HashMap<String, Vec<usize>> = shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?;
+    for &i in &model.graph.inputs {
+        let v = &model.graph.values[i];
+        if feeds.contains_key(&v.name) {
+            continue;
+        }
+        let dims = match (shape_map.get(&v.name), v.shape.as_ref().and_then(|s| npu_core::ir::concrete(s))) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => d,
+            (None, None) => bail!(
+                "input '{}' has dynamic shape {}; pass --shape {}=DIMS or --input {}=FILE.npy",
+                v.name,
+                v.shape.as_ref().map_or_else(|| "?".into(), |s| shape_string(s)),
+                v.name,
+                v.name
+            ),
+        };
+        let t = random_tensor(v.dtype.unwrap_or(DType::F32), &dims, i as u64 + 1)?;
+        feeds.insert(v.name.clone(), t);
+    }
+    let threads = threads.max(1);
+    let exec = Executor::new(&model, threads)?;
+    let runs = runs.max(1);
+    let times = with_threads(threads, || -> Result<Vec<f64>> {
+        for _ in 0..warmup {
+            exec.run(&feeds)?;
+        }
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            exec.run(&feeds)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(times)
+    })?;
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = if sorted.len() % 2 == 1 {
+        sorted[sorted.len() / 2]
+    } else {
+        (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0
+    };
+    let r = BenchReport {
+        model: path.display().to_string(),
+        median_ms: median,
+        min_ms: sorted[0],
+        mean_ms: times.iter().sum::<f64>() / times.len() as f64,
+        runs,
+        warmup,
+        threads,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "{}: median {:.2} ms, min {:.2} ms, mean {:.2} ms ({} runs, {} warmup, {} threads)",
+            r.model, r.median_ms, r.min_ms, r.mean_ms, r.runs, r.warmup, r.threads
+        );
+    }
+    Ok(())
+}

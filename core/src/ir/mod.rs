@@ -1,0 +1,13 @@
+//! The intermediate representation every stage works on.
+
+pub mod dtype;
+pub mod model;
+pub mod small;
+pub mod tensor;
+
+pub use dtype::DType;
+pub use model::{
+    Attr, Constant, Dim, Graph, Metadata, Model, Node, NodeId, Shape, ValidationError, Value, ValueId, concrete,
+    shape_string,
+};
+pub use tensor::Tensor;

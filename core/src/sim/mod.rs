@@ -1,0 +1,293 @@
+//! The FP32 reference executor: runs a [`Model`] on ndarray tensors with fast kernels.
+
+pub mod ops;
+
+use crate::ir::{Graph, Model, Node, Tensor, ValueId};
+use std::collections::HashMap;
+
+pub use ops::is_supported;
+
+/// A failure while running a model. Names the node and its op.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("node '{node}' ({op}): {message}")]
+    Node { node: String, op: String, message: String },
+    #[error("missing input '{0}'")]
+    MissingInput(String),
+    #[error("input '{name}': {message}")]
+    BadInput { name: String, message: String },
+    #[error("{0}")]
+    Graph(#[from] crate::ir::ValidationError),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Per-run settings visible to kernels.
+#[derive(Clone, Copy, Debug)]
+pub struct OpCtx {
+    /// Default-domain opset of the model.
+    pub opset: i64,
+    /// Threads kernels may use (the size of the rayon pool they run in).
+    pub threads: usize,
+}
+
+/// One slot of the value environment during a run.
+enum Slot<'a> {
+    Empty,
+    Borrowed(&'a Tensor),
+    Owned(Tensor),
+}
+
+impl Slot<'_> {
+    fn get(&self) -> Option<&Tensor> {
+        match self {
+            Slot::Empty => None,
+            Slot::Borrowed(t) => Some(t),
+            Slot::Owned(t) => Some(t),
+        }
+    }
+}
+
+/// A prepared plan for one graph: execution order and when each value dies.
+struct Plan {
+    order: Vec<usize>,
+    /// For each step, the values whose last use is that step.
+    frees: Vec<Vec<ValueId>>,
+}
+
+impl Plan {
+    fn new(g: &Graph) -> Result<Self, SimError> {
+        let order = g.topo_order()?;
+        let mut last = vec![None; g.values.len()];
+        for (step, &n) in order.iter().enumerate() {
+            for v in g.nodes[n].inputs.iter().flatten() {
+                last[*v] = Some(step);
+            }
+        }
+        for &o in &g.outputs {
+            last[o] = None;
+        }
+        let mut frees = vec![Vec::new(); order.len()];
+        for (v, l) in last.iter().enumerate() {
+            if let Some(step) = l {
+                if g.values[v].constant.is_none() {
+                    frees[*step].push(v);
+                }
+            }
+        }
+        Ok(Self { order, frees })
+    }
+}
+
+/// Hook called after each node with its outputs (for capturing activations).
+pub type NodeHook<'h> = dyn FnMut(usize, &Node, &[Option<&Tensor>]) + 'h;
+
+/// Runs a model in FP32 (every op at its declared dtype).
+pub struct Executor<'m> {
+    model: &'m Model,
+    plan: Plan,
+    ctx: OpCtx,
+}
+
+impl<'m> Executor<'m> {
+    /// Prepares a model for execution; `threads` sizes the kernels' parallelism.
+    pub fn new(model: &'m Model, threads: usize) -> Result<Self, SimError> {
+        Ok(Self {
+            model,
+            plan: Plan::new(&model.graph)?,
+            ctx: OpCtx {
+                opset: model.opset(),
+                threads: threads.max(1),
+            },
+        })
+    }
+
+    /// Runs with named inputs; returns the graph outputs in order, with their names.
+    pub fn run(&self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, SimError> {
+        self.run_with_hook(inputs, None)
+    }
+
+    /// Runs with a hook that sees every node's outputs.
+    pub fn run_with_hook(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        hook: Option<&mut NodeHook<'_>>,
+    ) -> Result<Vec<(String, Tensor)>, SimError> {
+        let g = &self.model.graph;
+        for &i in &g.inputs {
+            let v = &g.values[i];
+            let t = inputs.get(&v.name).ok_or_else(|| SimError::MissingInput(v.name.clone()))?;
+            check_input(v, t)?;
+        }
+        let by_name = |name: &str| inputs.get(name);
+        let outs = run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook)?;
+        Ok(g.outputs.iter().zip(outs).map(|(&o, t)| (g.values[o].name.clone(), t)).collect())
+    }
+}
+
+fn check_input(v: &crate::ir::Value, t: &Tensor) -> Result<(), SimError> {
+    if let Some(dt) = v.dtype {
+        if dt != t.dtype() {
+            return Err(SimError::BadInput {
+                name: v.name.clone(),
+                message: format!("expected dtype {dt}, got {}", t.dtype()),
+            });
+        }
+    }
+    if let Some(shape) = &v.shape {
+        let ok = shape.len() == t.shape().len()
+            && shape.iter().zip(t.shape()).all(|(d, &n)| match d {
+                crate::ir::Dim::Fixed(k) => *k == n,
+                crate::ir::Dim::Sym(_) => true,
+            });
+        if !ok {
+            return Err(SimError::BadInput {
+                name: v.name.clone(),
+                message: format!(
+                    "expected shape {}, got {:?}",
+                    crate::ir::shape_string(shape),
+                    t.shape()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs a (sub)graph. `inputs` resolves graph inputs by name, `outer` resolves names from
+/// enclosing graphs.
+fn run_graph<'a>(
+    g: &'a Graph,
+    plan: &Plan,
+    inputs: &dyn Fn(&str) -> Option<&'a Tensor>,
+    outer: &dyn Fn(&str) -> Option<Tensor>,
+    ctx: OpCtx,
+    mut hook: Option<&mut NodeHook<'_>>,
+) -> Result<Vec<Tensor>, SimError> {
+    let mut env: Vec<Slot<'a>> = (0..g.values.len()).map(|_| Slot::Empty).collect();
+    for (i, v) in g.values.iter().enumerate() {
+        if let Some(c) = &v.constant {
+            env[i] = Slot::Borrowed(c.tensor());
+        } else if v.outer {
+            if let Some(t) = outer(&v.name) {
+                env[i] = Slot::Owned(t);
+            }
+        }
+    }
+    for &i in &g.inputs {
+        let name = &g.values[i].name;
+        let t = inputs(name).ok_or_else(|| SimError::MissingInput(name.clone()))?;
+        env[i] = Slot::Borrowed(t);
+    }
+    for (step, &n) in plan.order.iter().enumerate() {
+        let node = &g.nodes[n];
+        let outs = {
+            let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].get())).collect();
+            let env_ref = &env;
+            let lookup = |name: &str| -> Option<Tensor> {
+                match g.value_id(name) {
+                    Some(id) => env_ref[id].get().cloned(),
+                    None => outer(name),
+                }
+            };
+            ops::eval(node, &ins, &ctx, &lookup).map_err(|message| SimError::Node {
+                node: node.label(),
+                op: node.op.clone(),
+                message,
+            })?
+        };
+        let mut outs = outs.into_iter();
+        for o in &node.outputs {
+            let t = outs.next();
+            if let (Some(o), Some(t)) = (o, t) {
+                env[*o] = Slot::Owned(t);
+            }
+        }
+        if let Some(h) = hook.as_deref_mut() {
+            let views: Vec<Option<&Tensor>> = node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
+            h(n, node, &views);
+        }
+        for &v in &plan.frees[step] {
+            if !g.inputs.contains(&v) {
+                env[v] = Slot::Empty;
+            }
+        }
+    }
+    g.outputs
+        .iter()
+        .map(|&o| {
+            env[o].get().cloned().ok_or_else(|| SimError::Node {
+                node: g.values[o].name.clone(),
+                op: "output".into(),
+                message: "graph output was not computed".into(),
+            })
+        })
+        .collect()
+}
+
+/// Runs a subgraph (an If/Loop body) with explicit inputs, resolving outer names through `outer`.
+pub fn run_subgraph(
+    g: &Graph,
+    inputs: &[Tensor],
+    outer: &dyn Fn(&str) -> Option<Tensor>,
+    ctx: &OpCtx,
+) -> Result<Vec<Tensor>, String> {
+    let plan = Plan::new(g).map_err(|e| e.to_string())?;
+    let named: HashMap<&str, &Tensor> = g
+        .inputs
+        .iter()
+        .zip(inputs)
+        .map(|(&i, t)| (g.values[i].name.as_str(), t))
+        .collect();
+    let by_name = |name: &str| named.get(name).copied();
+    run_graph(g, &plan, &by_name, outer, *ctx, None).map_err(|e| format!("in subgraph '{}': {e}", g.name))
+}
+
+/// Runs `f` inside a rayon pool of `threads` threads (the calling thread's pool when 0).
+pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    if threads == 0 {
+        return f();
+    }
+    match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+        Ok(pool) => pool.install(f),
+        Err(_) => f(),
+    }
+}
+
+/// Multiply-accumulates of Conv, ConvTranspose, MatMul and Gemm whose shapes are known.
+/// The flag is true when some of them had unknown shapes (the count is a lower bound).
+pub fn count_macs(model: &Model) -> (u64, bool) {
+    let g = &model.graph;
+    let dims = |v: Option<usize>| -> Option<Vec<usize>> {
+        v.and_then(|v| g.values[v].shape.as_ref()).and_then(|s| crate::ir::concrete(s))
+    };
+    let mut total = 0u64;
+    let mut partial = false;
+    for n in &g.nodes {
+        let prod = |s: &[usize]| s.iter().map(|&d| d as u64).product::<u64>();
+        let macs = match n.op.as_str() {
+            "Conv" => match (dims(n.outputs.first().copied().flatten()), dims(n.input(1))) {
+                (Some(o), Some(w)) if w.len() >= 2 => Some(prod(&o) * prod(&w[1..])),
+                _ => None,
+            },
+            "ConvTranspose" => match (dims(n.input(0)), dims(n.input(1))) {
+                (Some(x), Some(w)) if w.len() >= 2 => Some(prod(&x) * prod(&w[1..])),
+                _ => None,
+            },
+            "MatMul" | "Gemm" => match (dims(n.outputs.first().copied().flatten()), dims(n.input(0))) {
+                (Some(o), Some(a)) if !a.is_empty() => {
+                    let trans = n.op == "Gemm" && n.attr_i("transA").unwrap_or(0) != 0;
+                    let k = if trans { a[0] } else { a[a.len() - 1] };
+                    Some(prod(&o) * k as u64)
+                }
+                _ => None,
+            },
+            _ => Some(0),
+        };
+        match macs {
+            Some(m) => total += m,
+            None => partial = true,
+        }
+    }
+    (total, partial)
+}

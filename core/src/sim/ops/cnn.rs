@@ -1,0 +1,546 @@
+//! Convolutions and pooling (NCHW). Conv runs as direct depthwise, 1×1 GEMM or im2col + GEMM.
+
+use super::linalg::{Mat, sgemm};
+use super::{OpResult, f32_as, input, opt_input};
+use crate::ir::{Node, Tensor};
+use crate::sim::OpCtx;
+use ndarray::{ArrayD, IxDyn};
+use rayon::prelude::*;
+
+/// Spatial geometry of a convolution or pooling window, N-D.
+#[derive(Clone, Debug)]
+pub struct Geometry {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub pad_begin: Vec<usize>,
+    pub pad_end: Vec<usize>,
+    pub out: Vec<usize>,
+}
+
+fn ints_or(node: &Node, name: &str, n: usize, default: usize) -> Result<Vec<usize>, String> {
+    match node.attr_ints(name) {
+        Some(v) if v.len() == n => v
+            .iter()
+            .map(|&x| if x > 0 { Ok(x as usize) } else { Err(format!("{name} must be positive, got {x}")) })
+            .collect(),
+        Some(v) => Err(format!("{name} has {} values for {n} spatial dims", v.len())),
+        None => Ok(vec![default; n]),
+    }
+}
+
+/// Computes output size and padding for a window op (Conv, pools).
+pub fn geometry(node: &Node, input: &[usize], kernel: &[usize], ceil_mode: bool) -> Result<Geometry, String> {
+    let n = kernel.len();
+    if input.len() != n {
+        return Err(format!("input has {} spatial dims, kernel {n}", input.len()));
+    }
+    let strides = ints_or(node, "strides", n, 1)?;
+    let dilations = ints_or(node, "dilations", n, 1)?;
+    let auto_pad = node.attr_s("auto_pad").unwrap_or("NOTSET");
+    let mut pad_begin = vec![0; n];
+    let mut pad_end = vec![0; n];
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let eff = (kernel[i] - 1) * dilations[i] + 1;
+        match auto_pad {
+            "SAME_UPPER" | "SAME_LOWER" => {
+                let o = input[i].div_ceil(strides[i]);
+                let total = ((o - 1) * strides[i] + eff).saturating_sub(input[i]);
+                let small = total / 2;
+                if auto_pad == "SAME_UPPER" {
+                    (pad_begin[i], pad_end[i]) = (small, total - small);
+                } else {
+                    (pad_begin[i], pad_end[i]) = (total - small, small);
+                }
+                out[i] = o;
+            }
+            _ => {
+                if auto_pad == "NOTSET" {
+                    if let Some(p) = node.attr_ints("pads") {
+                        if p.len() != 2 * n || p.iter().any(|&v| v < 0) {
+                            return Err(format!("pads {p:?} do not fit {n} spatial dims"));
+                        }
+                        pad_begin[i] = p[i] as usize;
+                        pad_end[i] = p[i + n] as usize;
+                    }
+                }
+                let span = input[i] + pad_begin[i] + pad_end[i];
+                if span < eff {
+                    return Err(format!("kernel {eff} is larger than padded input {span}"));
+                }
+                out[i] = if ceil_mode {
+                    let o = (span - eff).div_ceil(strides[i]) + 1;
+                    // The last window must start inside the input or left padding.
+                    if (o - 1) * strides[i] >= input[i] + pad_begin[i] { o - 1 } else { o }
+                } else {
+                    (span - eff) / strides[i] + 1
+                };
+            }
+        }
+    }
+    Ok(Geometry {
+        kernel: kernel.to_vec(),
+        strides,
+        dilations,
+        pad_begin,
+        pad_end,
+        out,
+    })
+}
+
+/// Conv2D on one image and group's worth of channels via im2col + GEMM.
+#[allow(clippy::needless_range_loop)]
+fn im2col(x: &[f32], c: usize, h: usize, w: usize, g: &Geometry, col: &mut [f32]) {
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (oh, ow) = (g.out[0], g.out[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (ph, pw) = (g.pad_begin[0] as isize, g.pad_begin[1] as isize);
+    let row_len = oh * ow;
+    col.par_chunks_mut(row_len).enumerate().for_each(|(r, dst)| {
+        let ci = r / (kh * kw);
+        let ki = (r / kw) % kh;
+        let kj = r % kw;
+        let plane = &x[ci * h * w..(ci + 1) * h * w];
+        // Valid output column range for this kj.
+        let off_w = (kj * dw) as isize - pw;
+        let lo = if off_w < 0 { ((-off_w) as usize).div_ceil(sw) } else { 0 };
+        let hi = if (w as isize) > off_w { (((w as isize - off_w) as usize).div_ceil(sw)).min(ow) } else { 0 };
+        for oy in 0..oh {
+            let iy = (oy * sh) as isize + (ki * dh) as isize - ph;
+            let drow = &mut dst[oy * ow..(oy + 1) * ow];
+            if iy < 0 || iy >= h as isize || lo >= hi {
+                drow.fill(0.0);
+                continue;
+            }
+            let srow = &plane[iy as usize * w..(iy as usize + 1) * w];
+            drow[..lo].fill(0.0);
+            drow[hi..].fill(0.0);
+            if sw == 1 {
+                let s0 = (lo as isize + off_w) as usize;
+                drow[lo..hi].copy_from_slice(&srow[s0..s0 + hi - lo]);
+            } else {
+                for ox in lo..hi {
+                    drow[ox] = srow[(ox as isize * sw as isize + off_w) as usize];
+                }
+            }
+        }
+    });
+}
+
+/// Depthwise 3-D loop for one channel (multiplier 1), accumulating into `out` (pre-filled with bias).
+fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: &mut [f32]) {
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (oh, ow) = (g.out[0], g.out[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (ph, pw) = (g.pad_begin[0] as isize, g.pad_begin[1] as isize);
+    for kj in 0..kw {
+        let off_w = (kj * dw) as isize - pw;
+        let lo = if off_w < 0 { ((-off_w) as usize).div_ceil(sw) } else { 0 };
+        let hi = if (w as isize) > off_w { (((w as isize - off_w) as usize).div_ceil(sw)).min(ow) } else { 0 };
+        if lo >= hi {
+            continue;
+        }
+        for oy in 0..oh {
+            let orow = &mut out[oy * ow..(oy + 1) * ow];
+            for ki in 0..kh {
+                let iy = (oy * sh) as isize + (ki * dh) as isize - ph;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                let wv = k[ki * kw + kj];
+                let srow = &x[iy as usize * w..(iy as usize + 1) * w];
+                if sw == 1 {
+                    let s0 = (lo as isize + off_w) as usize;
+                    for (o, s) in orow[lo..hi].iter_mut().zip(&srow[s0..s0 + hi - lo]) {
+                        *o += wv * s;
+                    }
+                } else {
+                    for (ox, o) in orow.iter_mut().enumerate().take(hi).skip(lo) {
+                        *o += wv * srow[(ox as isize * sw as isize + off_w) as usize];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Lifts 1-D conv attributes to 2-D by adding a unit height.
+fn as_2d(shape: &[usize]) -> Vec<usize> {
+    if shape.len() == 3 { vec![shape[0], shape[1], 1, shape[2]] } else { shape.to_vec() }
+}
+
+fn lift_geometry(g: Geometry) -> Geometry {
+    if g.kernel.len() != 1 {
+        return g;
+    }
+    let pre = |v: Vec<usize>, x: usize| vec![x, v[0]];
+    Geometry {
+        kernel: pre(g.kernel, 1),
+        strides: pre(g.strides, 1),
+        dilations: pre(g.dilations, 1),
+        pad_begin: pre(g.pad_begin, 0),
+        pad_end: pre(g.pad_end, 0),
+        out: pre(g.out, 1),
+    }
+}
+
+/// Conv with optional bias; `act` is applied in the output loop when given.
+pub fn conv2d(
+    x: &ArrayD<f32>,
+    wt: &ArrayD<f32>,
+    bias: Option<&[f32]>,
+    group: usize,
+    geo: &Geometry,
+    threads: usize,
+    act: Option<super::elementwise::Activation>,
+) -> Result<ArrayD<f32>, String> {
+    let xs = as_2d(x.shape());
+    let ws = as_2d(wt.shape());
+    let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
+    let (m, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    if group == 0 || c % group != 0 || m % group != 0 || cg != c / group {
+        return Err(format!("weights {:?} do not fit input {:?} with group {group}", wt.shape(), x.shape()));
+    }
+    let geo = lift_geometry(geo.clone());
+    let (oh, ow) = (geo.out[0], geo.out[1]);
+    let mg = m / group;
+    let xd = x.as_standard_layout();
+    let xd = xd.as_slice().ok_or("layout")?;
+    let wd = wt.as_standard_layout();
+    let wd = wd.as_slice().ok_or("layout")?;
+    let mut out = vec![0f32; n * m * oh * ow];
+    let plane = oh * ow;
+    // Start from the bias.
+    if let Some(b) = bias {
+        if b.len() != m {
+            return Err(format!("bias has {} values for {m} output channels", b.len()));
+        }
+        out.par_chunks_mut(plane).enumerate().for_each(|(i, p)| p.fill(b[i % m]));
+    }
+    let depthwise = cg == 1 && mg == 1;
+    let pointwise = kh == 1
+        && kw == 1
+        && geo.strides.iter().all(|&s| s == 1)
+        && geo.pad_begin.iter().chain(&geo.pad_end).all(|&p| p == 0);
+    let ksize = cg * kh * kw;
+    let mut col = if depthwise || pointwise { Vec::new() } else { vec![0f32; ksize * plane] };
+    for b in 0..n {
+        let xb = &xd[b * c * h * w..(b + 1) * c * h * w];
+        let ob = &mut out[b * m * plane..(b + 1) * m * plane];
+        if depthwise {
+            ob.par_chunks_mut(plane).enumerate().for_each(|(ch, o)| {
+                depthwise_plane(&xb[ch * h * w..(ch + 1) * h * w], h, w, &wd[ch * kh * kw..(ch + 1) * kh * kw], &geo, o);
+            });
+            continue;
+        }
+        for gi in 0..group {
+            let xg = &xb[gi * cg * h * w..(gi + 1) * cg * h * w];
+            let rhs = if pointwise {
+                xg
+            } else {
+                im2col(xg, cg, h, w, &geo, &mut col);
+                &col
+            };
+            let wg = &wd[gi * mg * ksize..(gi + 1) * mg * ksize];
+            let og = &mut ob[gi * mg * plane..(gi + 1) * mg * plane];
+            sgemm(mg, plane, ksize, Mat::rows(wg, ksize), Mat::rows(rhs, plane), og, bias.is_some(), threads);
+        }
+    }
+    if let Some(a) = act {
+        out.par_chunks_mut(1 << 14).for_each(|c| c.iter_mut().for_each(|v| *v = a.apply(*v)));
+    }
+    let mut shape = vec![n, m];
+    shape.extend(if x.ndim() == 3 { vec![ow] } else { vec![oh, ow] });
+    ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())
+}
+
+fn kernel_of(node: &Node, wshape: &[usize]) -> Vec<usize> {
+    node.attr_ints("kernel_shape")
+        .map_or_else(|| wshape[2..].to_vec(), |k| k.iter().map(|&v| v.max(1) as usize).collect())
+}
+
+fn conv(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f32();
+    let wt = input(inputs, 1)?.to_f32();
+    let bias = opt_input(inputs, 2).map(Tensor::to_f32);
+    if x.ndim() < 3 || x.ndim() > 4 || wt.ndim() != x.ndim() {
+        return Err(format!("Conv supports 1-D and 2-D NCHW inputs; got input {:?}, weights {:?}", x.shape(), wt.shape()));
+    }
+    let kernel = kernel_of(node, wt.shape());
+    let geo = geometry(node, &x.shape()[2..], &kernel, false)?;
+    let group = node.attr_i("group").unwrap_or(1).max(1) as usize;
+    let b = bias.as_ref().map(|b| b.iter().copied().collect::<Vec<f32>>());
+    let r = conv2d(&x, &wt, b.as_deref(), group, &geo, ctx.threads, None)?;
+    Ok(f32_as(xt.dtype(), r))
+}
+
+fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f32();
+    let wt = input(inputs, 1)?.to_f32();
+    let bias = opt_input(inputs, 2).map(Tensor::to_f32);
+    if x.ndim() < 3 || x.ndim() > 4 || wt.ndim() != x.ndim() {
+        return Err(format!("ConvTranspose supports 1-D and 2-D inputs; got {:?}", x.shape()));
+    }
+    let nsp = x.ndim() - 2;
+    let group = node.attr_i("group").unwrap_or(1).max(1) as usize;
+    let kernel = kernel_of(node, wt.shape());
+    let strides = ints_or(node, "strides", nsp, 1)?;
+    let dil = ints_or(node, "dilations", nsp, 1)?;
+    let outpad: Vec<usize> = node.attr_ints("output_padding").map_or(vec![0; nsp], |v| v.iter().map(|&p| p.max(0) as usize).collect());
+    let in_sp = &x.shape()[2..];
+    let mut pb = vec![0usize; nsp];
+    let mut pe = vec![0usize; nsp];
+    let mut out_sp = vec![0usize; nsp];
+    let auto_pad = node.attr_s("auto_pad").unwrap_or("NOTSET");
+    let out_shape_attr = node.attr_ints("output_shape").map(|v| v[v.len().saturating_sub(nsp)..].to_vec());
+    for i in 0..nsp {
+        let full = strides[i] * (in_sp[i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1;
+        let target = match (&out_shape_attr, auto_pad) {
+            (Some(o), _) => Some(o[i].max(0) as usize),
+            (None, "SAME_UPPER" | "SAME_LOWER") => Some(in_sp[i] * strides[i]),
+            _ => None,
+        };
+        if let Some(t) = target {
+            let total = full.saturating_sub(t);
+            if auto_pad == "SAME_UPPER" || (auto_pad != "SAME_LOWER" && out_shape_attr.is_some()) {
+                (pb[i], pe[i]) = (total / 2, total - total / 2);
+            } else {
+                (pb[i], pe[i]) = (total - total / 2, total / 2);
+            }
+            out_sp[i] = t;
+        } else {
+            if let Some(p) = node.attr_ints("pads") {
+                pb[i] = p[i].max(0) as usize;
+                pe[i] = p[i + nsp].max(0) as usize;
+            }
+            out_sp[i] = full.checked_sub(pb[i] + pe[i]).ok_or("padding larger than output")?;
+        }
+    }
+    let xs = as_2d(x.shape());
+    let ws = as_2d(wt.shape());
+    let lift = |v: &[usize], d: usize| if nsp == 1 { vec![d, v[0]] } else { v.to_vec() };
+    let (kernel, strides, dil, pb, out_sp) = (lift(&kernel, 1), lift(&strides, 1), lift(&dil, 1), lift(&pb, 0), lift(&out_sp, 1));
+    let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
+    let (cw, mg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    if cw != c || c % group != 0 {
+        return Err(format!("weights {:?} do not fit input {:?}", wt.shape(), x.shape()));
+    }
+    let cg = c / group;
+    let m = mg * group;
+    let (oh, ow) = (out_sp[0], out_sp[1]);
+    let xd = x.as_standard_layout();
+    let xd = xd.as_slice().ok_or("layout")?;
+    let wd = wt.as_standard_layout();
+    let wd = wd.as_slice().ok_or("layout")?;
+    let mut out = vec![0f32; n * m * oh * ow];
+    let rows = mg * kh * kw;
+    let mut col = vec![0f32; rows * h * w];
+    for b in 0..n {
+        for gi in 0..group {
+            let xg = &xd[(b * c + gi * cg) * h * w..(b * c + (gi + 1) * cg) * h * w];
+            let wg = &wd[gi * cg * rows..(gi + 1) * cg * rows];
+            // col (rows × HW) = Wᵀ (rows × cg) · X (cg × HW)
+            sgemm(rows, h * w, cg, Mat::transposed(wg, rows), Mat::rows(xg, h * w), &mut col, false, ctx.threads);
+            let og = &mut out[(b * m + gi * mg) * oh * ow..(b * m + (gi + 1) * mg) * oh * ow];
+            og.par_chunks_mut(oh * ow).enumerate().for_each(|(mi, plane)| {
+                for ki in 0..kh {
+                    for kj in 0..kw {
+                        let crow = &col[((mi * kh + ki) * kw + kj) * h * w..][..h * w];
+                        for iy in 0..h {
+                            let oy = (iy * strides[0] + ki * dil[0]) as isize - pb[0] as isize;
+                            if oy < 0 || oy >= oh as isize {
+                                continue;
+                            }
+                            for ix in 0..w {
+                                let ox = (ix * strides[1] + kj * dil[1]) as isize - pb[1] as isize;
+                                if ox >= 0 && ox < ow as isize {
+                                    plane[oy as usize * ow + ox as usize] += crow[iy * w + ix];
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    }
+    if let Some(bv) = &bias {
+        let bv: Vec<f32> = bv.iter().copied().collect();
+        out.par_chunks_mut(oh * ow).enumerate().for_each(|(i, p)| {
+            let v = bv[i % m];
+            p.iter_mut().for_each(|x| *x += v);
+        });
+    }
+    let mut shape = vec![n, m];
+    shape.extend(if nsp == 1 { vec![ow] } else { vec![oh, ow] });
+    Ok(f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    Max,
+    Avg,
+    Lp(i32),
+}
+
+/// N-D pooling over NC… inputs. Returns the pooled values and, for MaxPool, flat argmax indices.
+fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool) -> Result<(ArrayD<f32>, Vec<i64>), String> {
+    if x.ndim() < 3 {
+        return Err(format!("pooling needs an N×C×… input, got {:?}", x.shape()));
+    }
+    let sp = &x.shape()[2..];
+    let kernel: Vec<usize> = node
+        .attr_ints("kernel_shape")
+        .ok_or("kernel_shape missing")?
+        .iter()
+        .map(|&v| v.max(1) as usize)
+        .collect();
+    let ceil = node.attr_i("ceil_mode").unwrap_or(0) != 0;
+    let g = geometry(node, sp, &kernel, ceil)?;
+    let count_pad = node.attr_i("count_include_pad").unwrap_or(0) != 0;
+    let storage_order = node.attr_i("storage_order").unwrap_or(0);
+    let nsp = sp.len();
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let in_plane: usize = sp.iter().product();
+    let out_plane: usize = g.out.iter().product();
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let mut out = vec![0f32; n * c * out_plane];
+    let mut idx = vec![0i64; if kind == Pool::Max { n * c * out_plane } else { 0 }];
+    let win: usize = kernel.iter().product();
+    let work = |(pi, (dst, ids)): (usize, (&mut [f32], &mut [i64]))| {
+        let src = &xd[pi * in_plane..(pi + 1) * in_plane];
+        let mut o_idx = vec![0usize; nsp];
+        for (oi, d) in dst.iter_mut().enumerate() {
+            let mut rem = oi;
+            for k in (0..nsp).rev() {
+                o_idx[k] = rem % g.out[k];
+                rem /= g.out[k];
+            }
+            let mut acc = match kind {
+                Pool::Max => f32::NEG_INFINITY,
+                _ => 0.0,
+            };
+            let mut best = -1i64;
+            let mut count = 0usize;
+            let mut padded_count = 0usize;
+            for wi in 0..win {
+                let mut r = wi;
+                let mut flat = 0usize;
+                let mut inside = true;
+                let mut in_padded = true;
+                let mut coords = [0usize; 8];
+                for k in (0..nsp).rev() {
+                    let kk = r % kernel[k];
+                    r /= kernel[k];
+                    let pos = (o_idx[k] * g.strides[k] + kk * g.dilations[k]) as isize - g.pad_begin[k] as isize;
+                    if pos < 0 || pos >= sp[k] as isize {
+                        inside = false;
+                        if pos < -(g.pad_begin[k] as isize) || pos >= (sp[k] + g.pad_end[k]) as isize {
+                            in_padded = false;
+                        }
+                    } else if k < 8 {
+                        coords[k] = pos as usize;
+                    }
+                }
+                if in_padded {
+                    padded_count += 1;
+                }
+                if !inside {
+                    continue;
+                }
+                for k in 0..nsp {
+                    flat = flat * sp[k] + coords[k];
+                }
+                let v = src[flat];
+                count += 1;
+                match kind {
+                    Pool::Max => {
+                        if v > acc || best < 0 {
+                            acc = v;
+                            let sflat = if storage_order == 1 && nsp == 2 { coords[1] * sp[0] + coords[0] } else { flat };
+                            best = sflat as i64;
+                        }
+                    }
+                    Pool::Avg => acc += v,
+                    Pool::Lp(p) => acc += v.abs().powi(p),
+                }
+            }
+            *d = match kind {
+                Pool::Max => acc,
+                Pool::Avg => {
+                    let div = if count_pad { padded_count } else { count };
+                    if div == 0 { 0.0 } else { acc / div as f32 }
+                }
+                Pool::Lp(p) => acc.powf(1.0 / p as f32),
+            };
+            if kind == Pool::Max {
+                ids[oi] = (pi * in_plane) as i64 + best;
+            }
+        }
+    };
+    if kind == Pool::Max {
+        out.par_chunks_mut(out_plane.max(1)).zip(idx.par_chunks_mut(out_plane.max(1))).enumerate().for_each(work);
+    } else {
+        let mut dummy = vec![0i64; n * c * out_plane];
+        out.par_chunks_mut(out_plane.max(1)).zip(dummy.par_chunks_mut(out_plane.max(1))).enumerate().for_each(work);
+    }
+    let mut shape = vec![n, c];
+    shape.extend(&g.out);
+    Ok((ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, idx))
+}
+
+fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
+    if x.ndim() < 3 {
+        return Err("global pooling needs an N×C×… input".into());
+    }
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let plane: usize = x.shape()[2..].iter().product();
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let out: Vec<f32> = xd
+        .par_chunks(plane.max(1))
+        .map(|p| {
+            if max {
+                p.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+            } else {
+                (p.iter().map(|&v| f64::from(v)).sum::<f64>() / plane as f64) as f32
+            }
+        })
+        .collect();
+    let mut shape = vec![n, c];
+    shape.extend(std::iter::repeat_n(1, x.ndim() - 2));
+    ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())
+}
+
+/// Dispatches the CNN family; `None` if `op` is not one of them.
+pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
+    let r = match op {
+        "Conv" => conv(node, inputs, ctx).map(|t| vec![t]),
+        "ConvTranspose" => conv_transpose(node, inputs, ctx).map(|t| vec![t]),
+        "MaxPool" | "AveragePool" | "LpPool" => (|| {
+            let xt = input(inputs, 0)?;
+            let kind = match op {
+                "MaxPool" => Pool::Max,
+                "AveragePool" => Pool::Avg,
+                _ => Pool::Lp(node.attr_i("p").unwrap_or(2) as i32),
+            };
+            let (y, idx) = pool(node, &xt.to_f32(), kind)?;
+            let mut outs = vec![f32_as(xt.dtype(), y.clone())];
+            if kind == Pool::Max && node.outputs.len() > 1 {
+                outs.push(Tensor::I64(ArrayD::from_shape_vec(IxDyn(y.shape()), idx).map_err(|e| e.to_string())?));
+            }
+            Ok(outs)
+        })(),
+        "GlobalAveragePool" | "GlobalMaxPool" => (|| {
+            let xt = input(inputs, 0)?;
+            Ok(vec![f32_as(xt.dtype(), global_pool(&xt.to_f32(), op == "GlobalMaxPool")?)])
+        })(),
+        _ => return None,
+    };
+    Some(r)
+}

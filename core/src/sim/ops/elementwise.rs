@@ -1,0 +1,617 @@
+//! Element-wise ops: unary math and activations, broadcasting binary ops, comparisons,
+//! logic, Where, Clip and the variadic Max/Min/Sum/Mean.
+
+use super::{OpResult, broadcast_shapes, f32_as, input, opt_input};
+use crate::ir::{DType, Node, Tensor};
+use crate::sim::OpCtx;
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn, Zip};
+
+const PAR_MIN: usize = 1 << 15;
+
+/// Applies `f` to `a` and `b` broadcast together.
+pub fn bcast<A, B, C>(a: &ArrayD<A>, b: &ArrayD<B>, f: impl Fn(A, B) -> C + Sync + Send) -> Result<ArrayD<C>, String>
+where
+    A: Copy + Send + Sync,
+    B: Copy + Send + Sync,
+    C: Send,
+{
+    if a.shape() == b.shape() {
+        if let (Some(x), Some(y)) = (a.as_slice(), b.as_slice()) {
+            let v: Vec<C> = if x.len() >= PAR_MIN {
+                use rayon::prelude::*;
+                x.par_iter().zip(y.par_iter()).map(|(&p, &q)| f(p, q)).collect()
+            } else {
+                x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect()
+            };
+            return ArrayD::from_shape_vec(IxDyn(a.shape()), v).map_err(|e| e.to_string());
+        }
+    }
+    let shape = broadcast_shapes(a.shape(), b.shape())?;
+    if b.len() == 1 && shape.as_slice() == a.shape() {
+        let q = *b.iter().next().ok_or("empty operand")?;
+        return Ok(map_par(a, |p| f(p, q)));
+    }
+    if a.len() == 1 && shape.as_slice() == b.shape() {
+        let p = *a.iter().next().ok_or("empty operand")?;
+        return Ok(map_par(b, |q| f(p, q)));
+    }
+    let va = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let vb = b.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let z = Zip::from(&va).and(&vb);
+    Ok(if va.len() >= PAR_MIN {
+        z.par_map_collect(|&p, &q| f(p, q))
+    } else {
+        z.map_collect(|&p, &q| f(p, q))
+    })
+}
+
+/// Maps every element, in parallel for large arrays.
+pub fn map_par<A: Copy + Send + Sync, C: Send>(a: &ArrayD<A>, f: impl Fn(A) -> C + Sync + Send) -> ArrayD<C> {
+    if a.len() >= PAR_MIN {
+        if let Some(x) = a.as_slice() {
+            use rayon::prelude::*;
+            let v: Vec<C> = x.par_iter().map(|&p| f(p)).collect();
+            if let Ok(r) = ArrayD::from_shape_vec(IxDyn(a.shape()), v) {
+                return r;
+            }
+        }
+        return Zip::from(a).par_map_collect(|&p| f(p));
+    }
+    a.mapv(f)
+}
+
+/// Maps a float tensor with an f32 function (f64 computed in f64 through `f64_f`).
+fn float_unary(t: &Tensor, f: impl Fn(f32) -> f32 + Sync + Send, f64_f: impl Fn(f64) -> f64) -> Result<Tensor, String> {
+    Ok(match t {
+        Tensor::F32(a) => Tensor::F32(map_par(a, f)),
+        Tensor::F64(a) => Tensor::F64(a.mapv(f64_f)),
+        Tensor::F16(a) => Tensor::F16(a.mapv(|x| f16::from_f32(f(x.to_f32())))),
+        Tensor::BF16(a) => Tensor::BF16(a.mapv(|x| bf16::from_f32(f(x.to_f32())))),
+        other => return Err(format!("expected a float tensor, got {}", other.dtype())),
+    })
+}
+
+/// Same function for f32 and f64 through a generic closure.
+macro_rules! unary {
+    ($t:expr, |$x:ident| $body:expr) => {
+        float_unary($t, |$x: f32| $body, |$x: f64| $body)
+    };
+}
+
+fn erf64(x: f64) -> f64 {
+    // Abramowitz-Stegun 7.1.26 is too coarse; use a series/continued-fraction split.
+    if x.abs() < 2.5 {
+        let mut sum = x;
+        let mut term = x;
+        let x2 = x * x;
+        let mut n = 0.0;
+        loop {
+            n += 1.0;
+            term *= -x2 / n;
+            let add = term / (2.0 * n + 1.0);
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc continued fraction (Lentz) for large |x|.
+        let ax = x.abs();
+        let mut f = ax;
+        let mut c = ax;
+        let mut d = 0.0;
+        for i in 1..60 {
+            let an = f64::from(i) / 2.0;
+            d = ax + an * d;
+            d = 1.0 / d;
+            c = ax + an / c;
+            let delta = c * d;
+            f *= delta;
+            if (delta - 1.0).abs() < 1e-16 {
+                break;
+            }
+        }
+        let erfc = (-ax * ax).exp() / (f * std::f64::consts::PI.sqrt());
+        (1.0 - erfc).copysign(x)
+    }
+}
+
+/// erf in f32 precision (computed in f64).
+pub fn erf(x: f32) -> f32 {
+    erf64(f64::from(x)) as f32
+}
+
+fn gelu(x: f32, tanh_approx: bool) -> f32 {
+    if tanh_approx {
+        let c = (2.0f32 / std::f32::consts::PI).sqrt();
+        0.5 * x * (1.0 + (c * (x + 0.044_715 * x * x * x)).tanh())
+    } else {
+        0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
+    }
+}
+
+fn gelu64(x: f64, tanh_approx: bool) -> f64 {
+    if tanh_approx {
+        let c = (2.0f64 / std::f64::consts::PI).sqrt();
+        0.5 * x * (1.0 + (c * (x + 0.044_715 * x * x * x)).tanh())
+    } else {
+        0.5 * x * (1.0 + erf64(x / std::f64::consts::SQRT_2))
+    }
+}
+
+/// Round half to even.
+fn round_even<F: num_traits::Float>(x: F) -> F {
+    let r = x.round();
+    let half = F::from(0.5).unwrap_or_else(F::zero);
+    if (x - x.trunc()).abs() == half {
+        let two = F::one() + F::one();
+        two * (x / two).round()
+    } else {
+        r
+    }
+}
+
+/// A scalar activation applied by fused kernels (Conv + Relu and the like).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    Relu,
+    Clip(f32, f32),
+    LeakyRelu(f32),
+    HardSigmoid(f32, f32),
+    HardSwish,
+    Sigmoid,
+}
+
+impl Activation {
+    #[inline]
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Self::Relu => x.max(0.0),
+            Self::Clip(lo, hi) => x.max(lo).min(hi),
+            Self::LeakyRelu(a) => {
+                if x < 0.0 {
+                    a * x
+                } else {
+                    x
+                }
+            }
+            Self::HardSigmoid(a, b) => (a * x + b).clamp(0.0, 1.0),
+            Self::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            Self::Sigmoid => sigmoid(x),
+        }
+    }
+}
+
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>> {
+    let alpha = |d: f32| node.attr_f("alpha").unwrap_or(d);
+    let r = match op {
+        "Sqrt" => unary!(x, |v| v.sqrt()),
+        "Exp" => unary!(x, |v| v.exp()),
+        "Log" => unary!(x, |v| v.ln()),
+        "Reciprocal" => unary!(x, |v| 1.0 / v),
+        "Tanh" => unary!(x, |v| v.tanh()),
+        "Sin" => unary!(x, |v| v.sin()),
+        "Cos" => unary!(x, |v| v.cos()),
+        "Tan" => unary!(x, |v| v.tan()),
+        "Asin" => unary!(x, |v| v.asin()),
+        "Acos" => unary!(x, |v| v.acos()),
+        "Atan" => unary!(x, |v| v.atan()),
+        "Sinh" => unary!(x, |v| v.sinh()),
+        "Cosh" => unary!(x, |v| v.cosh()),
+        "Asinh" => unary!(x, |v| v.asinh()),
+        "Acosh" => unary!(x, |v| v.acosh()),
+        "Atanh" => unary!(x, |v| v.atanh()),
+        "Ceil" => unary!(x, |v| v.ceil()),
+        "Floor" => unary!(x, |v| v.floor()),
+        "Round" => unary!(x, |v| round_even(v)),
+        "Erf" => float_unary(x, erf, erf64),
+        "Sigmoid" => float_unary(x, sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
+        "Softplus" => unary!(x, |v| if v > 20.0 { v } else { v.exp().ln_1p() }),
+        "Softsign" => unary!(x, |v| v / (1.0 + v.abs())),
+        "Mish" => unary!(x, |v| v * (if v > 20.0 { v } else { v.exp().ln_1p() }).tanh()),
+        "HardSwish" => unary!(x, |v| v * (v / 6.0 + 0.5).max(0.0).min(1.0)),
+        "Relu" => match x {
+            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => unary!(x, |v| v.max(0.0)),
+            _ => int_unary(x, |v| v.max(0), |v| v),
+        },
+        "LeakyRelu" => {
+            let a = alpha(0.01);
+            float_unary(x, |v| if v < 0.0 { a * v } else { v }, |v| if v < 0.0 { f64::from(a) * v } else { v })
+        }
+        "ThresholdedRelu" => {
+            let a = alpha(1.0);
+            float_unary(x, |v| if v > a { v } else { 0.0 }, |v| if v > f64::from(a) { v } else { 0.0 })
+        }
+        "Elu" => {
+            let a = alpha(1.0);
+            float_unary(x, |v| if v < 0.0 { a * (v.exp() - 1.0) } else { v }, |v| {
+                if v < 0.0 { f64::from(a) * (v.exp() - 1.0) } else { v }
+            })
+        }
+        "Celu" => {
+            let a = alpha(1.0);
+            float_unary(x, |v| v.max(0.0) + (a * ((v / a).exp() - 1.0)).min(0.0), |v| {
+                let a = f64::from(a);
+                v.max(0.0) + (a * ((v / a).exp() - 1.0)).min(0.0)
+            })
+        }
+        "Selu" => {
+            let a = alpha(1.673_263_2);
+            let g = node.attr_f("gamma").unwrap_or(1.050_701);
+            float_unary(x, |v| if v > 0.0 { g * v } else { g * (a * v.exp() - a) }, |v| {
+                let (a, g) = (f64::from(a), f64::from(g));
+                if v > 0.0 { g * v } else { g * (a * v.exp() - a) }
+            })
+        }
+        "HardSigmoid" => {
+            let a = alpha(0.2);
+            let b = node.attr_f("beta").unwrap_or(0.5);
+            float_unary(x, |v| (a * v + b).clamp(0.0, 1.0), |v| (f64::from(a) * v + f64::from(b)).clamp(0.0, 1.0))
+        }
+        "Gelu" => {
+            let t = node.attr_s("approximate") == Some("tanh");
+            float_unary(x, |v| gelu(v, t), |v| gelu64(v, t))
+        }
+        "Abs" => match x {
+            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => unary!(x, |v| v.abs()),
+            _ => int_unary(x, |v| v.wrapping_abs(), |v| v),
+        },
+        "Neg" => match x {
+            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => unary!(x, |v| -v),
+            _ => int_unary(x, i64::wrapping_neg, |v| 0u64.wrapping_sub(v)),
+        },
+        "Sign" => match x {
+            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
+                unary!(x, |v| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { 0.0 })
+            }
+            _ => int_unary(x, i64::signum, |v| u64::from(v > 0)),
+        },
+        "IsNaN" => Ok(Tensor::Bool(x.to_f64().mapv(f64::is_nan))),
+        "IsInf" => {
+            let pos = node.attr_i("detect_positive").unwrap_or(1) != 0;
+            let neg = node.attr_i("detect_negative").unwrap_or(1) != 0;
+            Ok(Tensor::Bool(x.to_f64().mapv(|v| v.is_infinite() && ((v > 0.0 && pos) || (v < 0.0 && neg)))))
+        }
+        "Not" => match x {
+            Tensor::Bool(a) => Ok(Tensor::Bool(a.mapv(|v| !v))),
+            _ => Err("Not needs a bool tensor".into()),
+        },
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// Applies an integer function to any integer tensor through i64 (signed) or u64 (unsigned).
+fn int_unary(x: &Tensor, fs: impl Fn(i64) -> i64, fu: impl Fn(u64) -> u64) -> Result<Tensor, String> {
+    Ok(match x {
+        Tensor::I8(a) => Tensor::I8(a.mapv(|v| fs(i64::from(v)) as i8)),
+        Tensor::I16(a) => Tensor::I16(a.mapv(|v| fs(i64::from(v)) as i16)),
+        Tensor::I32(a) => Tensor::I32(a.mapv(|v| fs(i64::from(v)) as i32)),
+        Tensor::I64(a) => Tensor::I64(a.mapv(&fs)),
+        Tensor::U8(a) => Tensor::U8(a.mapv(|v| fu(u64::from(v)) as u8)),
+        Tensor::U16(a) => Tensor::U16(a.mapv(|v| fu(u64::from(v)) as u16)),
+        Tensor::U32(a) => Tensor::U32(a.mapv(|v| fu(u64::from(v)) as u32)),
+        Tensor::U64(a) => Tensor::U64(a.mapv(&fu)),
+        other => return Err(format!("dtype {} is not supported here", other.dtype())),
+    })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    Mod,
+    FMod,
+}
+
+fn fbin(op: Bin, p: f32, q: f32) -> f32 {
+    match op {
+        Bin::Add => p + q,
+        Bin::Sub => p - q,
+        Bin::Mul => p * q,
+        Bin::Div => p / q,
+        Bin::Pow => p.powf(q),
+        Bin::Max => {
+            if p.is_nan() || q.is_nan() {
+                f32::NAN
+            } else {
+                p.max(q)
+            }
+        }
+        Bin::Min => {
+            if p.is_nan() || q.is_nan() {
+                f32::NAN
+            } else {
+                p.min(q)
+            }
+        }
+        Bin::FMod => p % q,
+        Bin::Mod => {
+            let r = p % q;
+            if r != 0.0 && ((r < 0.0) != (q < 0.0)) { r + q } else { r }
+        }
+    }
+}
+
+fn dbin(op: Bin, p: f64, q: f64) -> f64 {
+    match op {
+        Bin::Add => p + q,
+        Bin::Sub => p - q,
+        Bin::Mul => p * q,
+        Bin::Div => p / q,
+        Bin::Pow => p.powf(q),
+        Bin::Max => {
+            if p.is_nan() || q.is_nan() {
+                f64::NAN
+            } else {
+                p.max(q)
+            }
+        }
+        Bin::Min => {
+            if p.is_nan() || q.is_nan() {
+                f64::NAN
+            } else {
+                p.min(q)
+            }
+        }
+        Bin::FMod => p % q,
+        Bin::Mod => {
+            let r = p % q;
+            if r != 0.0 && ((r < 0.0) != (q < 0.0)) { r + q } else { r }
+        }
+    }
+}
+
+fn ibin(op: Bin, p: i64, q: i64) -> i64 {
+    match op {
+        Bin::Add => p.wrapping_add(q),
+        Bin::Sub => p.wrapping_sub(q),
+        Bin::Mul => p.wrapping_mul(q),
+        Bin::Div => p.checked_div(q).unwrap_or(0),
+        Bin::Pow => {
+            if q < 0 {
+                0
+            } else {
+                p.wrapping_pow(q.min(i64::from(u32::MAX)) as u32)
+            }
+        }
+        Bin::Max => p.max(q),
+        Bin::Min => p.min(q),
+        Bin::FMod => p.checked_rem(q).unwrap_or(0),
+        Bin::Mod => {
+            if q == 0 {
+                0
+            } else {
+                p.rem_euclid(q) + if q < 0 && p.rem_euclid(q) != 0 { q } else { 0 }
+            }
+        }
+    }
+}
+
+fn ubin(op: Bin, p: u64, q: u64) -> u64 {
+    match op {
+        Bin::Add => p.wrapping_add(q),
+        Bin::Sub => p.wrapping_sub(q),
+        Bin::Mul => p.wrapping_mul(q),
+        Bin::Div => p.checked_div(q).unwrap_or(0),
+        Bin::Pow => p.wrapping_pow(q.min(u64::from(u32::MAX)) as u32),
+        Bin::Max => p.max(q),
+        Bin::Min => p.min(q),
+        Bin::FMod | Bin::Mod => p.checked_rem(q).unwrap_or(0),
+    }
+}
+
+fn binary(op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+    use Tensor as T;
+    Ok(match (a, b) {
+        (T::F32(x), T::F32(y)) => T::F32(match op {
+            Bin::Add => bcast(x, y, |p, q| p + q)?,
+            Bin::Sub => bcast(x, y, |p, q| p - q)?,
+            Bin::Mul => bcast(x, y, |p, q| p * q)?,
+            Bin::Div => bcast(x, y, |p, q| p / q)?,
+            _ => bcast(x, y, |p, q| fbin(op, p, q))?,
+        }),
+        (T::F64(x), T::F64(y)) => T::F64(bcast(x, y, |p, q| dbin(op, p, q))?),
+        (T::F16(x), T::F16(y)) => T::F16(bcast(x, y, |p: f16, q: f16| f16::from_f32(fbin(op, p.to_f32(), q.to_f32())))?),
+        (T::BF16(x), T::BF16(y)) => {
+            T::BF16(bcast(x, y, |p: bf16, q: bf16| bf16::from_f32(fbin(op, p.to_f32(), q.to_f32())))?)
+        }
+        (T::I8(x), T::I8(y)) => T::I8(bcast(x, y, |p, q| ibin(op, p.into(), q.into()) as i8)?),
+        (T::I16(x), T::I16(y)) => T::I16(bcast(x, y, |p, q| ibin(op, p.into(), q.into()) as i16)?),
+        (T::I32(x), T::I32(y)) => T::I32(bcast(x, y, |p, q| ibin(op, p.into(), q.into()) as i32)?),
+        (T::I64(x), T::I64(y)) => T::I64(bcast(x, y, |p, q| ibin(op, p, q))?),
+        (T::U8(x), T::U8(y)) => T::U8(bcast(x, y, |p, q| ubin(op, p.into(), q.into()) as u8)?),
+        (T::U16(x), T::U16(y)) => T::U16(bcast(x, y, |p, q| ubin(op, p.into(), q.into()) as u16)?),
+        (T::U32(x), T::U32(y)) => T::U32(bcast(x, y, |p, q| ubin(op, p.into(), q.into()) as u32)?),
+        (T::U64(x), T::U64(y)) => T::U64(bcast(x, y, |p, q| ubin(op, p, q))?),
+        // Pow allows a different exponent type: compute in f64 and keep the base's type.
+        _ if op == Bin::Pow => {
+            let r = bcast(&a.to_f64(), &b.to_f64(), f64::powf)?;
+            crate::sim::ops::quant::cast_f64(&r, a.dtype())?
+        }
+        _ => return Err(format!("operand dtypes {} and {} do not match", a.dtype(), b.dtype())),
+    })
+}
+
+fn compare(op: &str, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+    use Tensor as T;
+    fn cmp<X: PartialOrd + Copy + Send + Sync>(op: &str, x: &ArrayD<X>, y: &ArrayD<X>) -> Result<ArrayD<bool>, String> {
+        match op {
+            "Equal" => bcast(x, y, |p, q| p == q),
+            "Less" => bcast(x, y, |p, q| p < q),
+            "LessOrEqual" => bcast(x, y, |p, q| p <= q),
+            "Greater" => bcast(x, y, |p, q| p > q),
+            _ => bcast(x, y, |p, q| p >= q),
+        }
+    }
+    let r = match (a, b) {
+        (T::F32(x), T::F32(y)) => cmp(op, x, y)?,
+        (T::F64(x), T::F64(y)) => cmp(op, x, y)?,
+        (T::I64(x), T::I64(y)) => cmp(op, x, y)?,
+        (T::I32(x), T::I32(y)) => cmp(op, x, y)?,
+        (T::Bool(x), T::Bool(y)) => cmp(op, x, y)?,
+        (T::U64(x), T::U64(y)) => cmp(op, x, y)?,
+        (T::Small(_, _), _) | (_, T::Small(_, _)) => return Err("comparison of small types is not supported".into()),
+        _ if a.dtype() == b.dtype() => cmp(op, &a.to_f64(), &b.to_f64())?,
+        _ => return Err(format!("operand dtypes {} and {} do not match", a.dtype(), b.dtype())),
+    };
+    Ok(T::Bool(r))
+}
+
+fn logic(op: &str, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+    match (a, b) {
+        (Tensor::Bool(x), Tensor::Bool(y)) => Ok(Tensor::Bool(match op {
+            "And" => bcast(x, y, |p, q| p && q)?,
+            "Or" => bcast(x, y, |p, q| p || q)?,
+            _ => bcast(x, y, |p, q| p ^ q)?,
+        })),
+        _ => Err(format!("{op} needs bool tensors")),
+    }
+}
+
+/// Where(cond, x, y) with three-way broadcasting.
+fn where_op(c: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor, String> {
+    let Tensor::Bool(c) = c else {
+        return Err("condition must be bool".into());
+    };
+    if x.dtype() != y.dtype() {
+        return Err(format!("X and Y dtypes differ ({} vs {})", x.dtype(), y.dtype()));
+    }
+    let shape = broadcast_shapes(&broadcast_shapes(c.shape(), x.shape())?, y.shape())?;
+    let cv = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    macro_rules! pick {
+        ($xa:expr, $ya:expr) => {{
+            let xv = $xa.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+            let yv = $ya.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+            Zip::from(&cv).and(&xv).and(&yv).map_collect(|&c, x, y| if c { x.clone() } else { y.clone() })
+        }};
+    }
+    Ok(match (x, y) {
+        (Tensor::F32(a), Tensor::F32(b)) => Tensor::F32(pick!(a, b)),
+        (Tensor::F64(a), Tensor::F64(b)) => Tensor::F64(pick!(a, b)),
+        (Tensor::F16(a), Tensor::F16(b)) => Tensor::F16(pick!(a, b)),
+        (Tensor::BF16(a), Tensor::BF16(b)) => Tensor::BF16(pick!(a, b)),
+        (Tensor::I8(a), Tensor::I8(b)) => Tensor::I8(pick!(a, b)),
+        (Tensor::U8(a), Tensor::U8(b)) => Tensor::U8(pick!(a, b)),
+        (Tensor::I16(a), Tensor::I16(b)) => Tensor::I16(pick!(a, b)),
+        (Tensor::U16(a), Tensor::U16(b)) => Tensor::U16(pick!(a, b)),
+        (Tensor::I32(a), Tensor::I32(b)) => Tensor::I32(pick!(a, b)),
+        (Tensor::I64(a), Tensor::I64(b)) => Tensor::I64(pick!(a, b)),
+        (Tensor::U32(a), Tensor::U32(b)) => Tensor::U32(pick!(a, b)),
+        (Tensor::U64(a), Tensor::U64(b)) => Tensor::U64(pick!(a, b)),
+        (Tensor::Bool(a), Tensor::Bool(b)) => Tensor::Bool(pick!(a, b)),
+        _ => return Err("unsupported dtype for Where".into()),
+    })
+}
+
+/// Clip with bounds from attributes (opset < 11) or inputs.
+fn clip(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
+    let x = input(inputs, 0)?;
+    if ctx.opset < 11 {
+        let lo = node.attr_f("min").unwrap_or(f32::MIN);
+        let hi = node.attr_f("max").unwrap_or(f32::MAX);
+        return float_unary(x, |v| v.max(lo).min(hi), |v| v.max(f64::from(lo)).min(f64::from(hi)));
+    }
+    let lo = opt_input(inputs, 1);
+    let hi = opt_input(inputs, 2);
+    match x {
+        Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
+            let lo = lo.map_or(f64::NEG_INFINITY, |t| t.to_f64().iter().next().copied().unwrap_or(f64::NEG_INFINITY));
+            let hi = hi.map_or(f64::INFINITY, |t| t.to_f64().iter().next().copied().unwrap_or(f64::INFINITY));
+            let (lf, hf) = (lo as f32, hi as f32);
+            float_unary(x, |v| if v < lf { lf } else if v > hf { hf } else { v }, |v| {
+                if v < lo { lo } else if v > hi { hi } else { v }
+            })
+        }
+        _ => {
+            let lo = lo.and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(i64::MIN);
+            let hi = hi.and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(i64::MAX);
+            int_unary(x, |v| v.clamp(lo, hi.max(lo)), |v| {
+                v.clamp(lo.max(0) as u64, hi.max(lo).max(0) as u64)
+            })
+        }
+    }
+}
+
+/// PRelu: x if x >= 0 else slope * x, slope broadcast (unidirectionally) to x.
+fn prelu(x: &Tensor, slope: &Tensor) -> Result<Tensor, String> {
+    let (xf, sf) = (x.to_f32(), slope.to_f32());
+    let r = bcast(&xf, &sf, |v, s| if v < 0.0 { v * s } else { v })?;
+    Ok(match x {
+        Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => f32_as(x.dtype(), r),
+        _ => crate::sim::ops::quant::cast_f64(&r.mapv(f64::from), x.dtype())?,
+    })
+}
+
+/// Dispatches the element-wise family; `None` if `op` is not one of them.
+pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
+    let r = match op {
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" => (|| {
+            let a = input(inputs, 0)?;
+            let b = input(inputs, 1)?;
+            let bin = match op {
+                "Add" => Bin::Add,
+                "Sub" => Bin::Sub,
+                "Mul" => Bin::Mul,
+                "Div" => Bin::Div,
+                "Pow" => Bin::Pow,
+                _ if node.attr_i("fmod").unwrap_or(0) != 0 => Bin::FMod,
+                _ => Bin::Mod,
+            };
+            binary(bin, a, b)
+        })(),
+        "Max" | "Min" | "Sum" | "Mean" => (|| {
+            let bin = match op {
+                "Max" => Bin::Max,
+                "Min" => Bin::Min,
+                _ => Bin::Add,
+            };
+            let mut acc = input(inputs, 0)?.clone();
+            for i in 1..inputs.len() {
+                acc = binary(bin, &acc, input(inputs, i)?)?;
+            }
+            if op == "Mean" {
+                let n = inputs.len() as f32;
+                acc = float_unary(&acc, |v| v / n, |v| v / f64::from(n))?;
+            }
+            Ok(acc)
+        })(),
+        "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
+            (|| compare(op, input(inputs, 0)?, input(inputs, 1)?))()
+        }
+        "And" | "Or" | "Xor" => (|| logic(op, input(inputs, 0)?, input(inputs, 1)?))(),
+        "Where" => (|| where_op(input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?))(),
+        "Clip" => clip(node, inputs, ctx),
+        "PRelu" => (|| prelu(input(inputs, 0)?, input(inputs, 1)?))(),
+        _ => {
+            let x = match input(inputs, 0) {
+                Ok(x) => x,
+                Err(e) => return unary_op(op, node, &Tensor::scalar_f32(0.0)).map(|_| Err(e)),
+            };
+            return unary_op(op, node, x).map(|r| r.map(|t| vec![t]));
+        }
+    };
+    Some(r.map(|t| vec![t]))
+}
+
+/// Converts an f32 array into the dtype `dt` (used by ops that compute in f32).
+pub fn from_f32_like(dt: DType, a: ArrayD<f32>) -> Tensor {
+    f32_as(dt, a)
+}

@@ -1,0 +1,239 @@
+//! MatMul and Gemm on the `gemm` crate's kernels.
+
+use super::{OpResult, broadcast_shapes, f32_as, input, opt_input};
+use crate::ir::{Node, Tensor};
+use crate::sim::OpCtx;
+use ndarray::{ArrayD, IxDyn};
+
+/// A row- or column-major view of a matrix for [`sgemm`].
+#[derive(Clone, Copy)]
+pub struct Mat<'a> {
+    pub data: &'a [f32],
+    /// Stride between rows.
+    pub rs: isize,
+    /// Stride between columns.
+    pub cs: isize,
+}
+
+impl<'a> Mat<'a> {
+    /// A row-major matrix with `cols` columns.
+    pub fn rows(data: &'a [f32], cols: usize) -> Self {
+        Self { data, rs: cols as isize, cs: 1 }
+    }
+    /// The transpose of a row-major matrix with `cols` columns.
+    pub fn transposed(data: &'a [f32], cols: usize) -> Self {
+        Self { data, rs: 1, cs: cols as isize }
+    }
+}
+
+/// Checks that a strided view of `rows × cols` stays inside its slice.
+fn fits(m: Mat<'_>, rows: usize, cols: usize) -> bool {
+    if rows == 0 || cols == 0 {
+        return true;
+    }
+    let last = (rows as isize - 1) * m.rs + (cols as isize - 1) * m.cs;
+    last >= 0 && (last as usize) < m.data.len() && m.rs >= 0 && m.cs >= 0
+}
+
+/// `c (m×n, row-major) = [c +] a (m×k) · b (k×n)`, in parallel when `threads > 1`.
+pub fn sgemm(m: usize, n: usize, k: usize, a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool, threads: usize) {
+    sgemm_scaled(m, n, k, a, b, c, accumulate, 1.0, threads);
+}
+
+/// `c = [c +] scale · a · b`.
+pub fn sgemm_scaled(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    accumulate: bool,
+    scale: f32,
+    threads: usize,
+) {
+    assert!(fits(a, m, k) && fits(b, k, n) && c.len() >= m * n, "sgemm operands out of bounds");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c[..m * n].fill(0.0);
+        }
+        return;
+    }
+    let par = if threads > 1 && m * n * k >= 1 << 16 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the bounds of all three operands were checked above; `c` is uniquely borrowed.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs,
+            a.rs,
+            b.data.as_ptr(),
+            b.cs,
+            b.rs,
+            1.0,
+            scale,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// Numpy matmul semantics (1-D operands promoted, batch dims broadcast) in f32.
+pub fn matmul_f32(a: &ArrayD<f32>, b: &ArrayD<f32>, threads: usize) -> Result<ArrayD<f32>, String> {
+    let (mut sa, mut sb) = (a.shape().to_vec(), b.shape().to_vec());
+    let a_vec = sa.len() == 1;
+    let b_vec = sb.len() == 1;
+    if a_vec {
+        sa.insert(0, 1);
+    }
+    if b_vec {
+        sb.push(1);
+    }
+    if sa.len() < 2 || sb.len() < 2 {
+        return Err("MatMul operands must have rank >= 1".into());
+    }
+    let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+    if k != k2 {
+        return Err(format!("inner dimensions differ: {:?} x {:?}", a.shape(), b.shape()));
+    }
+    let batch = broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
+    let nb: usize = batch.iter().product();
+    let mut full_a = batch.clone();
+    full_a.extend([m, k]);
+    let mut full_b = batch.clone();
+    full_b.extend([k, n]);
+    let av = a.view().into_shape_with_order(IxDyn(&sa)).map_err(|e| e.to_string())?;
+    let bv = b.view().into_shape_with_order(IxDyn(&sb)).map_err(|e| e.to_string())?;
+    let a_std = av.broadcast(IxDyn(&full_a)).ok_or("broadcast failed")?.as_standard_layout().into_owned();
+    // Avoid materializing a broadcast weight matrix: if b has no batch dims, share it.
+    let b_shared = sb.len() == 2;
+    let b_std = if b_shared {
+        bv.as_standard_layout().into_owned()
+    } else {
+        bv.broadcast(IxDyn(&full_b)).ok_or("broadcast failed")?.as_standard_layout().into_owned()
+    };
+    let ad = a_std.as_slice().ok_or("layout")?;
+    let bd = b_std.as_slice().ok_or("layout")?;
+    let mut out = vec![0f32; nb * m * n];
+    if b_shared && nb > 1 {
+        // Fold the batch into M: one large GEMM.
+        sgemm(nb * m, n, k, Mat::rows(ad, k), Mat::rows(bd, n), &mut out, false, threads);
+    } else {
+        for i in 0..nb {
+            let bs = if b_shared { bd } else { &bd[i * k * n..(i + 1) * k * n] };
+            sgemm(
+                m,
+                n,
+                k,
+                Mat::rows(&ad[i * m * k..(i + 1) * m * k], k),
+                Mat::rows(bs, n),
+                &mut out[i * m * n..(i + 1) * m * n],
+                false,
+                threads,
+            );
+        }
+    }
+    let mut out_shape = batch;
+    if !a_vec {
+        out_shape.push(m);
+    }
+    if !b_vec {
+        out_shape.push(n);
+    }
+    ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())
+}
+
+fn matmul(inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
+    let a = input(inputs, 0)?;
+    let b = input(inputs, 1)?;
+    match (a, b) {
+        (Tensor::F32(x), Tensor::F32(y)) => Ok(Tensor::F32(matmul_f32(x, y, ctx.threads)?)),
+        (Tensor::F64(_), _) | (Tensor::F16(_), _) | (Tensor::BF16(_), _) => {
+            Ok(f32_as(a.dtype(), matmul_f32(&a.to_f32(), &b.to_f32(), ctx.threads)?))
+        }
+        _ => {
+            // Integer matmul: exact in i64.
+            let x = a.to_i64().ok_or("unsupported dtype")?;
+            let y = b.to_i64().ok_or("unsupported dtype")?;
+            let r = matmul_i64(&x, &y)?;
+            crate::sim::ops::quant::cast(&Tensor::I64(r), a.dtype(), true, crate::ir::small::E8M0Round::Up)
+        }
+    }
+}
+
+fn matmul_i64(a: &ArrayD<i64>, b: &ArrayD<i64>) -> Result<ArrayD<i64>, String> {
+    let af = a.mapv(|v| v as f64);
+    let bf = b.mapv(|v| v as f64);
+    if a.ndim() != 2 || b.ndim() != 2 {
+        return Err("integer MatMul supports 2-D operands".into());
+    }
+    let r = af
+        .into_dimensionality::<ndarray::Ix2>()
+        .map_err(|e| e.to_string())?
+        .dot(&bf.into_dimensionality::<ndarray::Ix2>().map_err(|e| e.to_string())?);
+    Ok(r.mapv(|v| v as i64).into_dyn())
+}
+
+fn gemm_op(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
+    let at = input(inputs, 0)?;
+    let a = at.to_f32();
+    let b = input(inputs, 1)?.to_f32();
+    let c = opt_input(inputs, 2).map(Tensor::to_f32);
+    let alpha = node.attr_f("alpha").unwrap_or(1.0);
+    let beta = node.attr_f("beta").unwrap_or(1.0);
+    let ta = node.attr_i("transA").unwrap_or(0) != 0;
+    let tb = node.attr_i("transB").unwrap_or(0) != 0;
+    if a.ndim() != 2 || b.ndim() != 2 {
+        return Err(format!("Gemm needs 2-D A and B, got {:?} and {:?}", a.shape(), b.shape()));
+    }
+    let a = a.as_standard_layout().into_owned();
+    let b = b.as_standard_layout().into_owned();
+    let (m, k) = if ta { (a.shape()[1], a.shape()[0]) } else { (a.shape()[0], a.shape()[1]) };
+    let (k2, n) = if tb { (b.shape()[1], b.shape()[0]) } else { (b.shape()[0], b.shape()[1]) };
+    if k != k2 {
+        return Err(format!("inner dimensions differ: {k} vs {k2}"));
+    }
+    let ad = a.as_slice().ok_or("layout")?;
+    let bd = b.as_slice().ok_or("layout")?;
+    let am = if ta { Mat::transposed(ad, m) } else { Mat::rows(ad, k) };
+    let bm = if tb { Mat::transposed(bd, k) } else { Mat::rows(bd, n) };
+    let mut out = vec![0f32; m * n];
+    let accumulate = if let Some(c) = &c {
+        let cb = c.broadcast(IxDyn(&[m, n])).ok_or_else(|| format!("C {:?} does not broadcast to [{m}, {n}]", c.shape()))?;
+        for (o, v) in out.iter_mut().zip(cb.iter()) {
+            *o = beta * v;
+        }
+        true
+    } else {
+        false
+    };
+    sgemm_scaled(m, n, k, am, bm, &mut out, accumulate, alpha, ctx.threads);
+    let r = ArrayD::from_shape_vec(IxDyn(&[m, n]), out).map_err(|e| e.to_string())?;
+    Ok(f32_as(at.dtype(), r))
+}
+
+/// Dispatches the linear-algebra family; `None` if `op` is not one of them.
+pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
+    let r = match op {
+        "MatMul" => matmul(inputs, ctx),
+        "Gemm" => gemm_op(node, inputs, ctx),
+        _ => return None,
+    };
+    Some(r.map(|t| vec![t]))
+}

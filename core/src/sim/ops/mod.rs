@@ -1,0 +1,130 @@
+//! Operator kernels, grouped by family. [`eval`] dispatches a node to its kernel.
+
+pub mod cnn;
+pub mod elementwise;
+pub mod linalg;
+pub mod nn;
+pub mod quant;
+pub mod recurrent;
+pub mod shape;
+
+use super::OpCtx;
+use crate::ir::{Node, Tensor};
+use ndarray::ArrayD;
+
+/// Result of one kernel: the node's outputs in order.
+pub type OpResult = Result<Vec<Tensor>, String>;
+
+/// Every op of the default domain that [`eval`] runs.
+pub const SUPPORTED_OPS: &[&str] = &[
+    "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
+    "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv",
+    "ConvTranspose", "Cos", "Cosh", "CumSum", "DepthToSpace", "DequantizeLinear", "Div", "Dropout", "Elu",
+    "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather", "GatherElements", "Gelu", "Gemm",
+    "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "If",
+    "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log",
+    "LogSoftmax", "LSTM", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pad",
+    "Pow", "PRelu", "QuantizeLinear", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize",
+    "Round", "Selu", "Shape", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax", "Softplus", "Softsign",
+    "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Tile",
+    "Transpose", "Trilu", "Unsqueeze", "Upsample", "Where", "Xor",
+];
+
+/// Whether the executor runs `op` of `domain` at this opset.
+pub fn is_supported(domain: &str, op: &str, _opset: i64) -> bool {
+    (domain.is_empty() || domain == "ai.onnx") && SUPPORTED_OPS.contains(&op)
+}
+
+/// Runs one node. `lookup` resolves names for subgraphs (If bodies).
+pub fn eval(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, lookup: &dyn Fn(&str) -> Option<Tensor>) -> OpResult {
+    let op = node.op.as_str();
+    if let Some(r) = elementwise::eval(op, node, inputs, ctx) {
+        return r;
+    }
+    if let Some(r) = shape::eval(op, node, inputs, ctx) {
+        return r;
+    }
+    if let Some(r) = cnn::eval(op, node, inputs, ctx) {
+        return r;
+    }
+    if let Some(r) = linalg::eval(op, node, inputs, ctx) {
+        return r;
+    }
+    if let Some(r) = nn::eval(op, node, inputs, ctx) {
+        return r;
+    }
+    if let Some(r) = quant::eval(op, node, inputs, ctx) {
+        return r;
+    }
+    if let Some(r) = recurrent::eval(op, node, inputs, ctx, lookup) {
+        return r;
+    }
+    Err(format!("op {op} is not supported"))
+}
+
+/// The i-th input, which must be present.
+pub fn input<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a Tensor, String> {
+    inputs.get(i).copied().flatten().ok_or_else(|| format!("input {i} is missing"))
+}
+
+/// The i-th input if present (optional inputs may be omitted).
+pub fn opt_input<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
+    inputs.get(i).copied().flatten()
+}
+
+/// The i-th input as f32 (any float dtype is converted).
+pub fn input_f32(inputs: &[Option<&Tensor>], i: usize) -> Result<ArrayD<f32>, String> {
+    let t = input(inputs, i)?;
+    match t {
+        Tensor::F32(a) => Ok(a.clone()),
+        _ => Ok(t.to_f32()),
+    }
+}
+
+/// The i-th input as a list of integers (shapes, axes, indices).
+pub fn input_ints(inputs: &[Option<&Tensor>], i: usize) -> Result<Vec<i64>, String> {
+    input(inputs, i)?
+        .as_i64_vec()
+        .ok_or_else(|| format!("input {i} must be an integer tensor"))
+}
+
+/// Normalizes a possibly negative axis against a rank.
+pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r.max(1)).contains(&a) || (r == 0 && a == 0) {
+        Ok(a as usize)
+    } else {
+        Err(format!("axis {axis} is out of range for rank {rank}"))
+    }
+}
+
+/// Numpy-style broadcast of two shapes.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(format!("shapes {a:?} and {b:?} do not broadcast"));
+        };
+    }
+    Ok(out)
+}
+
+/// Converts an f32 result back to the dtype of `like` (for f16/bf16/f64 inputs).
+pub fn f32_as(like: crate::ir::DType, a: ArrayD<f32>) -> Tensor {
+    use crate::ir::DType;
+    match like {
+        DType::F16 => Tensor::F16(a.mapv(half::f16::from_f32)),
+        DType::BF16 => Tensor::BF16(a.mapv(half::bf16::from_f32)),
+        DType::F64 => Tensor::F64(a.mapv(f64::from)),
+        _ => Tensor::F32(a),
+    }
+}

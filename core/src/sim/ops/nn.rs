@@ -1,0 +1,324 @@
+//! Normalizations, softmax, reductions, arg-reductions and CumSum.
+
+use super::{OpResult, f32_as, input, norm_axis, opt_input};
+use crate::ir::{DType, Node, Tensor};
+use crate::sim::OpCtx;
+use ndarray::{ArrayD, Axis, IxDyn};
+use rayon::prelude::*;
+
+/// Output in the input's dtype: floats through f32, integers through f64.
+fn restore(dt: DType, a: ArrayD<f64>) -> Result<Tensor, String> {
+    super::quant::cast_f64(&a, dt)
+}
+
+fn batch_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f32();
+    let scale = input(inputs, 1)?.to_f32();
+    let bias = input(inputs, 2)?.to_f32();
+    let mean = input(inputs, 3)?.to_f32();
+    let var = input(inputs, 4)?.to_f32();
+    let eps = node.attr_f("epsilon").unwrap_or(1e-5);
+    let training = node.attr_i("training_mode").unwrap_or(0) != 0;
+    if x.ndim() < 2 {
+        return Err("input must have a channel axis".into());
+    }
+    let c = x.shape()[1];
+    let (n, plane) = (x.shape()[0], x.shape()[2..].iter().product::<usize>());
+    for (name, p) in [("scale", &scale), ("B", &bias), ("mean", &mean), ("var", &var)] {
+        if p.len() != c {
+            return Err(format!("{name} has {} values for {c} channels", p.len()));
+        }
+    }
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let (use_mean, use_var): (Vec<f32>, Vec<f32>) = if training {
+        let cnt = (n * plane) as f64;
+        let mut m = vec![0f64; c];
+        let mut v = vec![0f64; c];
+        for b in 0..n {
+            for ch in 0..c {
+                for &val in &xd[(b * c + ch) * plane..(b * c + ch + 1) * plane] {
+                    m[ch] += f64::from(val);
+                }
+            }
+        }
+        m.iter_mut().for_each(|x| *x /= cnt);
+        for b in 0..n {
+            for ch in 0..c {
+                for &val in &xd[(b * c + ch) * plane..(b * c + ch + 1) * plane] {
+                    v[ch] += (f64::from(val) - m[ch]).powi(2);
+                }
+            }
+        }
+        v.iter_mut().for_each(|x| *x /= cnt);
+        (m.iter().map(|&x| x as f32).collect(), v.iter().map(|&x| x as f32).collect())
+    } else {
+        (mean.iter().copied().collect(), var.iter().copied().collect())
+    };
+    let mul: Vec<f32> = (0..c).map(|i| scale[i] / (use_var[i] + eps).sqrt()).collect();
+    let add: Vec<f32> = (0..c).map(|i| bias[i] - use_mean[i] * mul[i]).collect();
+    let mut out = vec![0f32; xd.len()];
+    out.par_chunks_mut(plane.max(1)).zip(xd.par_chunks(plane.max(1))).enumerate().for_each(|(i, (o, s))| {
+        let ch = i % c;
+        for (d, v) in o.iter_mut().zip(s) {
+            *d = v * mul[ch] + add[ch];
+        }
+    });
+    let y = f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?);
+    if !training || node.outputs.len() < 3 {
+        return Ok(vec![y]);
+    }
+    let mom = node.attr_f("momentum").unwrap_or(0.9);
+    let rm: Vec<f32> = (0..c).map(|i| mean[i] * mom + use_mean[i] * (1.0 - mom)).collect();
+    let rv: Vec<f32> = (0..c).map(|i| var[i] * mom + use_var[i] * (1.0 - mom)).collect();
+    let mk = |v: Vec<f32>| f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(&[c]), v).unwrap_or_else(|_| ArrayD::zeros(IxDyn(&[c]))));
+    Ok(vec![y, mk(rm), mk(rv)])
+}
+
+fn instance_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f32();
+    let scale = input(inputs, 1)?.to_f32();
+    let bias = input(inputs, 2)?.to_f32();
+    let eps = f64::from(node.attr_f("epsilon").unwrap_or(1e-5));
+    if x.ndim() < 3 {
+        return Err("input must be N×C×…".into());
+    }
+    let c = x.shape()[1];
+    let plane: usize = x.shape()[2..].iter().product();
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let sc: Vec<f32> = scale.iter().copied().collect();
+    let bi: Vec<f32> = bias.iter().copied().collect();
+    if sc.len() != c || bi.len() != c {
+        return Err("scale and B must have C values".into());
+    }
+    let mut out = vec![0f32; xd.len()];
+    out.par_chunks_mut(plane.max(1)).zip(xd.par_chunks(plane.max(1))).enumerate().for_each(|(i, (o, s))| {
+        let ch = i % c;
+        let mean = s.iter().map(|&v| f64::from(v)).sum::<f64>() / plane as f64;
+        let var = s.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / plane as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (d, &v) in o.iter_mut().zip(s) {
+            *d = ((f64::from(v) - mean) * inv) as f32 * sc[ch] + bi[ch];
+        }
+    });
+    Ok(vec![f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?)])
+}
+
+fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f32();
+    let r = x.ndim();
+    let axis = norm_axis(node.attr_i("axis").unwrap_or(-1), r)?;
+    let eps = f64::from(node.attr_f("epsilon").unwrap_or(1e-5));
+    let inner: usize = x.shape()[axis..].iter().product();
+    let outer: usize = x.shape()[..axis].iter().product();
+    let norm_shape = &x.shape()[axis..];
+    let scale = input(inputs, 1)?.to_f32();
+    let sc = scale.broadcast(IxDyn(norm_shape)).ok_or("scale does not broadcast")?.iter().copied().collect::<Vec<f32>>();
+    let bi = match opt_input(inputs, 2) {
+        Some(b) => {
+            let b = b.to_f32();
+            b.broadcast(IxDyn(norm_shape)).ok_or("B does not broadcast")?.iter().copied().collect::<Vec<f32>>()
+        }
+        None => vec![0.0; inner],
+    };
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let mut out = vec![0f32; xd.len()];
+    let mut means = vec![0f32; outer];
+    let mut invs = vec![0f32; outer];
+    out.par_chunks_mut(inner.max(1))
+        .zip(xd.par_chunks(inner.max(1)))
+        .zip(means.par_iter_mut().zip(invs.par_iter_mut()))
+        .for_each(|((o, s), (mo, io))| {
+            let mean = s.iter().map(|&v| f64::from(v)).sum::<f64>() / inner as f64;
+            let var = s.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / inner as f64;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (k, (d, &v)) in o.iter_mut().zip(s).enumerate() {
+                *d = ((f64::from(v) - mean) * inv) as f32 * sc[k] + bi[k];
+            }
+            *mo = mean as f32;
+            *io = inv as f32;
+        });
+    let y = f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?);
+    let mut stat_shape = x.shape()[..axis].to_vec();
+    stat_shape.extend(std::iter::repeat_n(1, r - axis));
+    let mk = |v: Vec<f32>| ArrayD::from_shape_vec(IxDyn(&stat_shape), v).map(Tensor::F32).map_err(|e| e.to_string());
+    Ok(vec![y, mk(means)?, mk(invs)?])
+}
+
+fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f32();
+    let r = x.ndim();
+    let default_axis = if ctx.opset < 13 { 1 } else { -1 };
+    let axis = norm_axis(node.attr_i("axis").unwrap_or(default_axis), r)?;
+    // Opset < 13 coerces to 2-D at `axis`; 13+ works along one axis.
+    let (outer, len, inner) = if ctx.opset < 13 {
+        (x.shape()[..axis].iter().product::<usize>(), x.shape()[axis..].iter().product::<usize>(), 1)
+    } else {
+        (
+            x.shape()[..axis].iter().product::<usize>(),
+            x.shape()[axis],
+            x.shape()[axis + 1..].iter().product::<usize>(),
+        )
+    };
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let mut out = vec![0f32; xd.len()];
+    let block = len * inner;
+    out.par_chunks_mut(block.max(1)).zip(xd.par_chunks(block.max(1))).for_each(|(o, s)| {
+        for j in 0..inner {
+            let mut mx = f32::NEG_INFINITY;
+            for k in 0..len {
+                mx = mx.max(s[k * inner + j]);
+            }
+            let mut sum = 0f32;
+            for k in 0..len {
+                let e = (s[k * inner + j] - mx).exp();
+                o[k * inner + j] = e;
+                sum += e;
+            }
+            if log {
+                let ls = sum.ln();
+                for k in 0..len {
+                    o[k * inner + j] = s[k * inner + j] - mx - ls;
+                }
+            } else {
+                let inv = 1.0 / sum;
+                for k in 0..len {
+                    o[k * inner + j] *= inv;
+                }
+            }
+        }
+    });
+    let _ = outer;
+    Ok(vec![f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?)])
+}
+
+fn reduce(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let r = xt.shape().len();
+    let axes_from_input = if op == "ReduceSum" { ctx.opset >= 13 } else { ctx.opset >= 18 };
+    let axes: Option<Vec<i64>> = if axes_from_input {
+        opt_input(inputs, 1).filter(|t| !t.is_empty()).map(|t| t.as_i64_vec().unwrap_or_default())
+    } else {
+        node.attr_ints("axes").map(<[i64]>::to_vec)
+    };
+    let keep = node.attr_i("keepdims").unwrap_or(1) != 0;
+    let noop = node.attr_i("noop_with_empty_axes").unwrap_or(0) != 0;
+    let mut axes: Vec<usize> = match axes {
+        Some(a) if !a.is_empty() => a.iter().map(|&v| norm_axis(v, r)).collect::<Result<_, _>>()?,
+        _ if noop => return Ok(vec![xt.clone()]),
+        _ => (0..r).collect(),
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    let x = xt.to_f64();
+    let mut acc = x;
+    for &ax in axes.iter().rev() {
+        let lane = acc.shape()[ax];
+        acc = match op {
+            "ReduceSum" | "ReduceMean" => {
+                let s = acc.sum_axis(Axis(ax));
+                if op == "ReduceMean" { s / lane as f64 } else { s }
+            }
+            "ReduceMax" => acc.fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| if b.is_nan() || *a > b { *a } else { b }),
+            "ReduceMin" => acc.fold_axis(Axis(ax), f64::INFINITY, |a, &b| if b.is_nan() || *a < b { *a } else { b }),
+            "ReduceProd" => acc.fold_axis(Axis(ax), 1.0, |a, &b| a * b),
+            "ReduceL1" => acc.fold_axis(Axis(ax), 0.0, |a, &b| a + b.abs()),
+            "ReduceL2" | "ReduceSumSquare" => acc.fold_axis(Axis(ax), 0.0, |a, &b| a + b * b),
+            "ReduceLogSum" => acc.sum_axis(Axis(ax)),
+            "ReduceLogSumExp" => {
+                let mx = acc.fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| a.max(b));
+                let mut s = ArrayD::<f64>::zeros(mx.raw_dim());
+                for (i, lane_v) in acc.axis_iter(Axis(ax)).enumerate() {
+                    let _ = i;
+                    s.zip_mut_with(&(&lane_v - &mx).mapv(f64::exp), |a, b| *a += b);
+                }
+                s.mapv(f64::ln) + mx
+            }
+            _ => return Err(format!("unknown reduction {op}")),
+        };
+        if keep {
+            acc = acc.insert_axis(Axis(ax));
+        }
+    }
+    // Reductions along an empty axis.
+    if xt.is_empty() && op == "ReduceMax" {
+        acc.mapv_inplace(|_| f64::NEG_INFINITY);
+    }
+    match op {
+        "ReduceL2" => acc.mapv_inplace(f64::sqrt),
+        "ReduceLogSum" => acc.mapv_inplace(f64::ln),
+        _ => {}
+    }
+    Ok(vec![restore(xt.dtype(), acc)?])
+}
+
+fn arg_reduce(node: &Node, inputs: &[Option<&Tensor>], max: bool) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    let r = x.ndim();
+    let axis = norm_axis(node.attr_i("axis").unwrap_or(0), r)?;
+    let keep = node.attr_i("keepdims").unwrap_or(1) != 0;
+    let last = node.attr_i("select_last_index").unwrap_or(0) != 0;
+    let out = x.map_axis(Axis(axis), |lane| {
+        let mut best = 0usize;
+        for (i, &v) in lane.iter().enumerate() {
+            let b = lane[best];
+            let better = if max { v > b || (last && v == b) } else { v < b || (last && v == b) };
+            if better {
+                best = i;
+            }
+        }
+        best as i64
+    });
+    let out = if keep { out.insert_axis(Axis(axis)) } else { out };
+    Ok(vec![Tensor::I64(out)])
+}
+
+fn cumsum(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    let axis_v = input(inputs, 1)?.as_i64_vec().and_then(|v| v.first().copied()).ok_or("axis must be an integer")?;
+    let axis = norm_axis(axis_v, x.ndim())?;
+    let exclusive = node.attr_i("exclusive").unwrap_or(0) != 0;
+    let reverse = node.attr_i("reverse").unwrap_or(0) != 0;
+    let mut out = x.clone();
+    for (mut o, s) in out.lanes_mut(Axis(axis)).into_iter().zip(x.lanes(Axis(axis))) {
+        let n = s.len();
+        let mut acc = 0.0;
+        for k in 0..n {
+            let i = if reverse { n - 1 - k } else { k };
+            if exclusive {
+                o[i] = acc;
+                acc += s[i];
+            } else {
+                acc += s[i];
+                o[i] = acc;
+            }
+        }
+    }
+    Ok(vec![restore(xt.dtype(), out)?])
+}
+
+/// Dispatches the NN family; `None` if `op` is not one of them.
+pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
+    Some(match op {
+        "BatchNormalization" => batch_norm(node, inputs),
+        "InstanceNormalization" => instance_norm(node, inputs),
+        "LayerNormalization" => layer_norm(node, inputs),
+        "Softmax" => softmax(node, inputs, ctx, false),
+        "LogSoftmax" => softmax(node, inputs, ctx, true),
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+        | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => reduce(op, node, inputs, ctx),
+        "ArgMax" => arg_reduce(node, inputs, true),
+        "ArgMin" => arg_reduce(node, inputs, false),
+        "CumSum" => cumsum(node, inputs),
+        _ => return None,
+    })
+}
