@@ -218,26 +218,21 @@ impl FloatFormat {
     fn encode(self, x: f32, saturate: bool) -> u8 {
         let sign = self.sign_bit();
         let neg = x.is_sign_negative();
-        let sign_code = if neg && !self.nan_is_neg_zero {
-            sign
-        } else {
-            0
-        };
+        let sign_code = if neg { sign } else { 0 };
+        // FNUZ formats have no negative zero: -0 encodes as +0.
+        let zero_code = if self.nan_is_neg_zero { 0 } else { sign_code };
         let max_code = self.max_code();
         let max = self.magnitude(max_code);
         if x.is_nan() {
-            return if self.no_specials {
-                max_code
-            } else {
-                self.nan_code()
-            };
+            // F4E2M1 has no NaN: it becomes a (signed) zero, as ml_dtypes converts it.
+            return if self.no_specials { zero_code } else { self.nan_code() };
         }
         let a = x.abs();
         if a.is_infinite() {
             if self.no_specials {
                 return sign_code | max_code;
             }
-            if saturate && !self.nan_is_neg_zero {
+            if saturate {
                 return sign_code | max_code;
             }
             if self.ieee_specials {
@@ -281,7 +276,7 @@ impl FloatFormat {
             hi
         };
         if code == 0 {
-            return sign_code;
+            return zero_code;
         }
         sign_code | code
     }

@@ -91,7 +91,7 @@ pub fn geometry(node: &Node, input: &[usize], kernel: &[usize], ceil_mode: bool)
 
 /// Conv2D on one image and group's worth of channels via im2col + GEMM.
 #[allow(clippy::needless_range_loop)]
-fn im2col(x: &[f32], c: usize, h: usize, w: usize, g: &Geometry, col: &mut [f32]) {
+fn im2col(x: &[f32], h: usize, w: usize, g: &Geometry, col: &mut [f32]) {
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
     let (oh, ow) = (g.out[0], g.out[1]);
     let (sh, sw) = (g.strides[0], g.strides[1]);
@@ -241,7 +241,7 @@ pub fn conv2d(
             let rhs = if pointwise {
                 xg
             } else {
-                im2col(xg, cg, h, w, &geo, &mut col);
+                im2col(xg, h, w, &geo, &mut col);
                 &col
             };
             let wg = &wd[gi * mg * ksize..(gi + 1) * mg * ksize];
@@ -324,7 +324,7 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
     let xs = as_2d(x.shape());
     let ws = as_2d(wt.shape());
     let lift = |v: &[usize], d: usize| if nsp == 1 { vec![d, v[0]] } else { v.to_vec() };
-    let (kernel, strides, dil, pb, out_sp) = (lift(&kernel, 1), lift(&strides, 1), lift(&dil, 1), lift(&pb, 0), lift(&out_sp, 1));
+    let (_, strides, dil, pb, out_sp) = (lift(&kernel, 1), lift(&strides, 1), lift(&dil, 1), lift(&pb, 0), lift(&out_sp, 1));
     let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
     let (cw, mg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
     if cw != c || c % group != 0 {
@@ -530,7 +530,12 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
                 _ => Pool::Lp(node.attr_i("p").unwrap_or(2) as i32),
             };
             let (y, idx) = pool(node, &xt.to_f32(), kind)?;
-            let mut outs = vec![f32_as(xt.dtype(), y.clone())];
+            let yt = if xt.dtype().is_float() {
+                f32_as(xt.dtype(), y.clone())
+            } else {
+                super::quant::cast_f64(&y.mapv(f64::from), xt.dtype())?
+            };
+            let mut outs = vec![yt];
             if kind == Pool::Max && node.outputs.len() > 1 {
                 outs.push(Tensor::I64(ArrayD::from_shape_vec(IxDyn(y.shape()), idx).map_err(|e| e.to_string())?));
             }

@@ -91,7 +91,7 @@ fn erf64(x: f64) -> f64 {
             term *= -x2 / n;
             let add = term / (2.0 * n + 1.0);
             sum += add;
-            if add.abs() < 1e-17 * sum.abs() {
+            if add.abs() <= 1e-17 * sum.abs() || n > 200.0 {
                 break;
             }
         }
@@ -536,16 +536,23 @@ fn clip(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, 
             let lo = lo.map_or(f64::NEG_INFINITY, |t| t.to_f64().iter().next().copied().unwrap_or(f64::NEG_INFINITY));
             let hi = hi.map_or(f64::INFINITY, |t| t.to_f64().iter().next().copied().unwrap_or(f64::INFINITY));
             let (lf, hf) = (lo as f32, hi as f32);
-            float_unary(x, |v| if v < lf { lf } else if v > hf { hf } else { v }, |v| {
-                if v < lo { lo } else if v > hi { hi } else { v }
-            })
+            // min(max(x, lo), hi): when lo > hi every element becomes hi, as numpy's clip does.
+            float_unary(
+                x,
+                |v| {
+                    let v = if v < lf { lf } else { v };
+                    if v > hf { hf } else { v }
+                },
+                |v| {
+                    let v = if v < lo { lo } else { v };
+                    if v > hi { hi } else { v }
+                },
+            )
         }
         _ => {
             let lo = lo.and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(i64::MIN);
             let hi = hi.and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(i64::MAX);
-            int_unary(x, |v| v.clamp(lo, hi.max(lo)), |v| {
-                v.clamp(lo.max(0) as u64, hi.max(lo).max(0) as u64)
-            })
+            int_unary(x, |v| v.max(lo).min(hi), |v| v.max(lo.max(0) as u64).min(hi.max(0) as u64))
         }
     }
 }

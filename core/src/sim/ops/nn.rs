@@ -218,43 +218,49 @@ fn reduce(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpR
     axes.sort_unstable();
     axes.dedup();
     let x = xt.to_f64();
-    let mut acc = x;
-    for &ax in axes.iter().rev() {
-        let lane = acc.shape()[ax];
-        acc = match op {
-            "ReduceSum" | "ReduceMean" => {
-                let s = acc.sum_axis(Axis(ax));
-                if op == "ReduceMean" { s / lane as f64 } else { s }
+    let count: usize = axes.iter().map(|&a| x.shape()[a]).product();
+    // Element-wise transform first, so multi-axis reductions combine partial results correctly.
+    let mut shift = None;
+    let mut acc = match op {
+        "ReduceL1" => x.mapv(f64::abs),
+        "ReduceL2" | "ReduceSumSquare" => x.mapv(|v| v * v),
+        "ReduceLogSumExp" => {
+            let mut m = x.clone();
+            for &ax in axes.iter().rev() {
+                m = m.fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| a.max(b)).insert_axis(Axis(ax));
             }
+            m.mapv_inplace(|v| if v.is_finite() { v } else { 0.0 });
+            let e = (&x - &m).mapv(f64::exp);
+            shift = Some(m);
+            e
+        }
+        _ => x,
+    };
+    for &ax in axes.iter().rev() {
+        acc = match op {
             "ReduceMax" => acc.fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| if b.is_nan() || *a > b { *a } else { b }),
             "ReduceMin" => acc.fold_axis(Axis(ax), f64::INFINITY, |a, &b| if b.is_nan() || *a < b { *a } else { b }),
             "ReduceProd" => acc.fold_axis(Axis(ax), 1.0, |a, &b| a * b),
-            "ReduceL1" => acc.fold_axis(Axis(ax), 0.0, |a, &b| a + b.abs()),
-            "ReduceL2" | "ReduceSumSquare" => acc.fold_axis(Axis(ax), 0.0, |a, &b| a + b * b),
-            "ReduceLogSum" => acc.sum_axis(Axis(ax)),
-            "ReduceLogSumExp" => {
-                let mx = acc.fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| a.max(b));
-                let mut s = ArrayD::<f64>::zeros(mx.raw_dim());
-                for (i, lane_v) in acc.axis_iter(Axis(ax)).enumerate() {
-                    let _ = i;
-                    s.zip_mut_with(&(&lane_v - &mx).mapv(f64::exp), |a, b| *a += b);
-                }
-                s.mapv(f64::ln) + mx
-            }
-            _ => return Err(format!("unknown reduction {op}")),
+            _ => acc.sum_axis(Axis(ax)),
         };
-        if keep {
-            acc = acc.insert_axis(Axis(ax));
-        }
-    }
-    // Reductions along an empty axis.
-    if xt.is_empty() && op == "ReduceMax" {
-        acc.mapv_inplace(|_| f64::NEG_INFINITY);
+        acc = acc.insert_axis(Axis(ax));
     }
     match op {
+        "ReduceMean" => acc.mapv_inplace(|v| v / count as f64),
         "ReduceL2" => acc.mapv_inplace(f64::sqrt),
         "ReduceLogSum" => acc.mapv_inplace(f64::ln),
+        "ReduceLogSumExp" => {
+            acc.mapv_inplace(f64::ln);
+            if let Some(m) = shift {
+                acc = acc + m;
+            }
+        }
         _ => {}
+    }
+    if !keep {
+        for &ax in axes.iter().rev() {
+            acc = acc.index_axis_move(Axis(ax), 0);
+        }
     }
     Ok(vec![restore(xt.dtype(), acc)?])
 }

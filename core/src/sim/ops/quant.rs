@@ -64,6 +64,10 @@ pub fn cast(t: &Tensor, to: DType, saturate: bool, round: E8M0Round) -> Result<T
         ));
     }
     match t {
+        // Floats into 4- and 2-bit integers truncate and then wrap, like numpy's astype.
+        _ if matches!(to, DType::I4 | DType::U4 | DType::I2 | DType::U2) && t.dtype().is_float() => {
+            cast_i64(&t.to_f64().mapv(|v| v as i64), to)
+        }
         Tensor::F32(a) => match to {
             DType::F16 => Ok(Tensor::F16(a.mapv(f16::from_f32))),
             DType::BF16 => Ok(Tensor::BF16(a.mapv(bf16::from_f32))),
@@ -99,6 +103,15 @@ fn round_mode(node: &Node) -> E8M0Round {
     }
 }
 
+/// The quantization axis; only checked when the scale is not a scalar.
+fn param_axis(node: &Node, x: &Tensor, scale: &Tensor) -> Result<usize, String> {
+    let axis = node.attr_i("axis").unwrap_or(1);
+    if scale.len() <= 1 && scale.shape().len() <= 1 {
+        return Ok(0);
+    }
+    norm_axis(axis, x.shape().len())
+}
+
 /// Expands a scale or zero point to the shape of `x` (scalar, per-axis or blocked).
 fn expand_param(p: &ArrayD<f64>, shape: &[usize], axis: usize, block: usize) -> Result<ArrayD<f64>, String> {
     if p.len() == 1 && p.ndim() <= 1 {
@@ -130,8 +143,7 @@ fn quantize_linear(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resu
     let x = input(inputs, 0)?;
     let scale = input(inputs, 1)?;
     let zp = opt_input(inputs, 2);
-    let rank = x.shape().len();
-    let axis = norm_axis(node.attr_i("axis").unwrap_or(1), rank.max(1))?;
+    let axis = param_axis(node, x, scale)?;
     let block = node.attr_i("block_size").unwrap_or(0).max(0) as usize;
     let saturate = node.attr_i("saturate").unwrap_or(1) != 0;
     let out_dt = match (zp, node.attr_i("output_dtype")) {
@@ -180,8 +192,7 @@ fn dequantize_linear(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Tensor, 
     let x = input(inputs, 0)?;
     let scale = input(inputs, 1)?;
     let zp = opt_input(inputs, 2);
-    let rank = x.shape().len();
-    let axis = norm_axis(node.attr_i("axis").unwrap_or(1), rank.max(1))?;
+    let axis = param_axis(node, x, scale)?;
     let block = node.attr_i("block_size").unwrap_or(0).max(0) as usize;
     let xs = x.to_f64();
     let s = expand_param(&scale.to_f64(), x.shape(), axis, block)?;

@@ -149,7 +149,7 @@ fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String
     out_shape.extend_from_slice(&data.shape()[axis + 1..]);
     Ok(map_tensor!(data, a => {
         let sel = a.select(Axis(axis), &flat);
-        sel.into_shape_with_order(IxDyn(&out_shape)).map_err(|e| e.to_string())?
+        ArrayD::from_shape_vec(IxDyn(&out_shape), sel.iter().cloned().collect()).map_err(|e| e.to_string())?
     }))
 }
 
@@ -749,16 +749,80 @@ fn tri_mask<T: Clone + Default>(a: &ArrayD<T>, k: i64, upper: bool) -> ArrayD<T>
     b
 }
 
+/// numpy's legacy `RandomState` (MT19937), so that seeded Dropout matches the reference.
+struct Mt19937 {
+    mt: [u32; 624],
+    idx: usize,
+}
+
+impl Mt19937 {
+    fn new(seed: u32) -> Self {
+        let mut mt = [0u32; 624];
+        mt[0] = seed;
+        for i in 1..624 {
+            mt[i] = 1_812_433_253u32.wrapping_mul(mt[i - 1] ^ (mt[i - 1] >> 30)).wrapping_add(i as u32);
+        }
+        Self { mt, idx: 624 }
+    }
+
+    fn next_u32(&mut self) -> u32 {
+        if self.idx >= 624 {
+            for i in 0..624 {
+                let y = (self.mt[i] & 0x8000_0000) | (self.mt[(i + 1) % 624] & 0x7fff_ffff);
+                let mut v = self.mt[(i + 397) % 624] ^ (y >> 1);
+                if y & 1 != 0 {
+                    v ^= 0x9908_b0df;
+                }
+                self.mt[i] = v;
+            }
+            self.idx = 0;
+        }
+        let mut y = self.mt[self.idx];
+        self.idx += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^ (y >> 18)
+    }
+
+    /// A double in [0, 1) built from 53 random bits, as numpy's `random_sample`.
+    fn next_f64(&mut self) -> f64 {
+        let a = f64::from(self.next_u32() >> 5);
+        let b = f64::from(self.next_u32() >> 6);
+        (a * 67_108_864.0 + b) / 9_007_199_254_740_992.0
+    }
+}
+
+fn dropout(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let x = input(inputs, 0)?;
+    let ratio = opt_input(inputs, 1)
+        .and_then(|t| t.to_f64().iter().next().copied())
+        .or_else(|| node.attr_f("ratio").map(f64::from))
+        .unwrap_or(0.5);
+    let training = opt_input(inputs, 2).and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(0) != 0;
+    if !training || ratio == 0.0 {
+        let mask = Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true));
+        return Ok(vec![x.clone(), mask]);
+    }
+    let seed = node.attr_i("seed").map_or_else(
+        || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()),
+        |s| s as u32,
+    );
+    let mut rng = Mt19937::new(seed);
+    let keep: Vec<bool> = (0..x.len()).map(|_| rng.next_f64() >= ratio).collect();
+    let mask = ArrayD::from_shape_vec(IxDyn(x.shape()), keep).map_err(|e| e.to_string())?;
+    let scale = 1.0 / (1.0 - ratio);
+    let xf = x.to_f64();
+    let y = ndarray::Zip::from(&xf).and(&mask).map_collect(|&v, &k| if k { v * scale } else { 0.0 });
+    Ok(vec![super::quant::cast_f64(&y, x.dtype())?, Tensor::Bool(mask)])
+}
+
 /// Dispatches the shape family; `None` if `op` is not one of them.
 pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
     let r = (|| -> OpResult {
         match op {
             "Identity" => one(input(inputs, 0)?.clone()),
-            "Dropout" => {
-                let x = input(inputs, 0)?.clone();
-                let mask = Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true));
-                Ok(vec![x, mask])
-            }
+            "Dropout" => dropout(node, inputs),
             "Reshape" => {
                 let x = input(inputs, 0)?;
                 let spec = if ctx.opset < 5 {

@@ -1,0 +1,132 @@
+//! Runs the ONNX backend node tests (from the `onnx` wheel, see
+//! `scripts/fetch_onnx_node_tests.py`) against the executor.
+//!
+//! `tests/conformance/onnx_node_manifest.txt` lists the tests that must pass: a listed
+//! test that fails is a failure. Set `NPU_CONFORMANCE_ALL=1` to run every single-node test
+//! of a supported op and print the ones that pass (to update the manifest).
+
+use npu_core::import::onnx::{load, tensor_from_pb};
+use npu_core::ir::Tensor;
+use npu_core::sim::Executor;
+use npu_tests::{compare, data_dir};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// The ops the foundation issue claims; coverage is reported for each.
+const CLAIMED: &[&str] = &[
+    "Conv", "ConvTranspose", "MatMul", "Gemm", "BatchNormalization", "InstanceNormalization",
+    "LayerNormalization", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Erf",
+    "Tanh", "Sigmoid", "Relu", "LeakyRelu", "PRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Softplus", "Gelu",
+    "Max", "Min", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax", "Reshape",
+    "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Pad", "Resize", "Expand",
+    "Tile", "Shape", "Size", "ConstantOfShape", "Constant", "Cast", "Identity", "Dropout", "ReduceMean", "ReduceSum",
+    "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ArgMax", "Where", "Equal", "Less", "Greater",
+    "GreaterOrEqual", "Not", "And", "Range", "DepthToSpace", "SpaceToDepth", "QuantizeLinear", "DequantizeLinear",
+    "If", "LSTM",
+];
+
+fn read_set(dir: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
+    let mut out = Vec::new();
+    for i in 0.. {
+        let f = dir.join(format!("{prefix}_{i}.pb"));
+        let Ok(bytes) = std::fs::read(&f) else { break };
+        let (_, t) = tensor_from_pb(&bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// Runs one node test; `Err` says why it failed.
+fn run_case(dir: &Path) -> Result<(), String> {
+    let (model, _) = load(&dir.join("model.onnx")).map_err(|e| e.to_string())?;
+    let set = dir.join("test_data_set_0");
+    let inputs = read_set(&set, "input")?;
+    let expected = read_set(&set, "output")?;
+    let g = &model.graph;
+    if inputs.len() != g.inputs.len() {
+        return Err(format!("{} inputs in data, {} in graph", inputs.len(), g.inputs.len()));
+    }
+    let feeds: HashMap<String, Tensor> =
+        g.inputs.iter().zip(inputs).map(|(&i, t)| (g.values[i].name.clone(), t)).collect();
+    let exec = Executor::new(&model, 1).map_err(|e| e.to_string())?;
+    let outs = exec.run(&feeds).map_err(|e| e.to_string())?;
+    if outs.len() < expected.len() {
+        return Err(format!("{} outputs, expected {}", outs.len(), expected.len()));
+    }
+    for (i, ((name, got), want)) in outs.iter().zip(&expected).enumerate() {
+        compare(got, want, 1e-3, 1e-5).map_err(|e| format!("output {i} '{name}': {e}"))?;
+    }
+    Ok(())
+}
+
+/// The op of a single-node test model, if it has exactly one node.
+fn single_op(dir: &Path) -> Option<String> {
+    let (model, _) = npu_core::import::onnx::load_with(
+        &dir.join("model.onnx"),
+        &npu_core::import::onnx::LoadOptions { allow_unsupported: true },
+    )
+    .ok()?;
+    (model.graph.nodes.len() == 1).then(|| model.graph.nodes[0].op.clone())
+}
+
+#[test]
+fn onnx_backend_node_tests() {
+    let root = data_dir().join("onnx-node");
+    assert!(
+        root.is_dir(),
+        "{} is missing: run `python3 scripts/fetch_onnx_node_tests.py` (needs onnx==1.22.0)",
+        root.display()
+    );
+    let manifest_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("conformance/onnx_node_manifest.txt");
+    let manifest = std::fs::read_to_string(&manifest_path).expect("manifest");
+    let listed: Vec<&str> = manifest.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    let all = std::env::var("NPU_CONFORMANCE_ALL").is_ok();
+
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root).expect("read node dir").flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    let mut per_op: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut passed = 0;
+    for dir in &dirs {
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        let Some(op) = single_op(dir) else { continue };
+        let is_listed = listed.contains(&name.as_str());
+        let claimed = CLAIMED.contains(&op.as_str());
+        if !is_listed && !all && !claimed {
+            continue;
+        }
+        let r = std::panic::catch_unwind(|| run_case(dir)).unwrap_or_else(|_| Err("panicked".into()));
+        let entry = per_op.entry(op.clone()).or_default();
+        entry.1 += 1;
+        match r {
+            Ok(()) => {
+                entry.0 += 1;
+                passed += 1;
+                if all {
+                    println!("PASS {name}");
+                }
+            }
+            Err(e) => {
+                if is_listed {
+                    failures.push(format!("{name} ({op}): {e}"));
+                } else if all || claimed {
+                    println!("not passing (unlisted) {name} ({op}): {e}");
+                }
+            }
+        }
+    }
+    let mut low = Vec::new();
+    println!("ONNX node tests per claimed op (pass/total):");
+    for op in CLAIMED {
+        let (p, t) = per_op.get(*op).copied().unwrap_or((0, 0));
+        println!("  {op:24} {p:3}/{t:3}");
+        if t > 0 && (p as f64) < 0.9 * t as f64 {
+            low.push(format!("{op} {p}/{t}"));
+        }
+    }
+    let missing: Vec<&&str> = listed.iter().filter(|l| !root.join(l).is_dir()).collect();
+    println!("ONNX node conformance: {passed} passed, {} listed tests failed, {} listed", failures.len(), listed.len());
+    assert!(missing.is_empty(), "manifest lists tests that do not exist: {missing:?}");
+    assert!(failures.is_empty(), "listed node tests failed:\n{}", failures.join("\n"));
+    assert!(low.is_empty(), "claimed ops below 90% coverage: {low:?}");
+}
