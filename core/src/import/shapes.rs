@@ -193,6 +193,9 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             };
             let (s, dl) = (get("strides", 1), get("dilations", 1));
             let pads = node.attr_ints("pads").map_or(vec![0; 2 * nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect());
+            if s.len() != nsp || dl.len() != nsp || pads.len() != 2 * nsp || s.contains(&0) || dl.contains(&0) || kernel.contains(&0) {
+                return vec![(i0.0, None)];
+            }
             let same_pad = node.attr_s("auto_pad").is_some_and(|a| a.starts_with("SAME"));
             let ceil = node.attr_i("ceil_mode").unwrap_or(0) != 0;
             let c = if op == "Conv" {
@@ -231,6 +234,9 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             };
             let (s, dl, op_) = (get("strides", 1), get("dilations", 1), get("output_padding", 0));
             let pads = node.attr_ints("pads").map_or(vec![0; 2 * nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect());
+            if s.len() != nsp || dl.len() != nsp || op_.len() != nsp || pads.len() != 2 * nsp || kernel.len() != nsp || kernel.contains(&0) {
+                return vec![(i0.0, None)];
+            }
             let os = node.attr_ints("output_shape");
             for i in 0..nsp {
                 out.push(match (&x[i + 2], os) {

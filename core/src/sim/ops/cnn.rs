@@ -42,11 +42,14 @@ pub fn geometry(node: &Node, input: &[usize], kernel: &[usize], ceil_mode: bool)
     let mut pad_end = vec![0; n];
     let mut out = vec![0; n];
     for i in 0..n {
+        if kernel[i] == 0 {
+            return Err("kernel dimensions must be positive".into());
+        }
         let eff = (kernel[i] - 1) * dilations[i] + 1;
         match auto_pad {
             "SAME_UPPER" | "SAME_LOWER" => {
                 let o = input[i].div_ceil(strides[i]);
-                let total = ((o - 1) * strides[i] + eff).saturating_sub(input[i]);
+                let total = (o.saturating_sub(1) * strides[i] + eff).saturating_sub(input[i]);
                 let small = total / 2;
                 if auto_pad == "SAME_UPPER" {
                     (pad_begin[i], pad_end[i]) = (small, total - small);
@@ -205,6 +208,9 @@ pub fn conv2d(
         return Err(format!("weights {:?} do not fit input {:?} with group {group}", wt.shape(), x.shape()));
     }
     let geo = lift_geometry(geo.clone());
+    if geo.kernel != [kh, kw] || geo.strides.len() != 2 || geo.dilations.len() != 2 || geo.pad_begin.len() != 2 {
+        return Err(format!("kernel_shape {:?} does not match weights {:?}", geo.kernel, wt.shape()));
+    }
     let (oh, ow) = (geo.out[0], geo.out[1]);
     let mg = m / group;
     let xd = x.as_standard_layout();
@@ -324,9 +330,12 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
     let xs = as_2d(x.shape());
     let ws = as_2d(wt.shape());
     let lift = |v: &[usize], d: usize| if nsp == 1 { vec![d, v[0]] } else { v.to_vec() };
-    let (_, strides, dil, pb, out_sp) = (lift(&kernel, 1), lift(&strides, 1), lift(&dil, 1), lift(&pb, 0), lift(&out_sp, 1));
+    let (kernel, strides, dil, pb, out_sp) = (lift(&kernel, 1), lift(&strides, 1), lift(&dil, 1), lift(&pb, 0), lift(&out_sp, 1));
     let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
     let (cw, mg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    if kernel != [kh, kw] {
+        return Err(format!("kernel_shape does not match weights {:?}", wt.shape()));
+    }
     if cw != c || c % group != 0 {
         return Err(format!("weights {:?} do not fit input {:?}", wt.shape(), x.shape()));
     }
