@@ -41,6 +41,9 @@ enum Command {
         /// Threads for the kernels (0 = all cores).
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Also write every intermediate tensor into this folder (for debugging).
+        #[arg(long, value_name = "DIR")]
+        dump: Option<PathBuf>,
     },
     /// Measures FP32 latency: median and min over `--runs` runs after `--warmup` runs.
     Bench {
@@ -74,7 +77,8 @@ pub fn main() -> Result<()> {
             inputs,
             output_dir,
             threads,
-        }) => run(&model, &inputs, &output_dir, threads),
+            dump,
+        }) => run(&model, &inputs, &output_dir, threads, dump.as_deref()),
         Some(Command::Bench {
             model,
             inputs,
@@ -281,7 +285,7 @@ pub fn sanitize(name: &str) -> String {
         .collect()
 }
 
-fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize) -> Result<()> {
+fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize, dump: Option<&Path>) -> Result<()> {
     let model = load(path)?;
     let feeds = parse_inputs(inputs)?;
     for &i in &model.graph.inputs {
@@ -292,7 +296,28 @@ fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize) -> Result
     }
     let exec = Executor::new(&model, threads.max(1))?;
     let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, usize::from) } else { threads };
-    let outs = with_threads(threads, || exec.run(&feeds)).with_context(|| format!("running {}", path.display()))?;
+    let outs = if let Some(dir) = dump {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut err = None;
+        let mut hook = |_: usize, node: &npu_core::ir::Node, outs: &[Option<&Tensor>]| {
+            for (o, t) in node.outputs.iter().zip(outs) {
+                if let (Some(o), Some(t)) = (o, t) {
+                    let name = &model.graph.values[*o].name;
+                    if let Err(e) = write_npy(&dir.join(format!("{}.npy", sanitize(name))), t) {
+                        err.get_or_insert(e);
+                    }
+                }
+            }
+        };
+        let r = with_threads(threads, || exec.run_with_hook(&feeds, Some(&mut hook)));
+        if let Some(e) = err {
+            return Err(e);
+        }
+        r
+    } else {
+        with_threads(threads, || exec.run(&feeds))
+    }
+    .with_context(|| format!("running {}", path.display()))?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     for (name, t) in outs {
         let file = out_dir.join(format!("{}.npy", sanitize(&name)));

@@ -29,6 +29,9 @@ fn check(kind: &str) {
         if !name.starts_with(&format!("{kind}_")) {
             continue;
         }
+        if std::env::var("NPU_ONLY").is_ok_and(|only| !name.contains(&only)) {
+            continue;
+        }
         let x = read(&f);
         let want = read(&data.join("reference").join(&name));
         let feeds = HashMap::from([(input_name.clone(), Tensor::F32(x))]);
@@ -38,12 +41,27 @@ fn check(kind: &str) {
         let max_ref = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
         let max_err = got.iter().zip(want.iter()).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
         let rel = max_err / max_ref;
+        if rel > 1e-4 {
+            use ndarray_npy::WriteNpyExt;
+            if let Ok(f) = std::fs::File::create(std::env::temp_dir().join(format!("npu-mismatch-{name}"))) {
+                let _ = got.write_npy(f);
+            }
+        }
+        if max_ref < 1e-3 {
+            // An image without text: every det probability is below 1e-6, where onnxruntime's
+            // fast sigmoid is off by up to 8e-8 absolute (1.19e-7 for a logit of -17.05, whose
+            // exact sigmoid is 3.95e-8), so a relative bound measures its approximation.
+            println!("{kind} {name}: all outputs ~0 (max {max_ref:.2e}); max|err| = {max_err:.3e}");
+            assert!(max_err <= 1e-6, "{name}: absolute error {max_err:.3e} exceeds 1e-6");
+            checked += 1;
+            continue;
+        }
         println!("{kind} {name}: max|err|/max|ref| = {rel:.3e}");
         assert!(rel <= 1e-4, "{name}: relative error {rel:.3e} exceeds 1e-4");
         worst = worst.max(rel);
         checked += 1;
     }
-    assert!(checked >= 5, "expected at least 5 real inputs for {kind}, found {checked}");
+    assert!(checked >= 5 || std::env::var("NPU_ONLY").is_ok(), "expected at least 5 real inputs for {kind}, found {checked}");
     println!("{kind}: {checked} images, worst max|err|/max|ref| = {worst:.3e}");
 }
 

@@ -80,25 +80,39 @@ impl Plan {
 }
 
 /// Hook called after each node with its outputs (for capturing activations).
-pub type NodeHook<'h> = dyn FnMut(usize, &Node, &[Option<&Tensor>]) + 'h;
+pub type NodeHook<'h> = dyn FnMut(usize, &Node, &[Option<&Tensor>]) + Send + 'h;
 
 /// Runs a model in FP32 (every op at its declared dtype).
 pub struct Executor<'m> {
     model: &'m Model,
     plan: Plan,
     ctx: OpCtx,
+    /// The executor's own worker threads. Runs never share workers with other executors:
+    /// the GEMM kernels keep per-thread scratch memory that concurrent callers on one pool
+    /// would clobber.
+    pool: rayon::ThreadPool,
 }
 
 impl<'m> Executor<'m> {
     /// Prepares a model for execution; `threads` sizes the kernels' parallelism.
     pub fn new(model: &'m Model, threads: usize) -> Result<Self, SimError> {
+        let threads = threads.max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("npu-sim-{i}"))
+            .build()
+            .map_err(|e| SimError::BadInput {
+                name: "threads".into(),
+                message: e.to_string(),
+            })?;
         Ok(Self {
             model,
             plan: Plan::new(&model.graph)?,
             ctx: OpCtx {
                 opset: model.opset(),
-                threads: threads.max(1),
+                threads,
             },
+            pool,
         })
     }
 
@@ -120,7 +134,7 @@ impl<'m> Executor<'m> {
             check_input(v, t)?;
         }
         let by_name = |name: &str| inputs.get(name);
-        let outs = run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook)?;
+        let outs = self.pool.install(|| run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook))?;
         Ok(g.outputs.iter().zip(outs).map(|(&o, t)| (g.values[o].name.clone(), t)).collect())
     }
 }
