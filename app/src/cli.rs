@@ -61,6 +61,9 @@ enum Command {
         warmup: usize,
         #[arg(long)]
         json: bool,
+        /// Also print the time spent per op type (one extra run).
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -87,7 +90,8 @@ pub fn main() -> Result<()> {
             runs,
             warmup,
             json,
-        }) => bench(&model, &inputs, &shapes, threads, runs, warmup, json),
+            profile,
+        }) => bench(&model, &inputs, &shapes, threads, runs, warmup, json, profile),
     }
 }
 
@@ -362,7 +366,16 @@ struct BenchReport {
     threads: usize,
 }
 
-fn bench(path: &Path, inputs: &[String], shapes: &[String], threads: usize, runs: usize, warmup: usize, json: bool) -> Result<()> {
+fn bench(
+    path: &Path,
+    inputs: &[String],
+    shapes: &[String],
+    threads: usize,
+    runs: usize,
+    warmup: usize,
+    json: bool,
+    profile: bool,
+) -> Result<()> {
     let model = load(path)?;
     let mut feeds = parse_inputs(inputs)?;
     let shape_map: HashMap<String, Vec<usize>> = shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?;
@@ -400,6 +413,37 @@ fn bench(path: &Path, inputs: &[String], shapes: &[String], threads: usize, runs
         }
         Ok(times)
     })?;
+    if profile {
+        let mut per_op: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+        let mut per_node: Vec<(f64, String)> = Vec::new();
+        let mut last = Instant::now();
+        let mut hook = |_: usize, node: &npu_core::ir::Node, outs: &[Option<&Tensor>]| {
+            let now = Instant::now();
+            let ms = (now - last).as_secs_f64() * 1e3;
+            let e = per_op.entry(node.op.clone()).or_default();
+            e.0 += ms;
+            e.1 += 1;
+            let shape = outs.first().copied().flatten().map(|t| format!("{:?}", t.shape())).unwrap_or_default();
+            let attrs: Vec<String> = ["kernel_shape", "strides", "group"]
+                .iter()
+                .filter_map(|a| node.attr(a).map(|v| format!("{a}={}", v.summary())))
+                .collect();
+            per_node.push((ms, format!("{} {} -> {shape} {}", node.op, node.label(), attrs.join(" "))));
+            last = Instant::now();
+        };
+        exec.run_with_hook(&feeds, Some(&mut hook))?;
+        let mut rows: Vec<_> = per_op.into_iter().collect();
+        rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        eprintln!("time per op type (one run):");
+        for (op, (ms, n)) in rows {
+            eprintln!("  {ms:9.2} ms  {n:5}x  {op}");
+        }
+        per_node.sort_by(|a, b| b.0.total_cmp(&a.0));
+        eprintln!("slowest nodes:");
+        for (ms, what) in per_node.iter().take(15) {
+            eprintln!("  {ms:9.2} ms  {what}");
+        }
+    }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = if sorted.len() % 2 == 1 {

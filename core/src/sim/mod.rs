@@ -53,6 +53,8 @@ struct Plan {
     order: Vec<usize>,
     /// For each step, the values whose last use is that step.
     frees: Vec<Vec<ValueId>>,
+    /// Outputs of `Constant` nodes, computed once when the plan is made.
+    consts: Vec<(ValueId, Tensor)>,
 }
 
 impl Plan {
@@ -75,7 +77,28 @@ impl Plan {
                 }
             }
         }
-        Ok(Self { order, frees })
+        let mut consts = Vec::new();
+        let mut keep = Vec::with_capacity(order.len());
+        let mut keep_frees = Vec::with_capacity(order.len());
+        let ctx = OpCtx { opset: 0, threads: 1 };
+        for (step, &n) in order.iter().enumerate() {
+            let node = &g.nodes[n];
+            if node.op == "Constant" && node.inputs.is_empty() && node.domain.is_empty() {
+                if let (Ok(mut outs), Some(Some(v))) = (ops::eval(node, &[], &ctx, &|_| None), node.outputs.first()) {
+                    if let Some(t) = outs.pop() {
+                        consts.push((*v, t));
+                        continue;
+                    }
+                }
+            }
+            keep.push(n);
+            keep_frees.push(std::mem::take(&mut frees[step]));
+        }
+        Ok(Self {
+            order: keep,
+            frees: keep_frees,
+            consts,
+        })
     }
 }
 
@@ -172,7 +195,7 @@ fn check_input(v: &crate::ir::Value, t: &Tensor) -> Result<(), SimError> {
 /// enclosing graphs.
 fn run_graph<'a>(
     g: &'a Graph,
-    plan: &Plan,
+    plan: &'a Plan,
     inputs: &dyn Fn(&str) -> Option<&'a Tensor>,
     outer: &dyn Fn(&str) -> Option<Tensor>,
     ctx: OpCtx,
@@ -188,6 +211,9 @@ fn run_graph<'a>(
             }
         }
     }
+    for (v, t) in &plan.consts {
+        env[*v] = Slot::Borrowed(t);
+    }
     for &i in &g.inputs {
         let name = &g.values[i].name;
         let t = inputs(name).ok_or_else(|| SimError::MissingInput(name.clone()))?;
@@ -195,6 +221,34 @@ fn run_graph<'a>(
     }
     for (step, &n) in plan.order.iter().enumerate() {
         let node = &g.nodes[n];
+        // Reuse the buffer of a dying first input for element-wise ops.
+        let donor = node.input(0).filter(|&v| {
+            ops::elementwise::INPLACE_OPS.contains(&node.op.as_str())
+                && matches!(env[v], Slot::Owned(_))
+                && plan.frees[step].contains(&v)
+                && node.inputs.iter().filter(|x| **x == Some(v)).count() == 1
+        });
+        if let Some(v) = donor {
+            if let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty) {
+                let rest: Vec<Option<&Tensor>> = node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
+                let done = ops::elementwise::try_inplace(node, &mut x, &rest, &ctx).map_err(|message| SimError::Node {
+                    node: node.label(),
+                    op: node.op.clone(),
+                    message,
+                })?;
+                if done {
+                    if let Some(Some(o)) = node.outputs.first() {
+                        env[*o] = Slot::Owned(x);
+                    }
+                    if let Some(h) = hook.as_deref_mut() {
+                        let views: Vec<Option<&Tensor>> = node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
+                        h(n, node, &views);
+                    }
+                    continue;
+                }
+                env[v] = Slot::Owned(x);
+            }
+        }
         let outs = {
             let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].get())).collect();
             let env_ref = &env;

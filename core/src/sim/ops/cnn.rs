@@ -92,27 +92,27 @@ pub fn geometry(node: &Node, input: &[usize], kernel: &[usize], ceil_mode: bool)
     })
 }
 
-/// Conv2D on one image and group's worth of channels via im2col + GEMM.
+/// im2col for output rows `oy0..oy1` of one image and group: `col` is `ksize × ((oy1-oy0)·ow)`.
 #[allow(clippy::needless_range_loop)]
-fn im2col(x: &[f32], h: usize, w: usize, g: &Geometry, col: &mut [f32]) {
+fn im2col_rows(x: &[f32], cg: usize, h: usize, w: usize, g: &Geometry, oy0: usize, oy1: usize, col: &mut [f32]) {
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
-    let (oh, ow) = (g.out[0], g.out[1]);
+    let ow = g.out[1];
     let (sh, sw) = (g.strides[0], g.strides[1]);
     let (dh, dw) = (g.dilations[0], g.dilations[1]);
     let (ph, pw) = (g.pad_begin[0] as isize, g.pad_begin[1] as isize);
-    let row_len = oh * ow;
-    col.par_chunks_mut(row_len).enumerate().for_each(|(r, dst)| {
+    let row_len = (oy1 - oy0) * ow;
+    for r in 0..cg * kh * kw {
+        let dst = &mut col[r * row_len..(r + 1) * row_len];
         let ci = r / (kh * kw);
         let ki = (r / kw) % kh;
         let kj = r % kw;
         let plane = &x[ci * h * w..(ci + 1) * h * w];
-        // Valid output column range for this kj.
         let off_w = (kj * dw) as isize - pw;
         let lo = if off_w < 0 { ((-off_w) as usize).div_ceil(sw) } else { 0 };
         let hi = if (w as isize) > off_w { (((w as isize - off_w) as usize).div_ceil(sw)).min(ow) } else { 0 };
-        for oy in 0..oh {
+        for oy in oy0..oy1 {
             let iy = (oy * sh) as isize + (ki * dh) as isize - ph;
-            let drow = &mut dst[oy * ow..(oy + 1) * ow];
+            let drow = &mut dst[(oy - oy0) * ow..(oy - oy0 + 1) * ow];
             if iy < 0 || iy >= h as isize || lo >= hi {
                 drow.fill(0.0);
                 continue;
@@ -128,6 +128,59 @@ fn im2col(x: &[f32], h: usize, w: usize, g: &Geometry, col: &mut [f32]) {
                     drow[ox] = srow[(ox as isize * sw as isize + off_w) as usize];
                 }
             }
+        }
+    }
+}
+
+/// A mutable pointer that may be shared across the workers writing disjoint output tiles.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: every worker writes a disjoint set of output rows (see `conv_tiled`).
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+/// One group of a general conv: tiles of output rows, each im2col'd into a cache-sized
+/// buffer and multiplied by the weights, in parallel over tiles.
+fn conv_tiled(xg: &[f32], wg: &[f32], og: &mut [f32], cg: usize, mg: usize, h: usize, w: usize, geo: &Geometry, accumulate: bool) {
+    let (oh, ow) = (geo.out[0], geo.out[1]);
+    let ksize = cg * geo.kernel[0] * geo.kernel[1];
+    let plane = oh * ow;
+    // About 256 KiB of im2col per tile.
+    let rows = ((64 * 1024) / (ksize * ow).max(1)).clamp(1, oh.max(1));
+    let tiles = oh.div_ceil(rows);
+    assert!(og.len() >= mg * plane);
+    let out = SharedOut(og.as_mut_ptr());
+    (0..tiles).into_par_iter().for_each_init(Vec::new, |col, t| {
+        let oy0 = t * rows;
+        let oy1 = (oy0 + rows).min(oh);
+        let n = (oy1 - oy0) * ow;
+        col.resize(ksize * n, 0.0);
+        im2col_rows(xg, cg, h, w, geo, oy0, oy1, col);
+        let out = out;
+        // SAFETY: tile t writes columns oy0*ow..oy1*ow of each of the mg output rows, which
+        // no other tile touches; the bounds were checked above.
+        unsafe {
+            gemm::gemm(
+                mg,
+                n,
+                ksize,
+                out.0.add(oy0 * ow),
+                1,
+                plane as isize,
+                accumulate,
+                wg.as_ptr(),
+                1,
+                ksize as isize,
+                col.as_ptr(),
+                1,
+                n as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
         }
     });
 }
@@ -232,7 +285,6 @@ pub fn conv2d(
         && geo.strides.iter().all(|&s| s == 1)
         && geo.pad_begin.iter().chain(&geo.pad_end).all(|&p| p == 0);
     let ksize = cg * kh * kw;
-    let mut col = if depthwise || pointwise { Vec::new() } else { vec![0f32; ksize * plane] };
     for b in 0..n {
         let xb = &xd[b * c * h * w..(b + 1) * c * h * w];
         let ob = &mut out[b * m * plane..(b + 1) * m * plane];
@@ -244,15 +296,13 @@ pub fn conv2d(
         }
         for gi in 0..group {
             let xg = &xb[gi * cg * h * w..(gi + 1) * cg * h * w];
-            let rhs = if pointwise {
-                xg
-            } else {
-                im2col(xg, h, w, &geo, &mut col);
-                &col
-            };
             let wg = &wd[gi * mg * ksize..(gi + 1) * mg * ksize];
             let og = &mut ob[gi * mg * plane..(gi + 1) * mg * plane];
-            sgemm(mg, plane, ksize, Mat::rows(wg, ksize), Mat::rows(rhs, plane), og, bias.is_some(), threads);
+            if pointwise {
+                sgemm(mg, plane, ksize, Mat::rows(wg, ksize), Mat::rows(xg, plane), og, bias.is_some(), threads);
+            } else {
+                conv_tiled(xg, wg, og, cg, mg, h, w, &geo, bias.is_some());
+            }
         }
     }
     if let Some(a) = act {

@@ -622,3 +622,133 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
 pub fn from_f32_like(dt: DType, a: ArrayD<f32>) -> Tensor {
     f32_as(dt, a)
 }
+
+/// Ops [`try_inplace`] may compute in the buffer of their first input.
+pub const INPLACE_OPS: &[&str] = &[
+    "Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu", "Exp",
+    "Sqrt", "Neg", "Abs", "Reciprocal",
+];
+
+fn scalar_of(t: Option<&Tensor>) -> Option<f32> {
+    match t {
+        Some(Tensor::F32(a)) if a.len() == 1 => a.iter().next().copied(),
+        _ => None,
+    }
+}
+
+/// Applies `f` to every element, in parallel chunks for large slices.
+fn par<F: Fn(&mut f32) + Sync + Send>(data: &mut [f32], f: F) {
+    if data.len() >= PAR_MIN {
+        use rayon::prelude::*;
+        data.par_chunks_mut(1 << 14).for_each(|c| c.iter_mut().for_each(&f));
+    } else {
+        data.iter_mut().for_each(f);
+    }
+}
+
+/// `a = f(a, b)` with `b` broadcast to `a`'s shape; `false` if `b` does not broadcast.
+fn binary_inplace<F: Fn(f32, f32) -> f32 + Sync + Send>(a: &mut ArrayD<f32>, b: &ArrayD<f32>, f: F) -> bool {
+    if b.len() == 1 {
+        let q = b.iter().next().copied().unwrap_or(0.0);
+        if let Some(data) = a.as_slice_mut() {
+            par(data, |v| *v = f(*v, q));
+            return true;
+        }
+        return false;
+    }
+    if b.shape() == a.shape() {
+        if let (Some(bs), Some(data)) = (b.as_slice(), a.as_slice_mut()) {
+            if data.len() >= PAR_MIN {
+                use rayon::prelude::*;
+                data.par_chunks_mut(1 << 14).zip(bs.par_chunks(1 << 14)).for_each(|(d, s)| {
+                    d.iter_mut().zip(s).for_each(|(v, &q)| *v = f(*v, q));
+                });
+            } else {
+                data.iter_mut().zip(bs).for_each(|(v, &q)| *v = f(*v, q));
+            }
+            return true;
+        }
+    }
+    if !broadcast_shapes(a.shape(), b.shape()).is_ok_and(|s| s == a.shape()) {
+        return false;
+    }
+    // b covers a prefix of a's axes and is 1 on every later axis (per-channel scales
+    // [1, C, 1, 1] against [N, C, H, W]): one scalar per contiguous run.
+    let rank = a.ndim();
+    let bshape: Vec<usize> = std::iter::repeat_n(1, rank - b.ndim()).chain(b.shape().iter().copied()).collect();
+    let last_real = bshape.iter().rposition(|&d| d != 1).unwrap_or(0);
+    let run: usize = a.shape()[last_real + 1..].iter().product();
+    if run >= 16 {
+        let prefix: Vec<usize> =
+            a.shape()[..=last_real].iter().copied().chain(std::iter::repeat_n(1, rank - last_real - 1)).collect();
+        let scalars: Option<Vec<f32>> = b.broadcast(ndarray::IxDyn(&prefix)).map(|bv| bv.iter().copied().collect());
+        if let (Some(data), Some(scalars)) = (a.as_slice_mut(), scalars) {
+            {
+                use rayon::prelude::*;
+                data.par_chunks_mut(run).zip(scalars.par_iter()).for_each(|(d, &q)| d.iter_mut().for_each(|v| *v = f(*v, q)));
+                return true;
+            }
+        }
+    }
+    match b.broadcast(a.raw_dim()) {
+        Some(bv) => {
+            Zip::from(a).and(&bv).for_each(|v, &q| *v = f(*v, q));
+            true
+        }
+        None => false,
+    }
+}
+
+/// Computes an element-wise op into `x` (its first input, which nobody else needs).
+/// Returns `Ok(false)` when the case is not handled in place; `x` is then unchanged.
+pub fn try_inplace(node: &Node, x: &mut Tensor, rest: &[Option<&Tensor>], ctx: &OpCtx) -> Result<bool, String> {
+    let Tensor::F32(a) = x else { return Ok(false) };
+    if !a.is_standard_layout() {
+        return Ok(false);
+    }
+    let op = node.op.as_str();
+    if let "Add" | "Sub" | "Mul" | "Div" = op {
+        let Some(Tensor::F32(b)) = rest.first().copied().flatten() else { return Ok(false) };
+        return Ok(match op {
+            "Add" => binary_inplace(a, b, |p, q| p + q),
+            "Sub" => binary_inplace(a, b, |p, q| p - q),
+            "Mul" => binary_inplace(a, b, |p, q| p * q),
+            _ => binary_inplace(a, b, |p, q| p / q),
+        });
+    }
+    let Some(data) = a.as_slice_mut() else { return Ok(false) };
+    let bound = |i: usize, default: f32| -> Option<f32> {
+        match rest.get(i).copied().flatten() {
+            None => Some(default),
+            t => scalar_of(t),
+        }
+    };
+    match op {
+        "Relu" => par(data, |v| *v = v.max(0.0)),
+        "Sigmoid" => par(data, |v| *v = sigmoid(*v)),
+        "HardSwish" => par(data, |v| *v *= (*v / 6.0 + 0.5).clamp(0.0, 1.0)),
+        "HardSigmoid" => {
+            let (al, be) = (node.attr_f("alpha").unwrap_or(0.2), node.attr_f("beta").unwrap_or(0.5));
+            par(data, |v| *v = (al * *v + be).clamp(0.0, 1.0));
+        }
+        "LeakyRelu" => {
+            let al = node.attr_f("alpha").unwrap_or(0.01);
+            par(data, |v| *v = if *v < 0.0 { al * *v } else { *v });
+        }
+        "Clip" if ctx.opset >= 11 => {
+            let (Some(lo), Some(hi)) = (bound(0, f32::MIN), bound(1, f32::MAX)) else { return Ok(false) };
+            par(data, |v| {
+                let w = if *v < lo { lo } else { *v };
+                *v = if w > hi { hi } else { w };
+            });
+        }
+        "Tanh" => par(data, |v| *v = v.tanh()),
+        "Exp" => par(data, |v| *v = v.exp()),
+        "Sqrt" => par(data, |v| *v = v.sqrt()),
+        "Neg" => par(data, |v| *v = -*v),
+        "Abs" => par(data, |v| *v = v.abs()),
+        "Reciprocal" => par(data, |v| *v = 1.0 / *v),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}

@@ -689,16 +689,19 @@ fn resize(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor
     };
     if mode == "nearest" && coord != "tf_crop_and_resize" {
         // Pure index mapping: works for every dtype.
-        let mut t = x.clone();
-        for ax in 0..rank {
-            if out_shape[ax] == in_shape[ax] && scales[ax] == 1.0 {
-                continue;
-            }
-            let (taps, _) = resize_taps(cfg, in_shape[ax], out_shape[ax], scales[ax], roi_of(ax));
-            let idx: Vec<usize> = taps.iter().map(|t| t.first().map_or(0, |p| p.0)).collect();
-            t = map_tensor!(&t, a => a.select(Axis(ax), &idx));
+        let maps: Vec<Vec<usize>> = (0..rank)
+            .map(|ax| {
+                if out_shape[ax] == in_shape[ax] && scales[ax] == 1.0 {
+                    return (0..in_shape[ax]).collect();
+                }
+                let (taps, _) = resize_taps(cfg, in_shape[ax], out_shape[ax], scales[ax], roi_of(ax));
+                taps.iter().map(|t| t.first().map_or(0, |p| p.0)).collect()
+            })
+            .collect();
+        if in_shape.contains(&0) {
+            return Ok(map_tensor!(x, _a => ArrayD::from_shape_simple_fn(IxDyn(&out_shape), Default::default)));
         }
-        return Ok(t);
+        return Ok(map_tensor!(x, a => gather_nd(a, &maps, &out_shape)));
     }
     let mut a = x.to_f32();
     for ax in 0..rank {
@@ -712,6 +715,42 @@ fn resize(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 => Ok(super::f32_as(x.dtype(), a)),
         dt => crate::sim::ops::quant::cast_f64(&a.mapv(|v| f64::from(v.round())), dt),
     }
+}
+
+/// Output element `o` takes input element `maps[axis][o_axis]` along every axis.
+fn gather_nd<T: Clone + Default + Send + Sync>(a: &ArrayD<T>, maps: &[Vec<usize>], out_shape: &[usize]) -> ArrayD<T> {
+    fn rec<T: Clone>(src: &[T], in_strides: &[usize], out_strides: &[usize], maps: &[Vec<usize>], dst: &mut [T]) {
+        let Some((m, rest)) = maps.split_first() else {
+            dst[0] = src[0].clone();
+            return;
+        };
+        if rest.is_empty() {
+            for (d, &i) in dst.iter_mut().zip(m) {
+                *d = src[i].clone();
+            }
+            return;
+        }
+        for (o, &i) in m.iter().enumerate() {
+            rec(&src[i * in_strides[0]..], &in_strides[1..], &out_strides[1..], rest, &mut dst[o * out_strides[0]..(o + 1) * out_strides[0]]);
+        }
+    }
+    let a = a.as_standard_layout();
+    let src = a.as_slice().unwrap_or(&[]);
+    let strides = |s: &[usize]| -> Vec<usize> { (0..s.len()).map(|i| s[i + 1..].iter().product()).collect() };
+    let (is, os) = (strides(a.shape()), strides(out_shape));
+    let n: usize = out_shape.iter().product();
+    let mut out = vec![T::default(); n];
+    if n > 0 && !src.is_empty() {
+        if out_shape.len() > 1 && out_shape[0] > 1 {
+            use rayon::prelude::*;
+            out.par_chunks_mut(os[0]).zip(maps[0].par_iter()).for_each(|(d, &i)| {
+                rec(&src[i * is[0]..], &is[1..], &os[1..], &maps[1..], d);
+            });
+        } else {
+            rec(src, &is, &os, maps, &mut out);
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(out_shape), out).unwrap_or_else(|_| ArrayD::from_shape_simple_fn(IxDyn(out_shape), T::default))
 }
 
 fn eye_like(node: &Node, x: &Tensor) -> Result<Tensor, String> {
