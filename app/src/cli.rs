@@ -11,10 +11,22 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "npu-studio", version, about = "Model-optimization studio for on-device AI")]
+#[command(name = "npu-studio", version, about = "Model-optimization studio for on-device AI", args_conflicts_with_subcommands = true)]
 struct Cli {
+    /// Model to open (default: the bundled sample model).
+    model: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// The bundled sample model: next to the working directory when run from the repository,
+/// else where the source tree was at build time.
+fn sample_model() -> PathBuf {
+    let local = PathBuf::from("assets/models/sample_cnn.onnx");
+    if local.exists() {
+        return local;
+    }
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/models/sample_cnn.onnx"))
 }
 
 #[derive(Subcommand)]
@@ -71,7 +83,11 @@ pub fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         None => {
-            println!("The studio window is not part of this build yet; use a subcommand (see --help).");
+            // The studio window comes with the graph viewer; until then, opening a model
+            // prints its summary.
+            let model = cli.model.unwrap_or_else(sample_model);
+            info(&model, false, &[])?;
+            eprintln!("\n(the studio window is not in this build yet; see `npu-studio --help` for the commands)");
             Ok(())
         }
         Some(Command::Info { model, json, shapes }) => info(&model, json, &shapes),
