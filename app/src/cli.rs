@@ -11,7 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "npu-studio", version, about = "Model-optimization studio for on-device AI", args_conflicts_with_subcommands = true)]
+#[command(
+    name = "npu-studio",
+    version,
+    about = "Model-optimization studio for on-device AI",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     /// Model to open (default: the bundled sample model).
     model: Option<PathBuf>,
@@ -152,7 +157,10 @@ fn io_info(model: &Model, ids: &[usize]) -> Vec<IoInfo> {
             IoInfo {
                 name: v.name.clone(),
                 dtype: v.dtype.map_or_else(|| "?".into(), |d| d.name().to_owned()),
-                shape: v.shape.as_ref().map_or_else(Vec::new, |s| s.iter().map(ToString::to_string).collect()),
+                shape: v
+                    .shape
+                    .as_ref()
+                    .map_or_else(Vec::new, |s| s.iter().map(ToString::to_string).collect()),
             }
         })
         .collect()
@@ -160,10 +168,16 @@ fn io_info(model: &Model, ids: &[usize]) -> Vec<IoInfo> {
 
 /// Parses `NAME=1x3x640x640`.
 fn parse_shape(spec: &str) -> Result<(String, Vec<usize>)> {
-    let (name, dims) = spec.split_once('=').with_context(|| format!("'{spec}' is not NAME=DIMS"))?;
+    let (name, dims) = spec
+        .split_once('=')
+        .with_context(|| format!("'{spec}' is not NAME=DIMS"))?;
     let dims = dims
         .split(['x', ','])
-        .map(|d| d.trim().parse::<usize>().with_context(|| format!("bad dimension '{d}' in '{spec}'")))
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .with_context(|| format!("bad dimension '{d}' in '{spec}'"))
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok((name.to_owned(), dims))
 }
@@ -204,7 +218,12 @@ fn info(path: &Path, json: bool, shapes: &[String]) -> Result<()> {
         producer: model.meta.producer_name.clone(),
         producer_version: model.meta.producer_version.clone(),
         ir_version: model.meta.ir_version,
-        opsets: model.meta.opsets.iter().map(|(k, v)| (if k.is_empty() { "ai.onnx".into() } else { k.clone() }, *v)).collect(),
+        opsets: model
+            .meta
+            .opsets
+            .iter()
+            .map(|(k, v)| (if k.is_empty() { "ai.onnx".into() } else { k.clone() }, *v))
+            .collect(),
         inputs: io_info(&model, &model.graph.inputs),
         outputs: io_info(&model, &model.graph.outputs),
         nodes: model.graph.nodes.len(),
@@ -223,7 +242,11 @@ fn info(path: &Path, json: bool, shapes: &[String]) -> Result<()> {
     println!("  IR version  {}", r.ir_version);
     println!(
         "  opsets      {}",
-        r.opsets.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+        r.opsets
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     for (label, list) in [("input ", &r.inputs), ("output", &r.outputs)] {
         for io in list {
@@ -231,11 +254,19 @@ fn info(path: &Path, json: bool, shapes: &[String]) -> Result<()> {
         }
     }
     println!("  nodes       {}", r.nodes);
-    println!("  parameters  {} ({:.2} MB)", r.parameters, r.parameter_bytes as f64 / 1e6);
+    println!(
+        "  parameters  {} ({:.2} MB)",
+        r.parameters,
+        r.parameter_bytes as f64 / 1e6
+    );
     println!(
         "  MACs        {:.3} G{}",
         r.macs as f64 / 1e9,
-        if r.macs_partial { " (lower bound: some shapes are dynamic; pass --shape)" } else { "" }
+        if r.macs_partial {
+            " (lower bound: some shapes are dynamic; pass --shape)"
+        } else {
+            ""
+        }
     );
     println!("  ops:");
     for (op, n) in model.op_histogram() {
@@ -264,7 +295,10 @@ fn read_npy(path: &Path) -> Result<Tensor> {
     try_type!(i16, I16);
     try_type!(u16, U16);
     try_type!(bool, Bool);
-    bail!("{}: not an .npy file of a supported dtype (f32, f64, i64, i32, u8, i8, i16, u16, bool)", path.display())
+    bail!(
+        "{}: not an .npy file of a supported dtype (f32, f64, i64, i32, u8, i8, i16, u16, bool)",
+        path.display()
+    )
 }
 
 fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
@@ -292,7 +326,9 @@ fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
     specs
         .iter()
         .map(|s| {
-            let (name, file) = s.split_once('=').with_context(|| format!("'{s}' is not NAME=FILE.npy"))?;
+            let (name, file) = s
+                .split_once('=')
+                .with_context(|| format!("'{s}' is not NAME=FILE.npy"))?;
             Ok((name.to_owned(), read_npy(Path::new(file))?))
         })
         .collect()
@@ -301,7 +337,13 @@ fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
 /// Replaces every character outside `[A-Za-z0-9._-]` with `_`.
 pub fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -311,11 +353,19 @@ fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize, dump: Opt
     for &i in &model.graph.inputs {
         let name = &model.graph.values[i].name;
         if !feeds.contains_key(name) {
-            bail!("{}: input '{name}' needs a value (--input {name}=FILE.npy)", path.display());
+            bail!(
+                "{}: input '{name}' needs a value (--input {name}=FILE.npy)",
+                path.display()
+            );
         }
     }
-    let exec = Executor::new(&model, threads.max(1))?;
-    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, usize::from) } else { threads };
+    let mut exec = Executor::new(&model, threads.max(1))?;
+    exec.set_fusion(dump.is_none());
+    let threads = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        threads
+    };
     let outs = if let Some(dir) = dump {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut err = None;
@@ -342,14 +392,22 @@ fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize, dump: Opt
     for (name, t) in outs {
         let file = out_dir.join(format!("{}.npy", sanitize(&name)));
         write_npy(&file, &t)?;
-        println!("{} {} [{}] -> {}", name, t.dtype(), shape_string(&t.shape().iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>()), file.display());
+        println!(
+            "{} {} [{}] -> {}",
+            name,
+            t.dtype(),
+            shape_string(&t.shape().iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>()),
+            file.display()
+        );
     }
     Ok(())
 }
 
 /// Deterministic pseudo-random input (uniform in [0, 1) for floats, small ints otherwise).
 fn random_tensor(dtype: DType, shape: &[usize], seed: u64) -> Result<Tensor> {
-    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    let mut state = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
     let mut next = move || {
         state ^= state << 13;
         state ^= state >> 7;
@@ -400,7 +458,10 @@ fn bench(
         if feeds.contains_key(&v.name) {
             continue;
         }
-        let dims = match (shape_map.get(&v.name), v.shape.as_ref().and_then(|s| npu_core::ir::concrete(s))) {
+        let dims = match (
+            shape_map.get(&v.name),
+            v.shape.as_ref().and_then(|s| npu_core::ir::concrete(s)),
+        ) {
             (Some(d), _) => d.clone(),
             (None, Some(d)) => d,
             (None, None) => bail!(
@@ -439,12 +500,20 @@ fn bench(
             let e = per_op.entry(node.op.clone()).or_default();
             e.0 += ms;
             e.1 += 1;
-            let shape = outs.first().copied().flatten().map(|t| format!("{:?}", t.shape())).unwrap_or_default();
+            let shape = outs
+                .first()
+                .copied()
+                .flatten()
+                .map(|t| format!("{:?}", t.shape()))
+                .unwrap_or_default();
             let attrs: Vec<String> = ["kernel_shape", "strides", "group"]
                 .iter()
                 .filter_map(|a| node.attr(a).map(|v| format!("{a}={}", v.summary())))
                 .collect();
-            per_node.push((ms, format!("{} {} -> {shape} {}", node.op, node.label(), attrs.join(" "))));
+            per_node.push((
+                ms,
+                format!("{} {} -> {shape} {}", node.op, node.label(), attrs.join(" ")),
+            ));
             last = Instant::now();
         };
         exec.run_with_hook(&feeds, Some(&mut hook))?;

@@ -45,10 +45,18 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     }
 }
 
-fn model(nodes: Vec<NodeProto>, inits: Vec<TensorProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>) -> ModelProto {
+fn model(
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+) -> ModelProto {
     ModelProto {
         ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(13) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(13),
+        }],
         producer_name: Some("npu-studio-tests".into()),
         graph: Some(GraphProto {
             name: Some("g".into()),
@@ -87,12 +95,19 @@ fn run_zeros(m: &npu_core::ir::Model) -> Result<(), String> {
     let mut feeds = HashMap::new();
     for &i in &m.graph.inputs {
         let v = &m.graph.values[i];
-        let Some(dims) = v.shape.as_ref().and_then(|s| concrete(s)) else { return Ok(()) };
+        let Some(dims) = v.shape.as_ref().and_then(|s| concrete(s)) else {
+            return Ok(());
+        };
         if dims.iter().product::<usize>() > 1 << 20 {
             return Ok(());
         }
         let t = Tensor::from_f32(&dims, vec![0.0; dims.iter().product()]).ok_or("bad dims")?;
-        let t = npu_core::sim::ops::quant::cast(&t, v.dtype.unwrap_or(npu_core::ir::DType::F32), true, npu_core::ir::small::E8M0Round::Up)?;
+        let t = npu_core::sim::ops::quant::cast(
+            &t,
+            v.dtype.unwrap_or(npu_core::ir::DType::F32),
+            true,
+            npu_core::ir::small::E8M0Round::Up,
+        )?;
         feeds.insert(v.name.clone(), t);
     }
     let exec = Executor::new(m, 1).map_err(|e| e.to_string())?;
@@ -100,7 +115,12 @@ fn run_zeros(m: &npu_core::ir::Model) -> Result<(), String> {
 }
 
 fn relu_model() -> ModelProto {
-    model(vec![node("Relu", "relu", &["x"], &["y"])], vec![], vec![vi("x", &[1, 4])], vec![vi("y", &[1, 4])])
+    model(
+        vec![node("Relu", "relu", &["x"], &["y"])],
+        vec![],
+        vec![vi("x", &[1, 4])],
+        vec![vi("y", &[1, 4])],
+    )
 }
 
 #[test]
@@ -143,7 +163,12 @@ fn wrong_tensor_sizes_are_reported() {
         raw_data: Some(Bytes::from_static(&[0, 0, 128, 63, 0, 0])),
         ..Default::default()
     };
-    let m = model(vec![node("Add", "add", &["x", "w"], &["y"])], vec![w], vec![vi("x", &[1, 4])], vec![vi("y", &[1, 4])]);
+    let m = model(
+        vec![node("Add", "add", &["x", "w"], &["y"])],
+        vec![w],
+        vec![vi("x", &[1, 4])],
+        vec![vi("y", &[1, 4])],
+    );
     let p = write(&d, "size.onnx", &m.encode_to_vec());
     let e = load_and_run(&p).expect_err("a short tensor must fail");
     assert!(e.contains("'w'") && e.contains("expected 16 bytes"), "{e}");
@@ -160,18 +185,37 @@ fn external_data_outside_the_folder_is_refused() {
         dims: vec![1, 4],
         data_type: Some(1),
         data_location: Some(1),
-        external_data: vec![StringStringEntryProto { key: Some("location".into()), value: Some("../secret.bin".into()) }],
+        external_data: vec![StringStringEntryProto {
+            key: Some("location".into()),
+            value: Some("../secret.bin".into()),
+        }],
         ..Default::default()
     };
-    let m = model(vec![node("Add", "add", &["x", "w"], &["y"])], vec![w.clone()], vec![vi("x", &[1, 4])], vec![vi("y", &[1, 4])]);
+    let m = model(
+        vec![node("Add", "add", &["x", "w"], &["y"])],
+        vec![w.clone()],
+        vec![vi("x", &[1, 4])],
+        vec![vi("y", &[1, 4])],
+    );
     let p = write(&inner, "ext.onnx", &m.encode_to_vec());
     let e = load_and_run(&p).expect_err("escaping external data must fail");
-    assert!(e.contains("outside the model's folder") && e.contains("ext.onnx"), "{e}");
+    assert!(
+        e.contains("outside the model's folder") && e.contains("ext.onnx"),
+        "{e}"
+    );
     // Inside the folder, with a range past the end of the file.
     write(&inner, "w.bin", &[0u8; 8]);
     let mut w2 = w;
-    w2.external_data = vec![StringStringEntryProto { key: Some("location".into()), value: Some("w.bin".into()) }];
-    let m = model(vec![node("Add", "add", &["x", "w"], &["y"])], vec![w2], vec![vi("x", &[1, 4])], vec![vi("y", &[1, 4])]);
+    w2.external_data = vec![StringStringEntryProto {
+        key: Some("location".into()),
+        value: Some("w.bin".into()),
+    }];
+    let m = model(
+        vec![node("Add", "add", &["x", "w"], &["y"])],
+        vec![w2],
+        vec![vi("x", &[1, 4])],
+        vec![vi("y", &[1, 4])],
+    );
     let p = write(&inner, "ext2.onnx", &m.encode_to_vec());
     let e = load_and_run(&p).expect_err("short external data must fail");
     assert!(e.contains("'w'"), "{e}");
@@ -181,7 +225,10 @@ fn external_data_outside_the_folder_is_refused() {
 fn cyclic_graphs_are_rejected() {
     let d = tmp_dir("cycle");
     let m = model(
-        vec![node("Add", "a", &["x", "b_out"], &["a_out"]), node("Relu", "b", &["a_out"], &["b_out"])],
+        vec![
+            node("Add", "a", &["x", "b_out"], &["a_out"]),
+            node("Relu", "b", &["a_out"], &["b_out"]),
+        ],
         vec![],
         vec![vi("x", &[1, 4])],
         vec![vi("a_out", &[1, 4])],
@@ -194,13 +241,28 @@ fn cyclic_graphs_are_rejected() {
 #[test]
 fn zero_size_dims_do_not_panic() {
     let d = tmp_dir("zero");
-    let m = model(vec![node("Relu", "relu", &["x"], &["y"])], vec![], vec![vi("x", &[0, 4])], vec![vi("y", &[0, 4])]);
+    let m = model(
+        vec![node("Relu", "relu", &["x"], &["y"])],
+        vec![],
+        vec![vi("x", &[0, 4])],
+        vec![vi("y", &[0, 4])],
+    );
     let p = write(&d, "zero.onnx", &m.encode_to_vec());
     load_and_run(&p).expect("an empty tensor through Relu is fine");
-    let w = TensorProto { name: Some("w".into()), dims: vec![0, 3, 3, 3], data_type: Some(1), ..Default::default() };
+    let w = TensorProto {
+        name: Some("w".into()),
+        dims: vec![0, 3, 3, 3],
+        data_type: Some(1),
+        ..Default::default()
+    };
     let mut conv = node("Conv", "conv", &["x", "w"], &["y"]);
     conv.attribute = vec![];
-    let m = model(vec![conv], vec![w], vec![vi("x", &[1, 3, 0, 8])], vec![vi("y", &[1, 0, 0, 6])]);
+    let m = model(
+        vec![conv],
+        vec![w],
+        vec![vi("x", &[1, 3, 0, 8])],
+        vec![vi("y", &[1, 0, 0, 6])],
+    );
     let p = write(&d, "zeroconv.onnx", &m.encode_to_vec());
     let _ = load_and_run(&p);
 }
@@ -209,14 +271,20 @@ fn zero_size_dims_do_not_panic() {
 fn unsupported_ops_are_listed_together() {
     let d = tmp_dir("unsup");
     let m = model(
-        vec![node("FancyOp", "first", &["x"], &["a"]), node("OtherOp", "second", &["a"], &["y"])],
+        vec![
+            node("FancyOp", "first", &["x"], &["a"]),
+            node("OtherOp", "second", &["a"], &["y"]),
+        ],
         vec![],
         vec![vi("x", &[1, 4])],
         vec![vi("y", &[1, 4])],
     );
     let p = write(&d, "unsup.onnx", &m.encode_to_vec());
     let e = load_and_run(&p).expect_err("unsupported ops must fail");
-    assert!(e.contains("2 unsupported op(s)") && e.contains("'first'") && e.contains("'second'"), "{e}");
+    assert!(
+        e.contains("2 unsupported op(s)") && e.contains("'first'") && e.contains("'second'"),
+        "{e}"
+    );
 }
 
 /// A small xorshift generator so the fuzzer is reproducible.
@@ -275,15 +343,30 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
 /// 3000; set NPU_FUZZ_ITERS for longer runs.
 #[test]
 fn fuzz_onnx_loader() {
-    let iters: usize = std::env::var("NPU_FUZZ_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let iters: usize = std::env::var("NPU_FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
     let mut seeds: Vec<Vec<u8>> = vec![relu_model().encode_to_vec()];
     let node_dir = npu_tests::data_dir().join("onnx-node");
-    for t in ["test_conv_with_strides_padding", "test_gemm_default_matrix_bias", "test_resize_upsample_scales_linear", "test_if", "test_lstm_defaults", "test_slice", "test_reshape_reduced_dims", "test_maxpool_2d_pads"] {
+    for t in [
+        "test_conv_with_strides_padding",
+        "test_gemm_default_matrix_bias",
+        "test_resize_upsample_scales_linear",
+        "test_if",
+        "test_lstm_defaults",
+        "test_slice",
+        "test_reshape_reduced_dims",
+        "test_maxpool_2d_pads",
+    ] {
         if let Ok(b) = std::fs::read(node_dir.join(t).join("model.onnx")) {
             seeds.push(b);
         }
     }
-    let seed_value = std::env::var("NPU_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_1234_abcd_ef01_u64);
+    let seed_value = std::env::var("NPU_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_1234_abcd_ef01_u64);
     let mut rng = Rng(seed_value | 1);
     let t0 = std::time::Instant::now();
     let dir = Path::new("fuzz.onnx");
@@ -292,7 +375,8 @@ fn fuzz_onnx_loader() {
         let seed = &seeds[i % seeds.len()];
         let input = mutate(&mut rng, seed);
         let r = std::panic::catch_unwind(|| {
-            let Ok((m, _)) = from_bytes(Bytes::from(input.clone()), Path::new("."), dir, &LoadOptions::default()) else {
+            let Ok((m, _)) = from_bytes(Bytes::from(input.clone()), Path::new("."), dir, &LoadOptions::default())
+            else {
                 return (false, false);
             };
             (true, run_zeros(&m).is_ok())

@@ -14,22 +14,98 @@ use std::path::{Path, PathBuf};
 
 /// The ops the foundation issue claims; coverage is reported for each.
 const CLAIMED: &[&str] = &[
-    "Conv", "ConvTranspose", "MatMul", "Gemm", "BatchNormalization", "InstanceNormalization",
-    "LayerNormalization", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Erf",
-    "Tanh", "Sigmoid", "Relu", "LeakyRelu", "PRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Softplus", "Gelu",
-    "Max", "Min", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax", "Reshape",
-    "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Pad", "Resize", "Expand",
-    "Tile", "Shape", "Size", "ConstantOfShape", "Constant", "Cast", "Identity", "Dropout", "ReduceMean", "ReduceSum",
-    "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ArgMax", "Where", "Equal", "Less", "Greater",
-    "GreaterOrEqual", "Not", "And", "Range", "DepthToSpace", "SpaceToDepth", "QuantizeLinear", "DequantizeLinear",
-    "If", "LSTM",
+    "Conv",
+    "ConvTranspose",
+    "MatMul",
+    "Gemm",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Sqrt",
+    "Exp",
+    "Log",
+    "Neg",
+    "Abs",
+    "Reciprocal",
+    "Erf",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "LeakyRelu",
+    "PRelu",
+    "Clip",
+    "HardSigmoid",
+    "HardSwish",
+    "Elu",
+    "Softplus",
+    "Gelu",
+    "Max",
+    "Min",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Softmax",
+    "LogSoftmax",
+    "Reshape",
+    "Flatten",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "Pad",
+    "Resize",
+    "Expand",
+    "Tile",
+    "Shape",
+    "Size",
+    "ConstantOfShape",
+    "Constant",
+    "Cast",
+    "Identity",
+    "Dropout",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL2",
+    "ArgMax",
+    "Where",
+    "Equal",
+    "Less",
+    "Greater",
+    "GreaterOrEqual",
+    "Not",
+    "And",
+    "Range",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "If",
+    "LSTM",
 ];
 
 /// Claimed ops whose node tests need value kinds the IR does not have yet (string tensors,
 /// sequences, optionals). They are reported, not asserted, until those kinds exist.
 const KNOWN_GAPS: &[(&str, &str)] = &[
-    ("Identity", "test_identity_sequence and test_identity_opt pass sequences and optionals"),
-    ("Equal", "test_equal_string and test_equal_string_broadcast compare string tensors"),
+    (
+        "Identity",
+        "test_identity_sequence and test_identity_opt pass sequences and optionals",
+    ),
+    (
+        "Equal",
+        "test_equal_string and test_equal_string_broadcast compare string tensors",
+    ),
     ("If", "test_if_seq and test_if_opt return sequences and optionals"),
 ];
 
@@ -54,8 +130,12 @@ fn run_case(dir: &Path) -> Result<(), String> {
     if inputs.len() != g.inputs.len() {
         return Err(format!("{} inputs in data, {} in graph", inputs.len(), g.inputs.len()));
     }
-    let feeds: HashMap<String, Tensor> =
-        g.inputs.iter().zip(inputs).map(|(&i, t)| (g.values[i].name.clone(), t)).collect();
+    let feeds: HashMap<String, Tensor> = g
+        .inputs
+        .iter()
+        .zip(inputs)
+        .map(|(&i, t)| (g.values[i].name.clone(), t))
+        .collect();
     let exec = Executor::new(&model, 1).map_err(|e| e.to_string())?;
     let outs = exec.run(&feeds).map_err(|e| e.to_string())?;
     if outs.len() < expected.len() {
@@ -71,7 +151,9 @@ fn run_case(dir: &Path) -> Result<(), String> {
 fn single_op(dir: &Path) -> Option<String> {
     let (model, _) = npu_core::import::onnx::load_with(
         &dir.join("model.onnx"),
-        &npu_core::import::onnx::LoadOptions { allow_unsupported: true },
+        &npu_core::import::onnx::LoadOptions {
+            allow_unsupported: true,
+        },
     )
     .ok()?;
     (model.graph.nodes.len() == 1).then(|| model.graph.nodes[0].op.clone())
@@ -87,10 +169,18 @@ fn onnx_backend_node_tests() {
     );
     let manifest_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("conformance/onnx_node_manifest.txt");
     let manifest = std::fs::read_to_string(&manifest_path).expect("manifest");
-    let listed: Vec<&str> = manifest.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    let listed: Vec<&str> = manifest
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
     let all = std::env::var("NPU_CONFORMANCE_ALL").is_ok();
 
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root).expect("read node dir").flatten().map(|e| e.path()).collect();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .expect("read node dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     dirs.sort();
     let mut per_op: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -136,8 +226,19 @@ fn onnx_backend_node_tests() {
         }
     }
     let missing: Vec<&&str> = listed.iter().filter(|l| !root.join(l).is_dir()).collect();
-    println!("ONNX node conformance: {passed} passed, {} listed tests failed, {} listed", failures.len(), listed.len());
-    assert!(missing.is_empty(), "manifest lists tests that do not exist: {missing:?}");
-    assert!(failures.is_empty(), "listed node tests failed:\n{}", failures.join("\n"));
+    println!(
+        "ONNX node conformance: {passed} passed, {} listed tests failed, {} listed",
+        failures.len(),
+        listed.len()
+    );
+    assert!(
+        missing.is_empty(),
+        "manifest lists tests that do not exist: {missing:?}"
+    );
+    assert!(
+        failures.is_empty(),
+        "listed node tests failed:\n{}",
+        failures.join("\n")
+    );
     assert!(low.is_empty(), "claimed ops below 90% coverage: {low:?}");
 }

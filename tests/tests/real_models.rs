@@ -9,7 +9,8 @@ use npu_tests::data_dir;
 use std::collections::HashMap;
 
 fn read(path: &std::path::Path) -> ArrayD<f32> {
-    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", path.display()));
+    let f =
+        std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", path.display()));
     ArrayD::<f32>::read_npy(f).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -22,7 +23,11 @@ fn check(kind: &str) {
     let input_name = model.graph.values[model.graph.inputs[0]].name.clone();
     let mut checked = 0;
     let mut worst = 0f64;
-    let mut files: Vec<_> = std::fs::read_dir(data.join("inputs")).expect("inputs").flatten().map(|e| e.path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(data.join("inputs"))
+        .expect("inputs")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     files.sort();
     for f in files {
         let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
@@ -36,10 +41,15 @@ fn check(kind: &str) {
         let want = read(&data.join("reference").join(&name));
         let feeds = HashMap::from([(input_name.clone(), Tensor::F32(x))]);
         let outs = exec.run(&feeds).expect("runs");
-        let Tensor::F32(got) = &outs[0].1 else { panic!("f32 output expected") };
+        let Tensor::F32(got) = &outs[0].1 else {
+            panic!("f32 output expected")
+        };
         assert_eq!(got.shape(), want.shape(), "{name}: output shape");
         let max_ref = want.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
-        let max_err = got.iter().zip(want.iter()).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
+        let max_err = got
+            .iter()
+            .zip(want.iter())
+            .fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs()));
         let rel = max_err / max_ref;
         if rel > 1e-4 {
             use ndarray_npy::WriteNpyExt;
@@ -61,7 +71,10 @@ fn check(kind: &str) {
         worst = worst.max(rel);
         checked += 1;
     }
-    assert!(checked >= 5 || std::env::var("NPU_ONLY").is_ok(), "expected at least 5 real inputs for {kind}, found {checked}");
+    assert!(
+        checked >= 5 || std::env::var("NPU_ONLY").is_ok(),
+        "expected at least 5 real inputs for {kind}, found {checked}"
+    );
     println!("{kind}: {checked} images, worst max|err|/max|ref| = {worst:.3e}");
 }
 

@@ -28,9 +28,16 @@ pub enum ImportError {
     #[error("{file}: {message}")]
     Format { file: PathBuf, message: String },
     #[error("{file}: invalid graph: {error}")]
-    Invalid { file: PathBuf, error: crate::ir::ValidationError },
+    Invalid {
+        file: PathBuf,
+        error: crate::ir::ValidationError,
+    },
     #[error("{file}: tensor '{tensor}' points to external data '{location}' outside the model's folder")]
-    ExternalOutside { file: PathBuf, tensor: String, location: String },
+    ExternalOutside {
+        file: PathBuf,
+        tensor: String,
+        location: String,
+    },
     #[error("{file}: {} unsupported op(s):\n{}", ops.len(), UnsupportedList(ops))]
     Unsupported { file: PathBuf, ops: Vec<UnsupportedOp> },
 }
@@ -51,7 +58,10 @@ impl fmt::Display for UnsupportedList<'_> {
 
 impl ImportError {
     pub(crate) fn io(file: &Path, source: std::io::Error) -> Self {
-        Self::Io { file: file.to_path_buf(), source }
+        Self::Io {
+            file: file.to_path_buf(),
+            source,
+        }
     }
 }
 

@@ -22,17 +22,33 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
         return;
     };
     let ctx = OpCtx { opset, threads: 1 };
-    let mut known: Vec<Option<Tensor>> =
-        g.values.iter().map(|v| v.constant.as_ref().filter(|c| c.len() <= FOLD_LIMIT).map(|c| c.tensor().clone())).collect();
+    let mut known: Vec<Option<Tensor>> = g
+        .values
+        .iter()
+        .map(|v| {
+            v.constant
+                .as_ref()
+                .filter(|c| c.len() <= FOLD_LIMIT)
+                .map(|c| c.tensor().clone())
+        })
+        .collect();
     for n in order {
         let node = g.nodes[n].clone();
-        let ins: Vec<Option<(Option<DType>, Option<Shape>)>> =
-            node.inputs.iter().map(|v| v.map(|v| (g.values[v].dtype, g.values[v].shape.clone()))).collect();
+        let ins: Vec<Option<(Option<DType>, Option<Shape>)>> = node
+            .inputs
+            .iter()
+            .map(|v| v.map(|v| (g.values[v].dtype, g.values[v].shape.clone())))
+            .collect();
         // Fold when every input value is known (or the op only needs shapes).
         let all_known = node.inputs.iter().flatten().all(|&v| known[v].is_some());
         let shape_only = node.op == "Shape" || node.op == "Size";
         let mut folded = None;
-        if all_known && !matches!(node.op.as_str(), "If" | "Loop" | "Scan" | "RandomNormal" | "RandomUniform" | "Dropout") {
+        if all_known
+            && !matches!(
+                node.op.as_str(),
+                "If" | "Loop" | "Scan" | "RandomNormal" | "RandomUniform" | "Dropout"
+            )
+        {
             let vals: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| known[v].as_ref())).collect();
             if let Ok(outs) = crate::sim::ops::eval(&node, &vals, &ctx, &|_| None) {
                 if outs.iter().all(|t| t.len() <= FOLD_LIMIT) {
@@ -52,7 +68,10 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
                         let d: Vec<i64> = dims[start..end.max(start)].iter().map(|&d| d as i64).collect();
                         Tensor::I64(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[d.len()]), d).unwrap_or_default())
                     } else {
-                        Tensor::I64(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), dims.iter().product::<usize>() as i64))
+                        Tensor::I64(ndarray::ArrayD::from_elem(
+                            ndarray::IxDyn(&[]),
+                            dims.iter().product::<usize>() as i64,
+                        ))
                     };
                     folded = Some(vec![t]);
                 }
@@ -78,7 +97,11 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
                 if v.dtype.is_none() {
                     v.dtype = *dt;
                 }
-                if sh.is_some() && v.shape.as_ref().is_none_or(|s| s.iter().all(|d| matches!(d, Dim::Sym(x) if x.is_empty()))) {
+                if sh.is_some()
+                    && v.shape
+                        .as_ref()
+                        .is_none_or(|s| s.iter().all(|d| matches!(d, Dim::Sym(x) if x.is_empty())))
+                {
                     v.shape.clone_from(sh);
                 }
             }
@@ -104,7 +127,9 @@ fn broadcast(shapes: &[&Shape]) -> Shape {
         .map(|i| {
             let mut out = Dim::Fixed(1);
             for s in shapes {
-                let Some(d) = (i + s.len()).checked_sub(n).map(|j| &s[j]) else { continue };
+                let Some(d) = (i + s.len()).checked_sub(n).map(|j| &s[j]) else {
+                    continue;
+                };
                 out = match (&out, d) {
                     (Dim::Fixed(1), d) => d.clone(),
                     (o, Dim::Fixed(1)) => o.clone(),
@@ -133,7 +158,11 @@ fn window_out(d: &Dim, k: usize, s: usize, dl: usize, pb: usize, pe: usize, same
             if span < eff {
                 return sym();
             }
-            Dim::Fixed(if ceil { (span - eff).div_ceil(s) + 1 } else { (span - eff) / s + 1 })
+            Dim::Fixed(if ceil {
+                (span - eff).div_ceil(s) + 1
+            } else {
+                (span - eff) / s + 1
+            })
         }
         Dim::Sym(_) => sym(),
     }
@@ -146,20 +175,64 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
     let same = || vec![i0.clone()];
     let op = node.op.as_str();
     match op {
-        "Relu" | "LeakyRelu" | "PRelu" | "Sigmoid" | "Tanh" | "HardSigmoid" | "HardSwish" | "Elu" | "Selu" | "Celu"
-        | "Softplus" | "Softsign" | "Gelu" | "Mish" | "Erf" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Neg" | "Abs"
-        | "Clip" | "Softmax" | "LogSoftmax" | "Identity" | "Ceil" | "Floor" | "Round" | "Sign" | "Sin" | "Cos" | "Tan"
-        | "Asin" | "Acos" | "Atan" | "Sinh" | "Cosh" | "Asinh" | "Acosh" | "Atanh" | "ThresholdedRelu" | "CumSum"
-        | "BatchNormalization" | "InstanceNormalization" | "Trilu" | "Not" => same(),
+        "Relu"
+        | "LeakyRelu"
+        | "PRelu"
+        | "Sigmoid"
+        | "Tanh"
+        | "HardSigmoid"
+        | "HardSwish"
+        | "Elu"
+        | "Selu"
+        | "Celu"
+        | "Softplus"
+        | "Softsign"
+        | "Gelu"
+        | "Mish"
+        | "Erf"
+        | "Exp"
+        | "Log"
+        | "Sqrt"
+        | "Reciprocal"
+        | "Neg"
+        | "Abs"
+        | "Clip"
+        | "Softmax"
+        | "LogSoftmax"
+        | "Identity"
+        | "Ceil"
+        | "Floor"
+        | "Round"
+        | "Sign"
+        | "Sin"
+        | "Cos"
+        | "Tan"
+        | "Asin"
+        | "Acos"
+        | "Atan"
+        | "Sinh"
+        | "Cosh"
+        | "Asinh"
+        | "Acosh"
+        | "Atanh"
+        | "ThresholdedRelu"
+        | "CumSum"
+        | "BatchNormalization"
+        | "InstanceNormalization"
+        | "Trilu"
+        | "Not" => same(),
         "Dropout" => vec![i0.clone(), (Some(DType::Bool), i0.1.clone())],
         "LayerNormalization" => vec![i0.clone(), (Some(DType::F32), None), (Some(DType::F32), None)],
         "IsNaN" | "IsInf" => vec![(Some(DType::Bool), i0.1)],
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Max" | "Min" | "Sum" | "Mean" | "Where" | "Equal" | "Less"
         | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" => {
             let shapes: Vec<Shape> = (0..ins.len()).filter_map(shape).collect();
-            let s = (shapes.len() == ins.iter().flatten().count()).then(|| broadcast(&shapes.iter().collect::<Vec<_>>()));
+            let s =
+                (shapes.len() == ins.iter().flatten().count()).then(|| broadcast(&shapes.iter().collect::<Vec<_>>()));
             let d = match op {
-                "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" => Some(DType::Bool),
+                "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" => {
+                    Some(DType::Bool)
+                }
                 "Where" => dt(1),
                 _ => dt(0),
             };
@@ -168,12 +241,16 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
         "Cast" => vec![(node.attr_i("to").and_then(|c| DType::from_onnx(c as i32)), i0.1)],
         "CastLike" => vec![(dt(1), i0.1)],
         "QuantizeLinear" => {
-            let d = dt(2).or_else(|| node.attr_i("output_dtype").and_then(|c| DType::from_onnx(c as i32))).or(Some(DType::U8));
+            let d = dt(2)
+                .or_else(|| node.attr_i("output_dtype").and_then(|c| DType::from_onnx(c as i32)))
+                .or(Some(DType::U8));
             vec![(d, i0.1)]
         }
         "DequantizeLinear" => vec![(dt(1), i0.1)],
         "Conv" | "MaxPool" | "AveragePool" | "LpPool" => {
-            let Some(x) = i0.1.clone() else { return vec![(i0.0, None)] };
+            let Some(x) = i0.1.clone() else {
+                return vec![(i0.0, None)];
+            };
             if x.len() < 3 {
                 return vec![(i0.0, None)];
             }
@@ -189,11 +266,20 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                 return vec![(i0.0, None)];
             }
             let get = |name: &str, d: usize| -> Vec<usize> {
-                node.attr_ints(name).map_or(vec![d; nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect())
+                node.attr_ints(name)
+                    .map_or(vec![d; nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect())
             };
             let (s, dl) = (get("strides", 1), get("dilations", 1));
-            let pads = node.attr_ints("pads").map_or(vec![0; 2 * nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect());
-            if s.len() != nsp || dl.len() != nsp || pads.len() != 2 * nsp || s.contains(&0) || dl.contains(&0) || kernel.contains(&0) {
+            let pads = node
+                .attr_ints("pads")
+                .map_or(vec![0; 2 * nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect());
+            if s.len() != nsp
+                || dl.len() != nsp
+                || pads.len() != 2 * nsp
+                || s.contains(&0)
+                || dl.contains(&0)
+                || kernel.contains(&0)
+            {
                 return vec![(i0.0, None)];
             }
             let same_pad = node.attr_s("auto_pad").is_some_and(|a| a.starts_with("SAME"));
@@ -205,7 +291,16 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             };
             let mut out = vec![x[0].clone(), c];
             for i in 0..nsp {
-                out.push(window_out(&x[i + 2], kernel[i], s[i], dl[i], pads[i], pads[i + nsp], same_pad, ceil));
+                out.push(window_out(
+                    &x[i + 2],
+                    kernel[i],
+                    s[i],
+                    dl[i],
+                    pads[i],
+                    pads[i + nsp],
+                    same_pad,
+                    ceil,
+                ));
             }
             let mut v = vec![(i0.0, Some(out.clone()))];
             if op == "MaxPool" {
@@ -214,7 +309,9 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             v
         }
         "ConvTranspose" => {
-            let (Some(x), Some(w)) = (i0.1.clone(), shape(1)) else { return vec![(i0.0, None)] };
+            let (Some(x), Some(w)) = (i0.1.clone(), shape(1)) else {
+                return vec![(i0.0, None)];
+            };
             if x.len() < 3 || w.len() != x.len() {
                 return vec![(i0.0, None)];
             }
@@ -230,18 +327,29 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                 None => concrete(&w).map_or(vec![1; nsp], |w| w[2..].to_vec()),
             };
             let get = |name: &str, d: usize| -> Vec<usize> {
-                node.attr_ints(name).map_or(vec![d; nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect())
+                node.attr_ints(name)
+                    .map_or(vec![d; nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect())
             };
             let (s, dl, op_) = (get("strides", 1), get("dilations", 1), get("output_padding", 0));
-            let pads = node.attr_ints("pads").map_or(vec![0; 2 * nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect());
-            if s.len() != nsp || dl.len() != nsp || op_.len() != nsp || pads.len() != 2 * nsp || kernel.len() != nsp || kernel.contains(&0) {
+            let pads = node
+                .attr_ints("pads")
+                .map_or(vec![0; 2 * nsp], |v| v.iter().map(|&x| x.max(0) as usize).collect());
+            if s.len() != nsp
+                || dl.len() != nsp
+                || op_.len() != nsp
+                || pads.len() != 2 * nsp
+                || kernel.len() != nsp
+                || kernel.contains(&0)
+            {
                 return vec![(i0.0, None)];
             }
             let os = node.attr_ints("output_shape");
             for i in 0..nsp {
                 out.push(match (&x[i + 2], os) {
                     (_, Some(o)) if o.len() >= nsp => Dim::Fixed(o[o.len() - nsp + i].max(0) as usize),
-                    (Dim::Fixed(n), _) if node.attr_s("auto_pad").is_some_and(|a| a.starts_with("SAME")) => Dim::Fixed(n * s[i]),
+                    (Dim::Fixed(n), _) if node.attr_s("auto_pad").is_some_and(|a| a.starts_with("SAME")) => {
+                        Dim::Fixed(n * s[i])
+                    }
                     (Dim::Fixed(n), _) => {
                         let full = s[i] * (n - 1) + op_[i] + (kernel[i] - 1) * dl[i] + 1;
                         full.checked_sub(pads[i] + pads[i + nsp]).map_or_else(sym, Dim::Fixed)
@@ -252,11 +360,18 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(i0.0, Some(out))]
         }
         "GlobalAveragePool" | "GlobalMaxPool" => {
-            let s = i0.1.clone().map(|x| x.iter().enumerate().map(|(i, d)| if i < 2 { d.clone() } else { Dim::Fixed(1) }).collect());
+            let s = i0.1.clone().map(|x| {
+                x.iter()
+                    .enumerate()
+                    .map(|(i, d)| if i < 2 { d.clone() } else { Dim::Fixed(1) })
+                    .collect()
+            });
             vec![(i0.0, s)]
         }
         "MatMul" => {
-            let (Some(a), Some(b)) = (i0.1.clone(), shape(1)) else { return vec![(i0.0, None)] };
+            let (Some(a), Some(b)) = (i0.1.clone(), shape(1)) else {
+                return vec![(i0.0, None)];
+            };
             if a.len() < 2 || b.len() < 2 {
                 return vec![(i0.0, None)];
             }
@@ -266,22 +381,38 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(i0.0, Some(batch))]
         }
         "Gemm" => {
-            let (Some(a), Some(b)) = (i0.1.clone(), shape(1)) else { return vec![(i0.0, None)] };
+            let (Some(a), Some(b)) = (i0.1.clone(), shape(1)) else {
+                return vec![(i0.0, None)];
+            };
             if a.len() != 2 || b.len() != 2 {
                 return vec![(i0.0, None)];
             }
-            let m = if node.attr_i("transA").unwrap_or(0) != 0 { a[1].clone() } else { a[0].clone() };
-            let n = if node.attr_i("transB").unwrap_or(0) != 0 { b[0].clone() } else { b[1].clone() };
+            let m = if node.attr_i("transA").unwrap_or(0) != 0 {
+                a[1].clone()
+            } else {
+                a[0].clone()
+            };
+            let n = if node.attr_i("transB").unwrap_or(0) != 0 {
+                b[0].clone()
+            } else {
+                b[1].clone()
+            };
             vec![(i0.0, Some(vec![m, n]))]
         }
         "Flatten" => {
-            let Some(x) = i0.1.clone() else { return vec![(i0.0, None)] };
-            let Some(a) = axis(node.attr_i("axis").unwrap_or(1), x.len()) else { return vec![(i0.0, None)] };
+            let Some(x) = i0.1.clone() else {
+                return vec![(i0.0, None)];
+            };
+            let Some(a) = axis(node.attr_i("axis").unwrap_or(1), x.len()) else {
+                return vec![(i0.0, None)];
+            };
             let prod = |s: &[Dim]| concrete(s).map_or_else(sym, |v| Dim::Fixed(v.iter().product()));
             vec![(i0.0, Some(vec![prod(&x[..a]), prod(&x[a..])]))]
         }
         "Reshape" => {
-            let spec = known(1).and_then(Tensor::as_i64_vec).or_else(|| node.attr_ints("shape").map(<[i64]>::to_vec));
+            let spec = known(1)
+                .and_then(Tensor::as_i64_vec)
+                .or_else(|| node.attr_ints("shape").map(<[i64]>::to_vec));
             let s = spec.map(|sp| {
                 let x = i0.1.clone().unwrap_or_default();
                 let allowzero = node.attr_i("allowzero").unwrap_or(0) != 0;
@@ -295,8 +426,12 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                     })
                     .collect();
                 if let (Some(xs), Some(p)) = (concrete(&x), sp.iter().position(|&d| d == -1)) {
-                    let known_prod: Option<usize> =
-                        out.iter().enumerate().filter(|(i, _)| *i != p).map(|(_, d)| if let Dim::Fixed(v) = d { Some(v) } else { None }).product();
+                    let known_prod: Option<usize> = out
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i != p)
+                        .map(|(_, d)| if let Dim::Fixed(v) = d { Some(v) } else { None })
+                        .product();
                     if let Some(kp) = known_prod.filter(|&k| k > 0) {
                         out[p] = Dim::Fixed(xs.iter().product::<usize>() / kp);
                     }
@@ -307,26 +442,57 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
         }
         "Transpose" => {
             let s = i0.1.clone().map(|x| {
-                let perm: Vec<usize> = node.attr_ints("perm").map_or_else(|| (0..x.len()).rev().collect(), |p| p.iter().map(|&v| v as usize).collect());
+                let perm: Vec<usize> = node.attr_ints("perm").map_or_else(
+                    || (0..x.len()).rev().collect(),
+                    |p| p.iter().map(|&v| v as usize).collect(),
+                );
                 perm.iter().map(|&p| x.get(p).cloned().unwrap_or_else(sym)).collect()
             });
             vec![(i0.0, s)]
         }
         "Unsqueeze" | "Squeeze" => {
-            let axes = node.attr_ints("axes").map(<[i64]>::to_vec).or_else(|| known(1).and_then(Tensor::as_i64_vec));
+            let axes = node
+                .attr_ints("axes")
+                .map(<[i64]>::to_vec)
+                .or_else(|| known(1).and_then(Tensor::as_i64_vec));
             let s = match (i0.1.clone(), axes) {
                 (Some(x), Some(ax)) if op == "Unsqueeze" => {
                     let r = x.len() + ax.len();
-                    let ax: Vec<usize> = ax.iter().filter_map(|&a| axis(a, r.saturating_sub(1)).or(Some(r - 1)).filter(|_| a >= -(r as i64))).collect();
+                    let ax: Vec<usize> = ax
+                        .iter()
+                        .filter_map(|&a| {
+                            axis(a, r.saturating_sub(1))
+                                .or(Some(r - 1))
+                                .filter(|_| a >= -(r as i64))
+                        })
+                        .collect();
                     let mut src = x.into_iter();
-                    Some((0..r).map(|i| if ax.contains(&i) { Dim::Fixed(1) } else { src.next().unwrap_or_else(sym) }).collect())
+                    Some(
+                        (0..r)
+                            .map(|i| {
+                                if ax.contains(&i) {
+                                    Dim::Fixed(1)
+                                } else {
+                                    src.next().unwrap_or_else(sym)
+                                }
+                            })
+                            .collect(),
+                    )
                 }
                 (Some(x), Some(ax)) => {
                     let r = x.len();
                     let ax: Vec<usize> = ax.iter().filter_map(|&a| axis(a, r)).collect();
-                    Some(x.into_iter().enumerate().filter(|(i, _)| !ax.contains(i)).map(|(_, d)| d).collect())
+                    Some(
+                        x.into_iter()
+                            .enumerate()
+                            .filter(|(i, _)| !ax.contains(i))
+                            .map(|(_, d)| d)
+                            .collect(),
+                    )
                 }
-                (Some(x), None) if op == "Squeeze" => concrete(&x).map(|v| v.into_iter().filter(|&d| d != 1).map(Dim::Fixed).collect()),
+                (Some(x), None) if op == "Squeeze" => {
+                    concrete(&x).map(|v| v.into_iter().filter(|&d| d != 1).map(Dim::Fixed).collect())
+                }
                 _ => None,
             };
             vec![(i0.0, s)]
@@ -338,7 +504,16 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                 let a = axis(node.attr_i("axis").unwrap_or(0), r).unwrap_or(0);
                 let mut out = shapes[0].clone();
                 if a < r {
-                    let total: Option<usize> = shapes.iter().map(|s| if let Some(Dim::Fixed(v)) = s.get(a) { Some(*v) } else { None }).sum();
+                    let total: Option<usize> = shapes
+                        .iter()
+                        .map(|s| {
+                            if let Some(Dim::Fixed(v)) = s.get(a) {
+                                Some(*v)
+                            } else {
+                                None
+                            }
+                        })
+                        .sum();
                     out[a] = total.map_or_else(sym, Dim::Fixed);
                 }
                 out
@@ -346,15 +521,25 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(i0.0, s)]
         }
         "Resize" | "Upsample" => {
-            let Some(x) = i0.1.clone() else { return vec![(i0.0, None)] };
-            let scales = known(if opset >= 11 && op == "Resize" { 2 } else { 1 }).filter(|t| !t.is_empty()).map(|t| t.to_f32().iter().copied().collect::<Vec<f32>>());
-            let sizes = if opset >= 11 { known(3).and_then(Tensor::as_i64_vec) } else { None };
+            let Some(x) = i0.1.clone() else {
+                return vec![(i0.0, None)];
+            };
+            let scales = known(if opset >= 11 && op == "Resize" { 2 } else { 1 })
+                .filter(|t| !t.is_empty())
+                .map(|t| t.to_f32().iter().copied().collect::<Vec<f32>>());
+            let sizes = if opset >= 11 {
+                known(3).and_then(Tensor::as_i64_vec)
+            } else {
+                None
+            };
             let s: Shape = x
                 .iter()
                 .enumerate()
                 .map(|(i, d)| match (&scales, &sizes, d) {
                     (_, Some(sz), _) if sz.len() == x.len() => Dim::Fixed(sz[i].max(0) as usize),
-                    (Some(sc), _, Dim::Fixed(n)) if sc.len() == x.len() => Dim::Fixed((*n as f32 * sc[i]).floor() as usize),
+                    (Some(sc), _, Dim::Fixed(n)) if sc.len() == x.len() => {
+                        Dim::Fixed((*n as f32 * sc[i]).floor() as usize)
+                    }
                     (Some(sc), _, d) if sc.len() == x.len() && sc[i] == 1.0 => d.clone(),
                     _ => sym(),
                 })
@@ -370,7 +555,9 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             let axes: Option<Vec<i64>> = if op.starts_with("Arg") {
                 Some(vec![node.attr_i("axis").unwrap_or(0)])
             } else {
-                node.attr_ints("axes").map(<[i64]>::to_vec).or_else(|| known(1).and_then(Tensor::as_i64_vec))
+                node.attr_ints("axes")
+                    .map(<[i64]>::to_vec)
+                    .or_else(|| known(1).and_then(Tensor::as_i64_vec))
             };
             let s = i0.1.clone().and_then(|x| {
                 let r = x.len();
@@ -382,7 +569,13 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                 Some(
                     x.into_iter()
                         .enumerate()
-                        .filter_map(|(i, dd)| if ax.contains(&i) { keep.then_some(Dim::Fixed(1)) } else { Some(dd) })
+                        .filter_map(|(i, dd)| {
+                            if ax.contains(&i) {
+                                keep.then_some(Dim::Fixed(1))
+                            } else {
+                                Some(dd)
+                            }
+                        })
                         .collect(),
                 )
             });

@@ -323,7 +323,11 @@ impl Graph {
 
     /// A map from value name to id.
     pub fn value_ids(&self) -> HashMap<&str, ValueId> {
-        self.values.iter().enumerate().map(|(i, v)| (v.name.as_str(), i)).collect()
+        self.values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.name.as_str(), i))
+            .collect()
     }
 
     /// Consumers (node ids) of every value.

@@ -1,6 +1,9 @@
 //! The FP32 reference executor: runs a [`Model`] on ndarray tensors with fast kernels.
 
+mod fuse;
 pub mod ops;
+
+use ops::elementwise::sigmoid as elementwise_sigmoid;
 
 use crate::ir::{Graph, Model, Node, Tensor, ValueId};
 use std::collections::HashMap;
@@ -55,6 +58,8 @@ struct Plan {
     frees: Vec<Vec<ValueId>>,
     /// Outputs of `Constant` nodes, computed once when the plan is made.
     consts: Vec<(ValueId, Tensor)>,
+    /// Element-wise chains by the step they start at.
+    chains: Vec<Option<fuse::Chain>>,
 }
 
 impl Plan {
@@ -94,10 +99,12 @@ impl Plan {
             keep.push(n);
             keep_frees.push(std::mem::take(&mut frees[step]));
         }
+        let chains = fuse::find_chains(g, &keep);
         Ok(Self {
             order: keep,
             frees: keep_frees,
             consts,
+            chains,
         })
     }
 }
@@ -114,6 +121,8 @@ pub struct Executor<'m> {
     /// the GEMM kernels keep per-thread scratch memory that concurrent callers on one pool
     /// would clobber.
     pool: rayon::ThreadPool,
+    /// Run element-wise chains as one pass (off: every node's output is materialized).
+    fusion: bool,
 }
 
 impl<'m> Executor<'m> {
@@ -136,7 +145,13 @@ impl<'m> Executor<'m> {
                 threads,
             },
             pool,
+            fusion: true,
         })
+    }
+
+    /// Turns element-wise chain fusion on or off (off makes the hook see every node).
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fusion = on;
     }
 
     /// Runs with named inputs; returns the graph outputs in order, with their names.
@@ -153,12 +168,21 @@ impl<'m> Executor<'m> {
         let g = &self.model.graph;
         for &i in &g.inputs {
             let v = &g.values[i];
-            let t = inputs.get(&v.name).ok_or_else(|| SimError::MissingInput(v.name.clone()))?;
+            let t = inputs
+                .get(&v.name)
+                .ok_or_else(|| SimError::MissingInput(v.name.clone()))?;
             check_input(v, t)?;
         }
         let by_name = |name: &str| inputs.get(name);
-        let outs = self.pool.install(|| run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook))?;
-        Ok(g.outputs.iter().zip(outs).map(|(&o, t)| (g.values[o].name.clone(), t)).collect())
+        let fusion = self.fusion;
+        let outs = self
+            .pool
+            .install(|| run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook, fusion))?;
+        Ok(g.outputs
+            .iter()
+            .zip(outs)
+            .map(|(&o, t)| (g.values[o].name.clone(), t))
+            .collect())
     }
 }
 
@@ -180,11 +204,7 @@ fn check_input(v: &crate::ir::Value, t: &Tensor) -> Result<(), SimError> {
         if !ok {
             return Err(SimError::BadInput {
                 name: v.name.clone(),
-                message: format!(
-                    "expected shape {}, got {:?}",
-                    crate::ir::shape_string(shape),
-                    t.shape()
-                ),
+                message: format!("expected shape {}, got {:?}", crate::ir::shape_string(shape), t.shape()),
             });
         }
     }
@@ -200,6 +220,7 @@ fn run_graph<'a>(
     outer: &dyn Fn(&str) -> Option<Tensor>,
     ctx: OpCtx,
     mut hook: Option<&mut NodeHook<'_>>,
+    fusion: bool,
 ) -> Result<Vec<Tensor>, SimError> {
     let mut env: Vec<Slot<'a>> = (0..g.values.len()).map(|_| Slot::Empty).collect();
     for (i, v) in g.values.iter().enumerate() {
@@ -219,7 +240,31 @@ fn run_graph<'a>(
         let t = inputs(name).ok_or_else(|| SimError::MissingInput(name.clone()))?;
         env[i] = Slot::Borrowed(t);
     }
+    let mut skip = 0;
     for (step, &n) in plan.order.iter().enumerate() {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        if let (true, Some(chain)) = (fusion, &plan.chains[step]) {
+            if let Some(out) = run_chain_step(g, plan, step, chain, &mut env, ctx.opset) {
+                env[chain.out] = Slot::Owned(out);
+                let len = chain.nodes.len();
+                if let Some(h) = hook.as_deref_mut() {
+                    let last = chain.nodes[len - 1];
+                    h(last, &g.nodes[last], &[env[chain.out].get()]);
+                }
+                for k in step..step + len {
+                    for &v in &plan.frees[k] {
+                        if !g.inputs.contains(&v) {
+                            env[v] = Slot::Empty;
+                        }
+                    }
+                }
+                skip = len - 1;
+                continue;
+            }
+        }
         let node = &g.nodes[n];
         // Reuse the buffer of a dying first input for element-wise ops.
         let donor = node.input(0).filter(|&v| {
@@ -230,18 +275,21 @@ fn run_graph<'a>(
         });
         if let Some(v) = donor {
             if let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty) {
-                let rest: Vec<Option<&Tensor>> = node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
-                let done = ops::elementwise::try_inplace(node, &mut x, &rest, &ctx).map_err(|message| SimError::Node {
-                    node: node.label(),
-                    op: node.op.clone(),
-                    message,
-                })?;
+                let rest: Vec<Option<&Tensor>> =
+                    node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
+                let done =
+                    ops::elementwise::try_inplace(node, &mut x, &rest, &ctx).map_err(|message| SimError::Node {
+                        node: node.label(),
+                        op: node.op.clone(),
+                        message,
+                    })?;
                 if done {
                     if let Some(Some(o)) = node.outputs.first() {
                         env[*o] = Slot::Owned(x);
                     }
                     if let Some(h) = hook.as_deref_mut() {
-                        let views: Vec<Option<&Tensor>> = node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
+                        let views: Vec<Option<&Tensor>> =
+                            node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
                         h(n, node, &views);
                     }
                     continue;
@@ -293,6 +341,49 @@ fn run_graph<'a>(
         .collect()
 }
 
+/// Runs an element-wise chain: donates the start buffer when nothing else needs it,
+/// copies it otherwise. `None` when the operands do not fit (the nodes then run one by one).
+fn run_chain_step(
+    g: &Graph,
+    plan: &Plan,
+    step: usize,
+    chain: &fuse::Chain,
+    env: &mut [Slot<'_>],
+    opset: i64,
+) -> Option<Tensor> {
+    let start = chain.start;
+    if !matches!(env[start].get(), Some(Tensor::F32(a)) if a.is_standard_layout()) {
+        return None;
+    }
+    let used_later = chain.nodes.iter().enumerate().any(|(k, &n)| {
+        g.nodes[n]
+            .inputs
+            .iter()
+            .enumerate()
+            .any(|(i, v)| *v == Some(start) && !(k == 0 && i == 0))
+    });
+    let dies = (step..step + chain.nodes.len()).any(|k| plan.frees[k].contains(&start)) && !g.inputs.contains(&start);
+    let data = if dies && !used_later && matches!(env[start], Slot::Owned(_)) {
+        match std::mem::replace(&mut env[start], Slot::Empty) {
+            Slot::Owned(t) => t,
+            _ => return None,
+        }
+    } else {
+        env[start].get()?.clone()
+    };
+    let donated = matches!(env[start], Slot::Empty);
+    let lookup = |v: ValueId| env[v].get();
+    match fuse::run_chain(g, chain, data, &lookup, opset) {
+        Ok(t) => Some(t),
+        Err(t) => {
+            if donated {
+                env[start] = Slot::Owned(t);
+            }
+            None
+        }
+    }
+}
+
 /// Runs a subgraph (an If/Loop body) with explicit inputs, resolving outer names through `outer`.
 pub fn run_subgraph(
     g: &Graph,
@@ -308,7 +399,7 @@ pub fn run_subgraph(
         .map(|(&i, t)| (g.values[i].name.as_str(), t))
         .collect();
     let by_name = |name: &str| named.get(name).copied();
-    run_graph(g, &plan, &by_name, outer, *ctx, None).map_err(|e| format!("in subgraph '{}': {e}", g.name))
+    run_graph(g, &plan, &by_name, outer, *ctx, None, true).map_err(|e| format!("in subgraph '{}': {e}", g.name))
 }
 
 /// Runs `f` inside a rayon pool of `threads` threads (the calling thread's pool when 0).
@@ -327,7 +418,8 @@ pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R 
 pub fn count_macs(model: &Model) -> (u64, bool) {
     let g = &model.graph;
     let dims = |v: Option<usize>| -> Option<Vec<usize>> {
-        v.and_then(|v| g.values[v].shape.as_ref()).and_then(|s| crate::ir::concrete(s))
+        v.and_then(|v| g.values[v].shape.as_ref())
+            .and_then(|s| crate::ir::concrete(s))
     };
     let mut total = 0u64;
     let mut partial = false;

@@ -45,7 +45,12 @@ fn map_file(path: &Path) -> Result<Bytes, ImportError> {
 }
 
 /// Parses a model from bytes; `dir` is the folder external data must stay within.
-pub fn from_bytes(bytes: Bytes, dir: &Path, path: &Path, opts: &LoadOptions) -> Result<(Model, ImportReport), ImportError> {
+pub fn from_bytes(
+    bytes: Bytes,
+    dir: &Path,
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<(Model, ImportReport), ImportError> {
     let proto = proto::ModelProto::decode(bytes).map_err(|e| ImportError::Format {
         file: path.to_path_buf(),
         message: format!("not a valid ONNX protobuf: {e}"),
@@ -59,7 +64,9 @@ pub fn from_bytes(bytes: Bytes, dir: &Path, path: &Path, opts: &LoadOptions) -> 
                 message: format!("IR version {ir_version} is not supported (3 to 10 are)"),
             });
         }
-        report.warnings.push(format!("IR version {ir_version} is newer than the supported 3 to 10; loading anyway"));
+        report.warnings.push(format!(
+            "IR version {ir_version} is newer than the supported 3 to 10; loading anyway"
+        ));
     }
     let mut meta = Metadata {
         ir_version,
@@ -78,7 +85,9 @@ pub fn from_bytes(bytes: Bytes, dir: &Path, path: &Path, opts: &LoadOptions) -> 
     }
     let opset = meta.opsets.get("").copied().unwrap_or(1);
     if !(7..=25).contains(&opset) {
-        report.warnings.push(format!("default-domain opset {opset} is outside the supported 7 to 23"));
+        report
+            .warnings
+            .push(format!("default-domain opset {opset} is outside the supported 7 to 23"));
     }
     for p in &proto.metadata_props {
         meta.props
@@ -106,7 +115,9 @@ pub fn from_bytes(bytes: Bytes, dir: &Path, path: &Path, opts: &LoadOptions) -> 
     if !unsupported.is_empty() {
         if opts.allow_unsupported {
             for u in &unsupported {
-                report.warnings.push(format!("unsupported op {} in node '{}'", u.op, u.node));
+                report
+                    .warnings
+                    .push(format!("unsupported op {} in node '{}'", u.op, u.node));
             }
         } else {
             return Err(ImportError::Unsupported {
@@ -172,12 +183,14 @@ impl Ctx {
     fn tensor(&mut self, t: &TensorProto) -> Result<Constant, ImportError> {
         let name = t.name.clone().unwrap_or_default();
         let code = t.data_type.unwrap_or(0);
-        let dtype = DType::from_onnx(code).ok_or_else(|| self.err(format!("tensor '{name}' has unsupported data type {code}")))?;
+        let dtype = DType::from_onnx(code)
+            .ok_or_else(|| self.err(format!("tensor '{name}' has unsupported data type {code}")))?;
         if dtype == DType::String {
             return Err(self.err(format!("tensor '{name}' holds strings, which are not supported")));
         }
         let shape = dims_of(t, &name, &self.file)?;
-        let count = crate::ir::tensor::checked_numel(&shape).ok_or_else(|| self.err(format!("tensor '{name}' shape {shape:?} overflows")))?;
+        let count = crate::ir::tensor::checked_numel(&shape)
+            .ok_or_else(|| self.err(format!("tensor '{name}' shape {shape:?} overflows")))?;
         let raw: Bytes = if t.data_location == Some(1) {
             self.external_data(t, &name)?
         } else if let Some(raw) = &t.raw_data {
@@ -231,14 +244,27 @@ impl Ctx {
             let v = kv.value.clone().unwrap_or_default();
             match kv.key.as_deref() {
                 Some("location") => location = Some(v),
-                Some("offset") => offset = v.parse().map_err(|_| self.err(format!("tensor '{name}': bad external offset '{v}'")))?,
-                Some("length") => length = Some(v.parse::<usize>().map_err(|_| self.err(format!("tensor '{name}': bad external length '{v}'")))?),
+                Some("offset") => {
+                    offset = v
+                        .parse()
+                        .map_err(|_| self.err(format!("tensor '{name}': bad external offset '{v}'")))?
+                }
+                Some("length") => {
+                    length = Some(
+                        v.parse::<usize>()
+                            .map_err(|_| self.err(format!("tensor '{name}': bad external length '{v}'")))?,
+                    )
+                }
                 _ => {}
             }
         }
         let location = location.ok_or_else(|| self.err(format!("tensor '{name}' is external but has no location")))?;
         let rel = Path::new(&location);
-        if rel.is_absolute() || rel.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir)) {
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
+        {
             return Err(ImportError::ExternalOutside {
                 file: self.file.clone(),
                 tensor: name.to_owned(),
@@ -296,11 +322,20 @@ impl Ctx {
             Some(AttributeType::Floats) => Attr::Floats(a.floats.clone()),
             Some(AttributeType::Ints) => Attr::Ints(a.ints.clone()),
             Some(AttributeType::Strings) => Attr::Strings(a.strings.iter().map(s).collect()),
-            Some(AttributeType::Graphs) => Attr::Graphs(a.graphs.iter().map(|g| self.graph(g, true)).collect::<Result<_, _>>()?),
-            Some(AttributeType::SparseTensor) => {
-                return Err(self.err(format!("node '{node}': sparse tensor attribute '{name}' is not supported")));
+            Some(AttributeType::Graphs) => {
+                Attr::Graphs(a.graphs.iter().map(|g| self.graph(g, true)).collect::<Result<_, _>>()?)
             }
-            Some(AttributeType::Tensors | AttributeType::TypeProto | AttributeType::TypeProtos | AttributeType::SparseTensors) => {
+            Some(AttributeType::SparseTensor) => {
+                return Err(self.err(format!(
+                    "node '{node}': sparse tensor attribute '{name}' is not supported"
+                )));
+            }
+            Some(
+                AttributeType::Tensors
+                | AttributeType::TypeProto
+                | AttributeType::TypeProtos
+                | AttributeType::SparseTensors,
+            ) => {
                 return Ok(None);
             }
             Some(AttributeType::Undefined) | None => {
@@ -370,7 +405,11 @@ impl Ctx {
         for (ni, np) in gp.node.iter().enumerate() {
             let name = np.name.clone().unwrap_or_default();
             let op = np.op_type.clone().unwrap_or_default();
-            let label = if name.is_empty() { format!("#{ni} ({op})") } else { name.clone() };
+            let label = if name.is_empty() {
+                format!("#{ni} ({op})")
+            } else {
+                name.clone()
+            };
             let mut attrs = std::collections::BTreeMap::new();
             for a in &np.attribute {
                 if let Some((k, v)) = self.attr(a, &label)? {
@@ -403,7 +442,13 @@ impl Ctx {
                     continue;
                 }
                 let id = match ids.get(oname) {
-                    Some(&id) if g.values[id].producer.is_none() && g.values[id].constant.is_none() && !g.inputs.contains(&id) => id,
+                    Some(&id)
+                        if g.values[id].producer.is_none()
+                            && g.values[id].constant.is_none()
+                            && !g.inputs.contains(&id) =>
+                    {
+                        id
+                    }
                     Some(_) => return Err(self.err(format!("node '{label}': output '{oname}' is already defined"))),
                     None => add(&mut g, &mut ids, Value::new(oname.clone())),
                 };
@@ -419,7 +464,13 @@ impl Ctx {
             g.nodes.push(Node {
                 name,
                 op,
-                domain: np.domain.clone().unwrap_or_default().replace("ai.onnx", "").trim().to_owned(),
+                domain: np
+                    .domain
+                    .clone()
+                    .unwrap_or_default()
+                    .replace("ai.onnx", "")
+                    .trim()
+                    .to_owned(),
                 inputs,
                 outputs,
                 attrs,

@@ -22,7 +22,13 @@ fn ints_or(node: &Node, name: &str, n: usize, default: usize) -> Result<Vec<usiz
     match node.attr_ints(name) {
         Some(v) if v.len() == n => v
             .iter()
-            .map(|&x| if x > 0 { Ok(x as usize) } else { Err(format!("{name} must be positive, got {x}")) })
+            .map(|&x| {
+                if x > 0 {
+                    Ok(x as usize)
+                } else {
+                    Err(format!("{name} must be positive, got {x}"))
+                }
+            })
             .collect(),
         Some(v) => Err(format!("{name} has {} values for {n} spatial dims", v.len())),
         None => Ok(vec![default; n]),
@@ -75,7 +81,11 @@ pub fn geometry(node: &Node, input: &[usize], kernel: &[usize], ceil_mode: bool)
                 out[i] = if ceil_mode {
                     let o = (span - eff).div_ceil(strides[i]) + 1;
                     // The last window must start inside the input or left padding.
-                    if (o - 1) * strides[i] >= input[i] + pad_begin[i] { o - 1 } else { o }
+                    if (o - 1) * strides[i] >= input[i] + pad_begin[i] {
+                        o - 1
+                    } else {
+                        o
+                    }
                 } else {
                     (span - eff) / strides[i] + 1
                 };
@@ -109,7 +119,11 @@ fn im2col_rows(x: &[f32], cg: usize, h: usize, w: usize, g: &Geometry, oy0: usiz
         let plane = &x[ci * h * w..(ci + 1) * h * w];
         let off_w = (kj * dw) as isize - pw;
         let lo = if off_w < 0 { ((-off_w) as usize).div_ceil(sw) } else { 0 };
-        let hi = if (w as isize) > off_w { (((w as isize - off_w) as usize).div_ceil(sw)).min(ow) } else { 0 };
+        let hi = if (w as isize) > off_w {
+            (((w as isize - off_w) as usize).div_ceil(sw)).min(ow)
+        } else {
+            0
+        };
         for oy in oy0..oy1 {
             let iy = (oy * sh) as isize + (ki * dh) as isize - ph;
             let drow = &mut dst[(oy - oy0) * ow..(oy - oy0 + 1) * ow];
@@ -141,7 +155,17 @@ unsafe impl Sync for SharedOut {}
 
 /// One group of a general conv: tiles of output rows, each im2col'd into a cache-sized
 /// buffer and multiplied by the weights, in parallel over tiles.
-fn conv_tiled(xg: &[f32], wg: &[f32], og: &mut [f32], cg: usize, mg: usize, h: usize, w: usize, geo: &Geometry, accumulate: bool) {
+fn conv_tiled(
+    xg: &[f32],
+    wg: &[f32],
+    og: &mut [f32],
+    cg: usize,
+    mg: usize,
+    h: usize,
+    w: usize,
+    geo: &Geometry,
+    accumulate: bool,
+) {
     let (oh, ow) = (geo.out[0], geo.out[1]);
     let ksize = cg * geo.kernel[0] * geo.kernel[1];
     let plane = oh * ow;
@@ -150,12 +174,24 @@ fn conv_tiled(xg: &[f32], wg: &[f32], og: &mut [f32], cg: usize, mg: usize, h: u
     let tiles = oh.div_ceil(rows);
     assert!(og.len() >= mg * plane);
     let out = SharedOut(og.as_mut_ptr());
+    let pointwise = geo.kernel == [1, 1]
+        && geo.strides == [1, 1]
+        && geo.pad_begin.iter().chain(&geo.pad_end).all(|&p| p == 0)
+        && oh == h
+        && ow == w;
     (0..tiles).into_par_iter().for_each_init(Vec::new, |col, t| {
         let oy0 = t * rows;
         let oy1 = (oy0 + rows).min(oh);
         let n = (oy1 - oy0) * ow;
-        col.resize(ksize * n, 0.0);
-        im2col_rows(xg, cg, h, w, geo, oy0, oy1, col);
+        // A 1×1 conv reads its input in place: rows of `plane` elements, this tile's columns.
+        let (rhs, rhs_rs): (&[f32], usize) = if pointwise {
+            (&xg[oy0 * ow..], plane)
+        } else {
+            col.resize(ksize * n, 0.0);
+            im2col_rows(xg, cg, h, w, geo, oy0, oy1, col);
+            (col.as_slice(), n)
+        };
+        assert!(ksize == 0 || (ksize - 1) * rhs_rs + n <= rhs.len());
         let out = out;
         // SAFETY: tile t writes columns oy0*ow..oy1*ow of each of the mg output rows, which
         // no other tile touches; the bounds were checked above.
@@ -171,9 +207,9 @@ fn conv_tiled(xg: &[f32], wg: &[f32], og: &mut [f32], cg: usize, mg: usize, h: u
                 wg.as_ptr(),
                 1,
                 ksize as isize,
-                col.as_ptr(),
+                rhs.as_ptr(),
                 1,
-                n as isize,
+                rhs_rs as isize,
                 1.0,
                 1.0,
                 false,
@@ -195,7 +231,11 @@ fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: 
     for kj in 0..kw {
         let off_w = (kj * dw) as isize - pw;
         let lo = if off_w < 0 { ((-off_w) as usize).div_ceil(sw) } else { 0 };
-        let hi = if (w as isize) > off_w { (((w as isize - off_w) as usize).div_ceil(sw)).min(ow) } else { 0 };
+        let hi = if (w as isize) > off_w {
+            (((w as isize - off_w) as usize).div_ceil(sw)).min(ow)
+        } else {
+            0
+        };
         if lo >= hi {
             continue;
         }
@@ -225,7 +265,11 @@ fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: 
 
 /// Lifts 1-D conv attributes to 2-D by adding a unit height.
 fn as_2d(shape: &[usize]) -> Vec<usize> {
-    if shape.len() == 3 { vec![shape[0], shape[1], 1, shape[2]] } else { shape.to_vec() }
+    if shape.len() == 3 {
+        vec![shape[0], shape[1], 1, shape[2]]
+    } else {
+        shape.to_vec()
+    }
 }
 
 fn lift_geometry(g: Geometry) -> Geometry {
@@ -258,11 +302,19 @@ pub fn conv2d(
     let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
     let (m, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
     if group == 0 || c % group != 0 || m % group != 0 || cg != c / group {
-        return Err(format!("weights {:?} do not fit input {:?} with group {group}", wt.shape(), x.shape()));
+        return Err(format!(
+            "weights {:?} do not fit input {:?} with group {group}",
+            wt.shape(),
+            x.shape()
+        ));
     }
     let geo = lift_geometry(geo.clone());
     if geo.kernel != [kh, kw] || geo.strides.len() != 2 || geo.dilations.len() != 2 || geo.pad_begin.len() != 2 {
-        return Err(format!("kernel_shape {:?} does not match weights {:?}", geo.kernel, wt.shape()));
+        return Err(format!(
+            "kernel_shape {:?} does not match weights {:?}",
+            geo.kernel,
+            wt.shape()
+        ));
     }
     let (oh, ow) = (geo.out[0], geo.out[1]);
     let mg = m / group;
@@ -277,7 +329,9 @@ pub fn conv2d(
         if b.len() != m {
             return Err(format!("bias has {} values for {m} output channels", b.len()));
         }
-        out.par_chunks_mut(plane).enumerate().for_each(|(i, p)| p.fill(b[i % m]));
+        out.par_chunks_mut(plane)
+            .enumerate()
+            .for_each(|(i, p)| p.fill(b[i % m]));
     }
     let depthwise = cg == 1 && mg == 1;
     let pointwise = kh == 1
@@ -290,7 +344,14 @@ pub fn conv2d(
         let ob = &mut out[b * m * plane..(b + 1) * m * plane];
         if depthwise {
             ob.par_chunks_mut(plane).enumerate().for_each(|(ch, o)| {
-                depthwise_plane(&xb[ch * h * w..(ch + 1) * h * w], h, w, &wd[ch * kh * kw..(ch + 1) * kh * kw], &geo, o);
+                depthwise_plane(
+                    &xb[ch * h * w..(ch + 1) * h * w],
+                    h,
+                    w,
+                    &wd[ch * kh * kw..(ch + 1) * kh * kw],
+                    &geo,
+                    o,
+                );
             });
             continue;
         }
@@ -299,14 +360,25 @@ pub fn conv2d(
             let wg = &wd[gi * mg * ksize..(gi + 1) * mg * ksize];
             let og = &mut ob[gi * mg * plane..(gi + 1) * mg * plane];
             if pointwise {
-                sgemm(mg, plane, ksize, Mat::rows(wg, ksize), Mat::rows(xg, plane), og, bias.is_some(), threads);
+                // Large channel counts: one big GEMM (the crate blocks and parallelizes it).
+                sgemm(
+                    mg,
+                    plane,
+                    ksize,
+                    Mat::rows(wg, ksize),
+                    Mat::rows(xg, plane),
+                    og,
+                    bias.is_some(),
+                    threads,
+                );
             } else {
                 conv_tiled(xg, wg, og, cg, mg, h, w, &geo, bias.is_some());
             }
         }
     }
     if let Some(a) = act {
-        out.par_chunks_mut(1 << 14).for_each(|c| c.iter_mut().for_each(|v| *v = a.apply(*v)));
+        out.par_chunks_mut(1 << 14)
+            .for_each(|c| c.iter_mut().for_each(|v| *v = a.apply(*v)));
     }
     let mut shape = vec![n, m];
     shape.extend(if x.ndim() == 3 { vec![ow] } else { vec![oh, ow] });
@@ -314,8 +386,10 @@ pub fn conv2d(
 }
 
 fn kernel_of(node: &Node, wshape: &[usize]) -> Vec<usize> {
-    node.attr_ints("kernel_shape")
-        .map_or_else(|| wshape[2..].to_vec(), |k| k.iter().map(|&v| v.max(1) as usize).collect())
+    node.attr_ints("kernel_shape").map_or_else(
+        || wshape[2..].to_vec(),
+        |k| k.iter().map(|&v| v.max(1) as usize).collect(),
+    )
 }
 
 fn conv(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
@@ -324,7 +398,11 @@ fn conv(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, 
     let wt = input(inputs, 1)?.to_f32();
     let bias = opt_input(inputs, 2).map(Tensor::to_f32);
     if x.ndim() < 3 || x.ndim() > 4 || wt.ndim() != x.ndim() {
-        return Err(format!("Conv supports 1-D and 2-D NCHW inputs; got input {:?}, weights {:?}", x.shape(), wt.shape()));
+        return Err(format!(
+            "Conv supports 1-D and 2-D NCHW inputs; got input {:?}, weights {:?}",
+            x.shape(),
+            wt.shape()
+        ));
     }
     let kernel = kernel_of(node, wt.shape());
     let geo = geometry(node, &x.shape()[2..], &kernel, false)?;
@@ -340,20 +418,27 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
     let wt = input(inputs, 1)?.to_f32();
     let bias = opt_input(inputs, 2).map(Tensor::to_f32);
     if x.ndim() < 3 || x.ndim() > 4 || wt.ndim() != x.ndim() {
-        return Err(format!("ConvTranspose supports 1-D and 2-D inputs; got {:?}", x.shape()));
+        return Err(format!(
+            "ConvTranspose supports 1-D and 2-D inputs; got {:?}",
+            x.shape()
+        ));
     }
     let nsp = x.ndim() - 2;
     let group = node.attr_i("group").unwrap_or(1).max(1) as usize;
     let kernel = kernel_of(node, wt.shape());
     let strides = ints_or(node, "strides", nsp, 1)?;
     let dil = ints_or(node, "dilations", nsp, 1)?;
-    let outpad: Vec<usize> = node.attr_ints("output_padding").map_or(vec![0; nsp], |v| v.iter().map(|&p| p.max(0) as usize).collect());
+    let outpad: Vec<usize> = node
+        .attr_ints("output_padding")
+        .map_or(vec![0; nsp], |v| v.iter().map(|&p| p.max(0) as usize).collect());
     let in_sp = &x.shape()[2..];
     let mut pb = vec![0usize; nsp];
     let mut pe = vec![0usize; nsp];
     let mut out_sp = vec![0usize; nsp];
     let auto_pad = node.attr_s("auto_pad").unwrap_or("NOTSET");
-    let out_shape_attr = node.attr_ints("output_shape").map(|v| v[v.len().saturating_sub(nsp)..].to_vec());
+    let out_shape_attr = node
+        .attr_ints("output_shape")
+        .map(|v| v[v.len().saturating_sub(nsp)..].to_vec());
     for i in 0..nsp {
         let full = strides[i] * (in_sp[i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1;
         let target = match (&out_shape_attr, auto_pad) {
@@ -380,7 +465,13 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
     let xs = as_2d(x.shape());
     let ws = as_2d(wt.shape());
     let lift = |v: &[usize], d: usize| if nsp == 1 { vec![d, v[0]] } else { v.to_vec() };
-    let (kernel, strides, dil, pb, out_sp) = (lift(&kernel, 1), lift(&strides, 1), lift(&dil, 1), lift(&pb, 0), lift(&out_sp, 1));
+    let (kernel, strides, dil, pb, out_sp) = (
+        lift(&kernel, 1),
+        lift(&strides, 1),
+        lift(&dil, 1),
+        lift(&pb, 0),
+        lift(&out_sp, 1),
+    );
     let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
     let (cw, mg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
     if kernel != [kh, kw] {
@@ -404,7 +495,16 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
             let xg = &xd[(b * c + gi * cg) * h * w..(b * c + (gi + 1) * cg) * h * w];
             let wg = &wd[gi * cg * rows..(gi + 1) * cg * rows];
             // col (rows × HW) = Wᵀ (rows × cg) · X (cg × HW)
-            sgemm(rows, h * w, cg, Mat::transposed(wg, rows), Mat::rows(xg, h * w), &mut col, false, ctx.threads);
+            sgemm(
+                rows,
+                h * w,
+                cg,
+                Mat::transposed(wg, rows),
+                Mat::rows(xg, h * w),
+                &mut col,
+                false,
+                ctx.threads,
+            );
             let og = &mut out[(b * m + gi * mg) * oh * ow..(b * m + (gi + 1) * mg) * oh * ow];
             og.par_chunks_mut(oh * ow).enumerate().for_each(|(mi, plane)| {
                 for ki in 0..kh {
@@ -436,7 +536,10 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
     }
     let mut shape = vec![n, m];
     shape.extend(if nsp == 1 { vec![ow] } else { vec![oh, ow] });
-    Ok(f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?))
+    Ok(f32_as(
+        xt.dtype(),
+        ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?,
+    ))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -521,7 +624,11 @@ fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool) -> Result<(ArrayD<f32>, Vec<i6
                     Pool::Max => {
                         if v > acc || best < 0 {
                             acc = v;
-                            let sflat = if storage_order == 1 && nsp == 2 { coords[1] * sp[0] + coords[0] } else { flat };
+                            let sflat = if storage_order == 1 && nsp == 2 {
+                                coords[1] * sp[0] + coords[0]
+                            } else {
+                                flat
+                            };
                             best = sflat as i64;
                         }
                     }
@@ -543,14 +650,23 @@ fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool) -> Result<(ArrayD<f32>, Vec<i6
         }
     };
     if kind == Pool::Max {
-        out.par_chunks_mut(out_plane.max(1)).zip(idx.par_chunks_mut(out_plane.max(1))).enumerate().for_each(work);
+        out.par_chunks_mut(out_plane.max(1))
+            .zip(idx.par_chunks_mut(out_plane.max(1)))
+            .enumerate()
+            .for_each(work);
     } else {
         let mut dummy = vec![0i64; n * c * out_plane];
-        out.par_chunks_mut(out_plane.max(1)).zip(dummy.par_chunks_mut(out_plane.max(1))).enumerate().for_each(work);
+        out.par_chunks_mut(out_plane.max(1))
+            .zip(dummy.par_chunks_mut(out_plane.max(1)))
+            .enumerate()
+            .for_each(work);
     }
     let mut shape = vec![n, c];
     shape.extend(&g.out);
-    Ok((ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, idx))
+    Ok((
+        ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?,
+        idx,
+    ))
 }
 
 fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
@@ -596,13 +712,18 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
             };
             let mut outs = vec![yt];
             if kind == Pool::Max && node.outputs.len() > 1 {
-                outs.push(Tensor::I64(ArrayD::from_shape_vec(IxDyn(y.shape()), idx).map_err(|e| e.to_string())?));
+                outs.push(Tensor::I64(
+                    ArrayD::from_shape_vec(IxDyn(y.shape()), idx).map_err(|e| e.to_string())?,
+                ));
             }
             Ok(outs)
         })(),
         "GlobalAveragePool" | "GlobalMaxPool" => (|| {
             let xt = input(inputs, 0)?;
-            Ok(vec![f32_as(xt.dtype(), global_pool(&xt.to_f32(), op == "GlobalMaxPool")?)])
+            Ok(vec![f32_as(
+                xt.dtype(),
+                global_pool(&xt.to_f32(), op == "GlobalMaxPool")?,
+            )])
         })(),
         _ => return None,
     };

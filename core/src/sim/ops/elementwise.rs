@@ -228,37 +228,61 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         },
         "LeakyRelu" => {
             let a = alpha(0.01);
-            float_unary(x, |v| if v < 0.0 { a * v } else { v }, |v| if v < 0.0 { f64::from(a) * v } else { v })
+            float_unary(
+                x,
+                |v| if v < 0.0 { a * v } else { v },
+                |v| if v < 0.0 { f64::from(a) * v } else { v },
+            )
         }
         "ThresholdedRelu" => {
             let a = alpha(1.0);
-            float_unary(x, |v| if v > a { v } else { 0.0 }, |v| if v > f64::from(a) { v } else { 0.0 })
+            float_unary(
+                x,
+                |v| if v > a { v } else { 0.0 },
+                |v| if v > f64::from(a) { v } else { 0.0 },
+            )
         }
         "Elu" => {
             let a = alpha(1.0);
-            float_unary(x, |v| if v < 0.0 { a * (v.exp() - 1.0) } else { v }, |v| {
-                if v < 0.0 { f64::from(a) * (v.exp() - 1.0) } else { v }
-            })
+            float_unary(
+                x,
+                |v| if v < 0.0 { a * (v.exp() - 1.0) } else { v },
+                |v| {
+                    if v < 0.0 { f64::from(a) * (v.exp() - 1.0) } else { v }
+                },
+            )
         }
         "Celu" => {
             let a = alpha(1.0);
-            float_unary(x, |v| v.max(0.0) + (a * ((v / a).exp() - 1.0)).min(0.0), |v| {
-                let a = f64::from(a);
-                v.max(0.0) + (a * ((v / a).exp() - 1.0)).min(0.0)
-            })
+            float_unary(
+                x,
+                |v| v.max(0.0) + (a * ((v / a).exp() - 1.0)).min(0.0),
+                |v| {
+                    let a = f64::from(a);
+                    v.max(0.0) + (a * ((v / a).exp() - 1.0)).min(0.0)
+                },
+            )
         }
         "Selu" => {
             let a = alpha(1.673_263_2);
             let g = node.attr_f("gamma").unwrap_or(1.050_701);
-            float_unary(x, |v| if v > 0.0 { g * v } else { g * (a * v.exp() - a) }, |v| {
-                let (a, g) = (f64::from(a), f64::from(g));
-                if v > 0.0 { g * v } else { g * (a * v.exp() - a) }
-            })
+            float_unary(
+                x,
+                |v| if v > 0.0 { g * v } else { g * (a * v.exp() - a) },
+                |v| {
+                    let (a, g) = (f64::from(a), f64::from(g));
+                    if v > 0.0 { g * v } else { g * (a * v.exp() - a) }
+                },
+            )
         }
         "HardSigmoid" => {
             let a = alpha(0.2);
             let b = node.attr_f("beta").unwrap_or(0.5);
-            float_unary(x, |v| (a * v + b).clamp(0.0, 1.0), |v| (f64::from(a) * v + f64::from(b)).clamp(0.0, 1.0))
+            float_unary(
+                x,
+                |v| (a * v + b).clamp(0.0, 1.0),
+                |v| (f64::from(a) * v + f64::from(b)).clamp(0.0, 1.0),
+            )
         }
         "Gelu" => {
             let t = node.attr_s("approximate") == Some("tanh");
@@ -274,7 +298,13 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         },
         "Sign" => match x {
             Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
-                unary!(x, |v| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { 0.0 })
+                unary!(x, |v| if v > 0.0 {
+                    1.0
+                } else if v < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                })
             }
             _ => int_unary(x, i64::signum, |v| u64::from(v > 0)),
         },
@@ -282,7 +312,10 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         "IsInf" => {
             let pos = node.attr_i("detect_positive").unwrap_or(1) != 0;
             let neg = node.attr_i("detect_negative").unwrap_or(1) != 0;
-            Ok(Tensor::Bool(x.to_f64().mapv(|v| v.is_infinite() && ((v > 0.0 && pos) || (v < 0.0 && neg)))))
+            Ok(Tensor::Bool(
+                x.to_f64()
+                    .mapv(|v| v.is_infinite() && ((v > 0.0 && pos) || (v < 0.0 && neg))),
+            ))
         }
         "Not" => match x {
             Tensor::Bool(a) => Ok(Tensor::Bool(a.mapv(|v| !v))),
@@ -429,10 +462,12 @@ fn binary(op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
             _ => bcast(x, y, |p, q| fbin(op, p, q))?,
         }),
         (T::F64(x), T::F64(y)) => T::F64(bcast(x, y, |p, q| dbin(op, p, q))?),
-        (T::F16(x), T::F16(y)) => T::F16(bcast(x, y, |p: f16, q: f16| f16::from_f32(fbin(op, p.to_f32(), q.to_f32())))?),
-        (T::BF16(x), T::BF16(y)) => {
-            T::BF16(bcast(x, y, |p: bf16, q: bf16| bf16::from_f32(fbin(op, p.to_f32(), q.to_f32())))?)
-        }
+        (T::F16(x), T::F16(y)) => T::F16(bcast(x, y, |p: f16, q: f16| {
+            f16::from_f32(fbin(op, p.to_f32(), q.to_f32()))
+        })?),
+        (T::BF16(x), T::BF16(y)) => T::BF16(bcast(x, y, |p: bf16, q: bf16| {
+            bf16::from_f32(fbin(op, p.to_f32(), q.to_f32()))
+        })?),
         (T::I8(x), T::I8(y)) => T::I8(bcast(x, y, |p, q| ibin(op, p.into(), q.into()) as i8)?),
         (T::I16(x), T::I16(y)) => T::I16(bcast(x, y, |p, q| ibin(op, p.into(), q.into()) as i16)?),
         (T::I32(x), T::I32(y)) => T::I32(bcast(x, y, |p, q| ibin(op, p.into(), q.into()) as i32)?),
@@ -500,7 +535,10 @@ fn where_op(c: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor, String> {
         ($xa:expr, $ya:expr) => {{
             let xv = $xa.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
             let yv = $ya.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
-            Zip::from(&cv).and(&xv).and(&yv).map_collect(|&c, x, y| if c { x.clone() } else { y.clone() })
+            Zip::from(&cv)
+                .and(&xv)
+                .and(&yv)
+                .map_collect(|&c, x, y| if c { x.clone() } else { y.clone() })
         }};
     }
     Ok(match (x, y) {
@@ -533,8 +571,12 @@ fn clip(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, 
     let hi = opt_input(inputs, 2);
     match x {
         Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
-            let lo = lo.map_or(f64::NEG_INFINITY, |t| t.to_f64().iter().next().copied().unwrap_or(f64::NEG_INFINITY));
-            let hi = hi.map_or(f64::INFINITY, |t| t.to_f64().iter().next().copied().unwrap_or(f64::INFINITY));
+            let lo = lo.map_or(f64::NEG_INFINITY, |t| {
+                t.to_f64().iter().next().copied().unwrap_or(f64::NEG_INFINITY)
+            });
+            let hi = hi.map_or(f64::INFINITY, |t| {
+                t.to_f64().iter().next().copied().unwrap_or(f64::INFINITY)
+            });
             let (lf, hf) = (lo as f32, hi as f32);
             // min(max(x, lo), hi): when lo > hi every element becomes hi, as numpy's clip does.
             float_unary(
@@ -550,9 +592,19 @@ fn clip(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, 
             )
         }
         _ => {
-            let lo = lo.and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(i64::MIN);
-            let hi = hi.and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(i64::MAX);
-            int_unary(x, |v| v.max(lo).min(hi), |v| v.max(lo.max(0) as u64).min(hi.max(0) as u64))
+            let lo = lo
+                .and_then(|t| t.as_i64_vec())
+                .and_then(|v| v.first().copied())
+                .unwrap_or(i64::MIN);
+            let hi = hi
+                .and_then(|t| t.as_i64_vec())
+                .and_then(|v| v.first().copied())
+                .unwrap_or(i64::MAX);
+            int_unary(
+                x,
+                |v| v.max(lo).min(hi),
+                |v| v.max(lo.max(0) as u64).min(hi.max(0) as u64),
+            )
         }
     }
 }
@@ -625,8 +677,22 @@ pub fn from_f32_like(dt: DType, a: ArrayD<f32>) -> Tensor {
 
 /// Ops [`try_inplace`] may compute in the buffer of their first input.
 pub const INPLACE_OPS: &[&str] = &[
-    "Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu", "Exp",
-    "Sqrt", "Neg", "Abs", "Reciprocal",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "HardSigmoid",
+    "HardSwish",
+    "Clip",
+    "LeakyRelu",
+    "Exp",
+    "Sqrt",
+    "Neg",
+    "Abs",
+    "Reciprocal",
 ];
 
 fn scalar_of(t: Option<&Tensor>) -> Option<f32> {
@@ -660,9 +726,11 @@ fn binary_inplace<F: Fn(f32, f32) -> f32 + Sync + Send>(a: &mut ArrayD<f32>, b: 
         if let (Some(bs), Some(data)) = (b.as_slice(), a.as_slice_mut()) {
             if data.len() >= PAR_MIN {
                 use rayon::prelude::*;
-                data.par_chunks_mut(1 << 14).zip(bs.par_chunks(1 << 14)).for_each(|(d, s)| {
-                    d.iter_mut().zip(s).for_each(|(v, &q)| *v = f(*v, q));
-                });
+                data.par_chunks_mut(1 << 14)
+                    .zip(bs.par_chunks(1 << 14))
+                    .for_each(|(d, s)| {
+                        d.iter_mut().zip(s).for_each(|(v, &q)| *v = f(*v, q));
+                    });
             } else {
                 data.iter_mut().zip(bs).for_each(|(v, &q)| *v = f(*v, q));
             }
@@ -675,17 +743,26 @@ fn binary_inplace<F: Fn(f32, f32) -> f32 + Sync + Send>(a: &mut ArrayD<f32>, b: 
     // b covers a prefix of a's axes and is 1 on every later axis (per-channel scales
     // [1, C, 1, 1] against [N, C, H, W]): one scalar per contiguous run.
     let rank = a.ndim();
-    let bshape: Vec<usize> = std::iter::repeat_n(1, rank - b.ndim()).chain(b.shape().iter().copied()).collect();
+    let bshape: Vec<usize> = std::iter::repeat_n(1, rank - b.ndim())
+        .chain(b.shape().iter().copied())
+        .collect();
     let last_real = bshape.iter().rposition(|&d| d != 1).unwrap_or(0);
     let run: usize = a.shape()[last_real + 1..].iter().product();
     if run >= 16 {
-        let prefix: Vec<usize> =
-            a.shape()[..=last_real].iter().copied().chain(std::iter::repeat_n(1, rank - last_real - 1)).collect();
-        let scalars: Option<Vec<f32>> = b.broadcast(ndarray::IxDyn(&prefix)).map(|bv| bv.iter().copied().collect());
+        let prefix: Vec<usize> = a.shape()[..=last_real]
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(1, rank - last_real - 1))
+            .collect();
+        let scalars: Option<Vec<f32>> = b
+            .broadcast(ndarray::IxDyn(&prefix))
+            .map(|bv| bv.iter().copied().collect());
         if let (Some(data), Some(scalars)) = (a.as_slice_mut(), scalars) {
             {
                 use rayon::prelude::*;
-                data.par_chunks_mut(run).zip(scalars.par_iter()).for_each(|(d, &q)| d.iter_mut().for_each(|v| *v = f(*v, q)));
+                data.par_chunks_mut(run)
+                    .zip(scalars.par_iter())
+                    .for_each(|(d, &q)| d.iter_mut().for_each(|v| *v = f(*v, q)));
                 return true;
             }
         }
@@ -708,7 +785,9 @@ pub fn try_inplace(node: &Node, x: &mut Tensor, rest: &[Option<&Tensor>], ctx: &
     }
     let op = node.op.as_str();
     if let "Add" | "Sub" | "Mul" | "Div" = op {
-        let Some(Tensor::F32(b)) = rest.first().copied().flatten() else { return Ok(false) };
+        let Some(Tensor::F32(b)) = rest.first().copied().flatten() else {
+            return Ok(false);
+        };
         return Ok(match op {
             "Add" => binary_inplace(a, b, |p, q| p + q),
             "Sub" => binary_inplace(a, b, |p, q| p - q),
@@ -736,7 +815,9 @@ pub fn try_inplace(node: &Node, x: &mut Tensor, rest: &[Option<&Tensor>], ctx: &
             par(data, |v| *v = if *v < 0.0 { al * *v } else { *v });
         }
         "Clip" if ctx.opset >= 11 => {
-            let (Some(lo), Some(hi)) = (bound(0, f32::MIN), bound(1, f32::MAX)) else { return Ok(false) };
+            let (Some(lo), Some(hi)) = (bound(0, f32::MIN), bound(1, f32::MAX)) else {
+                return Ok(false);
+            };
             par(data, |v| {
                 let w = if *v < lo { lo } else { *v };
                 *v = if w > hi { hi } else { w };

@@ -18,11 +18,19 @@ pub struct Mat<'a> {
 impl<'a> Mat<'a> {
     /// A row-major matrix with `cols` columns.
     pub fn rows(data: &'a [f32], cols: usize) -> Self {
-        Self { data, rs: cols as isize, cs: 1 }
+        Self {
+            data,
+            rs: cols as isize,
+            cs: 1,
+        }
     }
     /// The transpose of a row-major matrix with `cols` columns.
     pub fn transposed(data: &'a [f32], cols: usize) -> Self {
-        Self { data, rs: 1, cs: cols as isize }
+        Self {
+            data,
+            rs: 1,
+            cs: cols as isize,
+        }
     }
 }
 
@@ -52,7 +60,10 @@ pub fn sgemm_scaled(
     scale: f32,
     threads: usize,
 ) {
-    assert!(fits(a, m, k) && fits(b, k, n) && c.len() >= m * n, "sgemm operands out of bounds");
+    assert!(
+        fits(a, m, k) && fits(b, k, n) && c.len() >= m * n,
+        "sgemm operands out of bounds"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -120,20 +131,36 @@ pub fn matmul_f32(a: &ArrayD<f32>, b: &ArrayD<f32>, threads: usize) -> Result<Ar
     full_b.extend([k, n]);
     let av = a.view().into_shape_with_order(IxDyn(&sa)).map_err(|e| e.to_string())?;
     let bv = b.view().into_shape_with_order(IxDyn(&sb)).map_err(|e| e.to_string())?;
-    let a_std = av.broadcast(IxDyn(&full_a)).ok_or("broadcast failed")?.as_standard_layout().into_owned();
+    let a_std = av
+        .broadcast(IxDyn(&full_a))
+        .ok_or("broadcast failed")?
+        .as_standard_layout()
+        .into_owned();
     // Avoid materializing a broadcast weight matrix: if b has no batch dims, share it.
     let b_shared = sb.len() == 2;
     let b_std = if b_shared {
         bv.as_standard_layout().into_owned()
     } else {
-        bv.broadcast(IxDyn(&full_b)).ok_or("broadcast failed")?.as_standard_layout().into_owned()
+        bv.broadcast(IxDyn(&full_b))
+            .ok_or("broadcast failed")?
+            .as_standard_layout()
+            .into_owned()
     };
     let ad = a_std.as_slice().ok_or("layout")?;
     let bd = b_std.as_slice().ok_or("layout")?;
     let mut out = vec![0f32; nb * m * n];
     if b_shared && nb > 1 {
         // Fold the batch into M: one large GEMM.
-        sgemm(nb * m, n, k, Mat::rows(ad, k), Mat::rows(bd, n), &mut out, false, threads);
+        sgemm(
+            nb * m,
+            n,
+            k,
+            Mat::rows(ad, k),
+            Mat::rows(bd, n),
+            &mut out,
+            false,
+            threads,
+        );
     } else {
         for i in 0..nb {
             let bs = if b_shared { bd } else { &bd[i * k * n..(i + 1) * k * n] };
@@ -200,12 +227,24 @@ fn gemm_op(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tenso
     let ta = node.attr_i("transA").unwrap_or(0) != 0;
     let tb = node.attr_i("transB").unwrap_or(0) != 0;
     if a.ndim() != 2 || b.ndim() != 2 {
-        return Err(format!("Gemm needs 2-D A and B, got {:?} and {:?}", a.shape(), b.shape()));
+        return Err(format!(
+            "Gemm needs 2-D A and B, got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        ));
     }
     let a = a.as_standard_layout().into_owned();
     let b = b.as_standard_layout().into_owned();
-    let (m, k) = if ta { (a.shape()[1], a.shape()[0]) } else { (a.shape()[0], a.shape()[1]) };
-    let (k2, n) = if tb { (b.shape()[1], b.shape()[0]) } else { (b.shape()[0], b.shape()[1]) };
+    let (m, k) = if ta {
+        (a.shape()[1], a.shape()[0])
+    } else {
+        (a.shape()[0], a.shape()[1])
+    };
+    let (k2, n) = if tb {
+        (b.shape()[1], b.shape()[0])
+    } else {
+        (b.shape()[0], b.shape()[1])
+    };
     if k != k2 {
         return Err(format!("inner dimensions differ: {k} vs {k2}"));
     }
@@ -215,7 +254,9 @@ fn gemm_op(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tenso
     let bm = if tb { Mat::transposed(bd, k) } else { Mat::rows(bd, n) };
     let mut out = vec![0f32; m * n];
     let accumulate = if let Some(c) = &c {
-        let cb = c.broadcast(IxDyn(&[m, n])).ok_or_else(|| format!("C {:?} does not broadcast to [{m}, {n}]", c.shape()))?;
+        let cb = c
+            .broadcast(IxDyn(&[m, n]))
+            .ok_or_else(|| format!("C {:?} does not broadcast to [{m}, {n}]", c.shape()))?;
         for (o, v) in out.iter_mut().zip(cb.iter()) {
             *o = beta * v;
         }

@@ -52,27 +52,41 @@ fn batch_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
             }
         }
         v.iter_mut().for_each(|x| *x /= cnt);
-        (m.iter().map(|&x| x as f32).collect(), v.iter().map(|&x| x as f32).collect())
+        (
+            m.iter().map(|&x| x as f32).collect(),
+            v.iter().map(|&x| x as f32).collect(),
+        )
     } else {
         (mean.iter().copied().collect(), var.iter().copied().collect())
     };
     let mul: Vec<f32> = (0..c).map(|i| scale[i] / (use_var[i] + eps).sqrt()).collect();
     let add: Vec<f32> = (0..c).map(|i| bias[i] - use_mean[i] * mul[i]).collect();
     let mut out = vec![0f32; xd.len()];
-    out.par_chunks_mut(plane.max(1)).zip(xd.par_chunks(plane.max(1))).enumerate().for_each(|(i, (o, s))| {
-        let ch = i % c;
-        for (d, v) in o.iter_mut().zip(s) {
-            *d = v * mul[ch] + add[ch];
-        }
-    });
-    let y = f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?);
+    out.par_chunks_mut(plane.max(1))
+        .zip(xd.par_chunks(plane.max(1)))
+        .enumerate()
+        .for_each(|(i, (o, s))| {
+            let ch = i % c;
+            for (d, v) in o.iter_mut().zip(s) {
+                *d = v * mul[ch] + add[ch];
+            }
+        });
+    let y = f32_as(
+        xt.dtype(),
+        ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?,
+    );
     if !training || node.outputs.len() < 3 {
         return Ok(vec![y]);
     }
     let mom = node.attr_f("momentum").unwrap_or(0.9);
     let rm: Vec<f32> = (0..c).map(|i| mean[i] * mom + use_mean[i] * (1.0 - mom)).collect();
     let rv: Vec<f32> = (0..c).map(|i| var[i] * mom + use_var[i] * (1.0 - mom)).collect();
-    let mk = |v: Vec<f32>| f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(&[c]), v).unwrap_or_else(|_| ArrayD::zeros(IxDyn(&[c]))));
+    let mk = |v: Vec<f32>| {
+        f32_as(
+            xt.dtype(),
+            ArrayD::from_shape_vec(IxDyn(&[c]), v).unwrap_or_else(|_| ArrayD::zeros(IxDyn(&[c]))),
+        )
+    };
     Ok(vec![y, mk(rm), mk(rv)])
 }
 
@@ -95,16 +109,22 @@ fn instance_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
         return Err("scale and B must have C values".into());
     }
     let mut out = vec![0f32; xd.len()];
-    out.par_chunks_mut(plane.max(1)).zip(xd.par_chunks(plane.max(1))).enumerate().for_each(|(i, (o, s))| {
-        let ch = i % c;
-        let mean = s.iter().map(|&v| f64::from(v)).sum::<f64>() / plane as f64;
-        let var = s.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / plane as f64;
-        let inv = 1.0 / (var + eps).sqrt();
-        for (d, &v) in o.iter_mut().zip(s) {
-            *d = ((f64::from(v) - mean) * inv) as f32 * sc[ch] + bi[ch];
-        }
-    });
-    Ok(vec![f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?)])
+    out.par_chunks_mut(plane.max(1))
+        .zip(xd.par_chunks(plane.max(1)))
+        .enumerate()
+        .for_each(|(i, (o, s))| {
+            let ch = i % c;
+            let mean = s.iter().map(|&v| f64::from(v)).sum::<f64>() / plane as f64;
+            let var = s.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / plane as f64;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (d, &v) in o.iter_mut().zip(s) {
+                *d = ((f64::from(v) - mean) * inv) as f32 * sc[ch] + bi[ch];
+            }
+        });
+    Ok(vec![f32_as(
+        xt.dtype(),
+        ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?,
+    )])
 }
 
 fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
@@ -117,11 +137,20 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     let outer: usize = x.shape()[..axis].iter().product();
     let norm_shape = &x.shape()[axis..];
     let scale = input(inputs, 1)?.to_f32();
-    let sc = scale.broadcast(IxDyn(norm_shape)).ok_or("scale does not broadcast")?.iter().copied().collect::<Vec<f32>>();
+    let sc = scale
+        .broadcast(IxDyn(norm_shape))
+        .ok_or("scale does not broadcast")?
+        .iter()
+        .copied()
+        .collect::<Vec<f32>>();
     let bi = match opt_input(inputs, 2) {
         Some(b) => {
             let b = b.to_f32();
-            b.broadcast(IxDyn(norm_shape)).ok_or("B does not broadcast")?.iter().copied().collect::<Vec<f32>>()
+            b.broadcast(IxDyn(norm_shape))
+                .ok_or("B does not broadcast")?
+                .iter()
+                .copied()
+                .collect::<Vec<f32>>()
         }
         None => vec![0.0; inner],
     };
@@ -143,10 +172,17 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
             *mo = mean as f32;
             *io = inv as f32;
         });
-    let y = f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?);
+    let y = f32_as(
+        xt.dtype(),
+        ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?,
+    );
     let mut stat_shape = x.shape()[..axis].to_vec();
     stat_shape.extend(std::iter::repeat_n(1, r - axis));
-    let mk = |v: Vec<f32>| ArrayD::from_shape_vec(IxDyn(&stat_shape), v).map(Tensor::F32).map_err(|e| e.to_string());
+    let mk = |v: Vec<f32>| {
+        ArrayD::from_shape_vec(IxDyn(&stat_shape), v)
+            .map(Tensor::F32)
+            .map_err(|e| e.to_string())
+    };
     Ok(vec![y, mk(means)?, mk(invs)?])
 }
 
@@ -158,7 +194,11 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
     let axis = norm_axis(node.attr_i("axis").unwrap_or(default_axis), r)?;
     // Opset < 13 coerces to 2-D at `axis`; 13+ works along one axis.
     let (outer, len, inner) = if ctx.opset < 13 {
-        (x.shape()[..axis].iter().product::<usize>(), x.shape()[axis..].iter().product::<usize>(), 1)
+        (
+            x.shape()[..axis].iter().product::<usize>(),
+            x.shape()[axis..].iter().product::<usize>(),
+            1,
+        )
     } else {
         (
             x.shape()[..axis].iter().product::<usize>(),
@@ -170,41 +210,52 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
     let xd = xs.as_slice().ok_or("layout")?;
     let mut out = vec![0f32; xd.len()];
     let block = len * inner;
-    out.par_chunks_mut(block.max(1)).zip(xd.par_chunks(block.max(1))).for_each(|(o, s)| {
-        for j in 0..inner {
-            let mut mx = f32::NEG_INFINITY;
-            for k in 0..len {
-                mx = mx.max(s[k * inner + j]);
-            }
-            let mut sum = 0f32;
-            for k in 0..len {
-                let e = (s[k * inner + j] - mx).exp();
-                o[k * inner + j] = e;
-                sum += e;
-            }
-            if log {
-                let ls = sum.ln();
+    out.par_chunks_mut(block.max(1))
+        .zip(xd.par_chunks(block.max(1)))
+        .for_each(|(o, s)| {
+            for j in 0..inner {
+                let mut mx = f32::NEG_INFINITY;
                 for k in 0..len {
-                    o[k * inner + j] = s[k * inner + j] - mx - ls;
+                    mx = mx.max(s[k * inner + j]);
                 }
-            } else {
-                let inv = 1.0 / sum;
+                let mut sum = 0f32;
                 for k in 0..len {
-                    o[k * inner + j] *= inv;
+                    let e = (s[k * inner + j] - mx).exp();
+                    o[k * inner + j] = e;
+                    sum += e;
+                }
+                if log {
+                    let ls = sum.ln();
+                    for k in 0..len {
+                        o[k * inner + j] = s[k * inner + j] - mx - ls;
+                    }
+                } else {
+                    let inv = 1.0 / sum;
+                    for k in 0..len {
+                        o[k * inner + j] *= inv;
+                    }
                 }
             }
-        }
-    });
+        });
     let _ = outer;
-    Ok(vec![f32_as(xt.dtype(), ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?)])
+    Ok(vec![f32_as(
+        xt.dtype(),
+        ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?,
+    )])
 }
 
 fn reduce(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     let xt = input(inputs, 0)?;
     let r = xt.shape().len();
-    let axes_from_input = if op == "ReduceSum" { ctx.opset >= 13 } else { ctx.opset >= 18 };
+    let axes_from_input = if op == "ReduceSum" {
+        ctx.opset >= 13
+    } else {
+        ctx.opset >= 18
+    };
     let axes: Option<Vec<i64>> = if axes_from_input {
-        opt_input(inputs, 1).filter(|t| !t.is_empty()).map(|t| t.as_i64_vec().unwrap_or_default())
+        opt_input(inputs, 1)
+            .filter(|t| !t.is_empty())
+            .map(|t| t.as_i64_vec().unwrap_or_default())
     } else {
         node.attr_ints("axes").map(<[i64]>::to_vec)
     };
@@ -227,7 +278,9 @@ fn reduce(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpR
         "ReduceLogSumExp" => {
             let mut m = x.clone();
             for &ax in axes.iter().rev() {
-                m = m.fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| a.max(b)).insert_axis(Axis(ax));
+                m = m
+                    .fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| a.max(b))
+                    .insert_axis(Axis(ax));
             }
             m.mapv_inplace(|v| if v.is_finite() { v } else { 0.0 });
             let e = (&x - &m).mapv(f64::exp);
@@ -238,8 +291,16 @@ fn reduce(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpR
     };
     for &ax in axes.iter().rev() {
         acc = match op {
-            "ReduceMax" => acc.fold_axis(Axis(ax), f64::NEG_INFINITY, |a, &b| if b.is_nan() || *a > b { *a } else { b }),
-            "ReduceMin" => acc.fold_axis(Axis(ax), f64::INFINITY, |a, &b| if b.is_nan() || *a < b { *a } else { b }),
+            "ReduceMax" => acc.fold_axis(
+                Axis(ax),
+                f64::NEG_INFINITY,
+                |a, &b| if b.is_nan() || *a > b { *a } else { b },
+            ),
+            "ReduceMin" => acc.fold_axis(
+                Axis(ax),
+                f64::INFINITY,
+                |a, &b| if b.is_nan() || *a < b { *a } else { b },
+            ),
             "ReduceProd" => acc.fold_axis(Axis(ax), 1.0, |a, &b| a * b),
             _ => acc.sum_axis(Axis(ax)),
         };
@@ -276,7 +337,11 @@ fn arg_reduce(node: &Node, inputs: &[Option<&Tensor>], max: bool) -> OpResult {
         let mut best = 0usize;
         for (i, &v) in lane.iter().enumerate() {
             let b = lane[best];
-            let better = if max { v > b || (last && v == b) } else { v < b || (last && v == b) };
+            let better = if max {
+                v > b || (last && v == b)
+            } else {
+                v < b || (last && v == b)
+            };
             if better {
                 best = i;
             }
@@ -290,7 +355,10 @@ fn arg_reduce(node: &Node, inputs: &[Option<&Tensor>], max: bool) -> OpResult {
 fn cumsum(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     let xt = input(inputs, 0)?;
     let x = xt.to_f64();
-    let axis_v = input(inputs, 1)?.as_i64_vec().and_then(|v| v.first().copied()).ok_or("axis must be an integer")?;
+    let axis_v = input(inputs, 1)?
+        .as_i64_vec()
+        .and_then(|v| v.first().copied())
+        .ok_or("axis must be an integer")?;
     let axis = norm_axis(axis_v, x.ndim())?;
     let exclusive = node.attr_i("exclusive").unwrap_or(0) != 0;
     let reverse = node.attr_i("reverse").unwrap_or(0) != 0;

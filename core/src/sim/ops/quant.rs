@@ -120,7 +120,11 @@ fn expand_param(p: &ArrayD<f64>, shape: &[usize], axis: usize, block: usize) -> 
     }
     if p.ndim() == 1 && block == 0 {
         if p.len() != shape.get(axis).copied().unwrap_or(0) {
-            return Err(format!("per-axis parameter has {} values, axis {axis} has {:?}", p.len(), shape.get(axis)));
+            return Err(format!(
+                "per-axis parameter has {} values, axis {axis} has {:?}",
+                p.len(),
+                shape.get(axis)
+            ));
         }
         let mut s = vec![1; shape.len()];
         s[axis] = p.len();
@@ -129,7 +133,11 @@ fn expand_param(p: &ArrayD<f64>, shape: &[usize], axis: usize, block: usize) -> 
     }
     // Blocked: same rank, the axis dimension divided into blocks.
     if p.ndim() != shape.len() {
-        return Err(format!("blocked parameter rank {} differs from input rank {}", p.ndim(), shape.len()));
+        return Err(format!(
+            "blocked parameter rank {} differs from input rank {}",
+            p.ndim(),
+            shape.len()
+        ));
     }
     let block = block.max(1);
     Ok(ArrayD::from_shape_fn(IxDyn(shape), |idx| {
@@ -167,7 +175,9 @@ fn quantize_linear(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resu
         }
     });
     if out_dt.is_float() {
-        let vals = ndarray::Zip::from(&scaled).and(&z).map_collect(|&v, &zz| (v + zz) as f32);
+        let vals = ndarray::Zip::from(&scaled)
+            .and(&z)
+            .map_collect(|&v, &zz| (v + zz) as f32);
         return Ok(Tensor::Small(out_dt, vals.mapv(|v| small::encode(out_dt, v, saturate))));
     }
     let (lo, hi): (f64, f64) = match out_dt {

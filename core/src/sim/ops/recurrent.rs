@@ -55,20 +55,30 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     let h0 = opt_input(inputs, 5).map(Tensor::to_f32);
     let c0 = opt_input(inputs, 6).map(Tensor::to_f32);
     let peep = opt_input(inputs, 7).map(Tensor::to_f32);
-    let hidden = node.attr_i("hidden_size").map_or_else(|| r.shape().last().copied().unwrap_or(0), |v| v as usize);
+    let hidden = node
+        .attr_i("hidden_size")
+        .map_or_else(|| r.shape().last().copied().unwrap_or(0), |v| v as usize);
     let layout = node.attr_i("layout").unwrap_or(0);
     let direction = node.attr_s("direction").unwrap_or("forward");
     let dirs = if direction == "bidirectional" { 2 } else { 1 };
     let clip = node.attr_f("clip");
     let input_forget = node.attr_i("input_forget").unwrap_or(0) != 0;
-    let x = if layout == 1 { x.permuted_axes(IxDyn(&[1, 0, 2])).as_standard_layout().into_owned() } else { x };
+    let x = if layout == 1 {
+        x.permuted_axes(IxDyn(&[1, 0, 2])).as_standard_layout().into_owned()
+    } else {
+        x
+    };
     if x.ndim() != 3 || w.ndim() != 3 || r.ndim() != 3 {
         return Err("X, W and R must be 3-D".into());
     }
     let (seq, batch, isz) = (x.shape()[0], x.shape()[1], x.shape()[2]);
     let h = hidden;
     if w.shape() != [dirs, 4 * h, isz] || r.shape() != [dirs, 4 * h, h] {
-        return Err(format!("W {:?} / R {:?} do not fit hidden size {h}", w.shape(), r.shape()));
+        return Err(format!(
+            "W {:?} / R {:?} do not fit hidden size {h}",
+            w.shape(),
+            r.shape()
+        ));
     }
     let names: Vec<String> = match node.attr("activations") {
         Some(crate::ir::Attr::Strings(v)) => v.clone(),
@@ -87,7 +97,11 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     let mut yh = vec![0f32; dirs * batch * h];
     let mut yc = vec![0f32; dirs * batch * h];
     for d in 0..dirs {
-        let (fa, ga, ha) = (acts[(3 * d) % acts.len()], acts[(3 * d + 1) % acts.len()], acts[(3 * d + 2) % acts.len()]);
+        let (fa, ga, ha) = (
+            acts[(3 * d) % acts.len()],
+            acts[(3 * d + 1) % acts.len()],
+            acts[(3 * d + 2) % acts.len()],
+        );
         let wd: Vec<f32> = w.index_axis(ndarray::Axis(0), d).iter().copied().collect();
         let rd: Vec<f32> = r.index_axis(ndarray::Axis(0), d).iter().copied().collect();
         let b: Vec<f32> = match &bias {
@@ -111,11 +125,33 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
         };
         let mut gates = vec![0f32; batch * 4 * h];
         for step in 0..seq {
-            let t = if d == 1 || direction == "reverse" { seq - 1 - step } else { step };
+            let t = if d == 1 || direction == "reverse" {
+                seq - 1 - step
+            } else {
+                step
+            };
             let xt = &xd[t * batch * isz..(t + 1) * batch * isz];
             gates.iter_mut().enumerate().for_each(|(i, g)| *g = b[i % (4 * h)]);
-            sgemm(batch, 4 * h, isz, Mat::rows(xt, isz), Mat::transposed(&wd, isz), &mut gates, true, ctx.threads);
-            sgemm(batch, 4 * h, h, Mat::rows(&hs, h), Mat::transposed(&rd, h), &mut gates, true, ctx.threads);
+            sgemm(
+                batch,
+                4 * h,
+                isz,
+                Mat::rows(xt, isz),
+                Mat::transposed(&wd, isz),
+                &mut gates,
+                true,
+                ctx.threads,
+            );
+            sgemm(
+                batch,
+                4 * h,
+                h,
+                Mat::rows(&hs, h),
+                Mat::transposed(&rd, h),
+                &mut gates,
+                true,
+                ctx.threads,
+            );
             for bi in 0..batch {
                 if let Some(sl) = &seq_lens {
                     if (t as i64) >= sl.get(bi).copied().unwrap_or(seq as i64) {
@@ -129,7 +165,11 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
                 for j in 0..h {
                     let cprev = cs[bi * h + j];
                     let f = fa.apply(g[2 * h + j] + p[2 * h + j] * cprev);
-                    let i = if input_forget { 1.0 - f } else { fa.apply(g[j] + p[j] * cprev) };
+                    let i = if input_forget {
+                        1.0 - f
+                    } else {
+                        fa.apply(g[j] + p[j] * cprev)
+                    };
                     let cc = ga.apply(g[3 * h + j]);
                     let c = f * cprev + i * cc;
                     let o = fa.apply(g[h + j] + p[h + j] * c);
@@ -139,7 +179,9 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
                 }
             }
             for bi in 0..batch {
-                let valid = seq_lens.as_ref().is_none_or(|sl| (t as i64) < sl.get(bi).copied().unwrap_or(seq as i64));
+                let valid = seq_lens
+                    .as_ref()
+                    .is_none_or(|sl| (t as i64) < sl.get(bi).copied().unwrap_or(seq as i64));
                 for j in 0..h {
                     y[((t * dirs + d) * batch + bi) * h + j] = if valid { hs[bi * h + j] } else { 0.0 };
                 }

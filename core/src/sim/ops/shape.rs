@@ -43,7 +43,8 @@ pub fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Ve
 }
 
 fn reshape(t: &Tensor, dims: &[usize]) -> Result<Tensor, String> {
-    t.reshaped(dims).ok_or_else(|| format!("cannot reshape {:?} into {dims:?}", t.shape()))
+    t.reshaped(dims)
+        .ok_or_else(|| format!("cannot reshape {:?} into {dims:?}", t.shape()))
 }
 
 /// Squeeze/Unsqueeze axes from the attribute (old opsets) or the second input.
@@ -101,7 +102,10 @@ fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
                     _ => return Err("inputs have different dtypes".into()),
                 }
             }
-            Tensor::Small(*dt, ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?)
+            Tensor::Small(
+                *dt,
+                ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?,
+            )
         }
     })
 }
@@ -176,11 +180,17 @@ fn pad(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, S
     let rank = x.shape().len();
     let mode = node.attr_s("mode").unwrap_or("constant");
     let (pads, value, axes): (Vec<i64>, f64, Vec<usize>) = if ctx.opset < 11 {
-        let p = node.attr_ints("pads").or_else(|| node.attr_ints("paddings")).ok_or("pads missing")?.to_vec();
+        let p = node
+            .attr_ints("pads")
+            .or_else(|| node.attr_ints("paddings"))
+            .ok_or("pads missing")?
+            .to_vec();
         (p, f64::from(node.attr_f("value").unwrap_or(0.0)), (0..rank).collect())
     } else {
         let p = input_ints(inputs, 1)?;
-        let v = opt_input(inputs, 2).and_then(|t| t.to_f64().iter().next().copied()).unwrap_or(0.0);
+        let v = opt_input(inputs, 2)
+            .and_then(|t| t.to_f64().iter().next().copied())
+            .unwrap_or(0.0);
         let axes = match opt_input(inputs, 3) {
             Some(a) => a
                 .as_i64_vec()
@@ -248,7 +258,12 @@ pub fn pad_tensor(x: &Tensor, begin: &[i64], end: &[i64], mode: &str, value: f64
     Ok(map_tensor!(x, a => pad_array(a, &fill, &maps, &out_shape)))
 }
 
-fn pad_array<T: Clone + Default + 'static>(a: &ArrayD<T>, fill: &Tensor, maps: &[Vec<Option<usize>>], out_shape: &[usize]) -> ArrayD<T> {
+fn pad_array<T: Clone + Default + 'static>(
+    a: &ArrayD<T>,
+    fill: &Tensor,
+    maps: &[Vec<Option<usize>>],
+    out_shape: &[usize],
+) -> ArrayD<T> {
     let f: T = fill_value(fill, T::default());
     let mut src = Vec::with_capacity(out_shape.len());
     ArrayD::from_shape_fn(IxDyn(out_shape), |ix| {
@@ -265,7 +280,8 @@ fn pad_array<T: Clone + Default + 'static>(a: &ArrayD<T>, fill: &Tensor, maps: &
 
 /// The fill value of a constant pad, as the element type of the padded tensor.
 fn fill_value<T: Clone + 'static>(fill: &Tensor, fallback: T) -> T {
-    let any: Option<&dyn std::any::Any> = crate::for_each_tensor!(fill, a => a.iter().next().map(|v| v as &dyn std::any::Any));
+    let any: Option<&dyn std::any::Any> =
+        crate::for_each_tensor!(fill, a => a.iter().next().map(|v| v as &dyn std::any::Any));
     any.and_then(|v| v.downcast_ref::<T>()).cloned().unwrap_or(fallback)
 }
 
@@ -319,9 +335,14 @@ fn range(inputs: &[Option<&Tensor>]) -> Result<Tensor, String> {
         }
         Tensor::F32(_) => {
             let (sf, df) = (s as f32, d as f32);
-            Ok(Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[n]), |i| sf + df * i[0] as f32)))
+            Ok(Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[n]), |i| {
+                sf + df * i[0] as f32
+            })))
         }
-        _ => crate::sim::ops::quant::cast_f64(&ArrayD::from_shape_fn(IxDyn(&[n]), |i| s + d * i[0] as f64), start.dtype()),
+        _ => crate::sim::ops::quant::cast_f64(
+            &ArrayD::from_shape_fn(IxDyn(&[n]), |i| s + d * i[0] as f64),
+            start.dtype(),
+        ),
     }
 }
 
@@ -366,10 +387,14 @@ fn constant(node: &Node) -> Result<Tensor, String> {
         return Ok(Tensor::I64(ArrayD::from_elem(IxDyn(&[]), v)));
     }
     if let Some(v) = node.attr_floats("value_floats") {
-        return Ok(Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).map_err(|e| e.to_string())?));
+        return Ok(Tensor::F32(
+            ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).map_err(|e| e.to_string())?,
+        ));
     }
     if let Some(v) = node.attr_ints("value_ints") {
-        return Ok(Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).map_err(|e| e.to_string())?));
+        return Ok(Tensor::I64(
+            ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).map_err(|e| e.to_string())?,
+        ));
     }
     Err("Constant has no supported value attribute".into())
 }
@@ -383,7 +408,11 @@ fn split(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     let sizes: Vec<usize> = if let Some(s) = node.attr_ints("split") {
         s.iter().map(|&v| v.max(0) as usize).collect()
     } else if let Some(t) = opt_input(inputs, 1).filter(|_| ctx.opset >= 13) {
-        t.as_i64_vec().ok_or("split must be integers")?.iter().map(|&v| v.max(0) as usize).collect()
+        t.as_i64_vec()
+            .ok_or("split must be integers")?
+            .iter()
+            .map(|&v| v.max(0) as usize)
+            .collect()
     } else {
         let n = node.attr_i("num_outputs").map_or(n_out, |v| v as usize).max(1);
         let chunk = dim.div_ceil(n);
@@ -407,7 +436,9 @@ fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor,
     let (starts, ends, axes, steps) = if ctx.opset < 10 {
         let s = node.attr_ints("starts").ok_or("starts missing")?.to_vec();
         let e = node.attr_ints("ends").ok_or("ends missing")?.to_vec();
-        let a = node.attr_ints("axes").map_or_else(|| (0..s.len() as i64).collect(), <[i64]>::to_vec);
+        let a = node
+            .attr_ints("axes")
+            .map_or_else(|| (0..s.len() as i64).collect(), <[i64]>::to_vec);
         let st = vec![1; s.len()];
         (s, e, a, st)
     } else {
@@ -463,7 +494,13 @@ fn cubic_w(x: f64, a: f64) -> f64 {
 }
 
 /// Taps for every output position of one axis, plus extrapolation flags.
-fn resize_taps(cfg: ResizeCfg<'_>, in_len: usize, out_len: usize, scale: f64, roi: (f64, f64)) -> (Vec<Taps>, Vec<bool>) {
+fn resize_taps(
+    cfg: ResizeCfg<'_>,
+    in_len: usize,
+    out_len: usize,
+    scale: f64,
+    roi: (f64, f64),
+) -> (Vec<Taps>, Vec<bool>) {
     let out_w = scale * in_len as f64;
     let inl = in_len as f64;
     let mut taps = Vec::with_capacity(out_len);
@@ -503,7 +540,11 @@ fn resize_taps(cfg: ResizeCfg<'_>, in_len: usize, out_len: usize, scale: f64, ro
             _ => (y + 0.5) / scale - 0.5,
         };
         let fl = x.floor();
-        let (base, ratio) = if x == fl { (fl as i64 - 1, 1.0) } else { (fl as i64, x - fl) };
+        let (base, ratio) = if x == fl {
+            (fl as i64 - 1, 1.0)
+        } else {
+            (fl as i64, x - fl)
+        };
         let mut coeffs: Vec<(i64, f64)> = match cfg.mode {
             "nearest" => {
                 let up = match cfg.nearest {
@@ -519,12 +560,15 @@ fn resize_taps(cfg: ResizeCfg<'_>, in_len: usize, out_len: usize, scale: f64, ro
                 if cfg.antialias && scale < 1.0 {
                     let start = (-2.0 / scale).floor() as i64 + 1;
                     let end = 2 - start;
-                    let v: Vec<(i64, f64)> =
-                        (start..end).map(|k| (base + k, cubic_w(scale * (k as f64 - ratio), cfg.cubic_a))).collect();
+                    let v: Vec<(i64, f64)> = (start..end)
+                        .map(|k| (base + k, cubic_w(scale * (k as f64 - ratio), cfg.cubic_a)))
+                        .collect();
                     let s: f64 = v.iter().map(|p| p.1).sum();
                     v.into_iter().map(|(i, w)| (i, w / s)).collect()
                 } else {
-                    (-1..=2).map(|k| (base + k, cubic_w(k as f64 - ratio, cfg.cubic_a))).collect()
+                    (-1..=2)
+                        .map(|k| (base + k, cubic_w(k as f64 - ratio, cfg.cubic_a)))
+                        .collect()
                 }
             }
             _ => {
@@ -577,13 +621,21 @@ fn resample_axis(a: &ArrayD<f32>, axis: usize, taps: &[Taps], extrap: &[bool], e
             use rayon::prelude::*;
             let work = |(srow, drow): (&[f32], &mut [f32])| {
                 for (o, t) in taps.iter().enumerate() {
-                    drow[o] = if extrap[o] { extrap_value } else { t.iter().map(|&(i, w)| srow[i] * w).sum() };
+                    drow[o] = if extrap[o] {
+                        extrap_value
+                    } else {
+                        t.iter().map(|&(i, w)| srow[i] * w).sum()
+                    };
                 }
             };
             if src.len() >= 1 << 15 {
-                src.par_chunks(in_len.max(1)).zip(dst.par_chunks_mut(out_len.max(1))).for_each(work);
+                src.par_chunks(in_len.max(1))
+                    .zip(dst.par_chunks_mut(out_len.max(1)))
+                    .for_each(work);
             } else {
-                src.chunks(in_len.max(1)).zip(dst.chunks_mut(out_len.max(1))).for_each(work);
+                src.chunks(in_len.max(1))
+                    .zip(dst.chunks_mut(out_len.max(1)))
+                    .for_each(work);
             }
             return out;
         }
@@ -619,7 +671,9 @@ fn resize(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor
     };
     let mut scales = vec![1.0f64; rank];
     let mut out_shape = in_shape.clone();
-    let attr_scales = node.attr_floats("scales").map(|s| s.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+    let attr_scales = node
+        .attr_floats("scales")
+        .map(|s| s.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
     let scale_vals = match (scales_t.filter(|t| !t.is_empty()), attr_scales) {
         (Some(t), _) => Some(t.to_f32().iter().map(|&v| f64::from(v)).collect::<Vec<f64>>()),
         (None, s) => s,
@@ -644,7 +698,10 @@ fn resize(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor
                 scales[ax] = sz[k] as f64 / in_shape[ax] as f64;
             }
         } else {
-            let ratios = axes.iter().enumerate().map(|(k, &ax)| sz[k] as f64 / in_shape[ax] as f64);
+            let ratios = axes
+                .iter()
+                .enumerate()
+                .map(|(k, &ax)| sz[k] as f64 / in_shape[ax] as f64);
             let s = if policy == "not_larger" {
                 ratios.fold(f64::INFINITY, f64::min)
             } else {
@@ -665,8 +722,16 @@ fn resize(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor
         _ => "nearest",
     };
     let old = upsample || ctx.opset < 11;
-    let coord = if old { "asymmetric" } else { node.attr_s("coordinate_transformation_mode").unwrap_or("half_pixel") };
-    let nearest = if old { "floor" } else { node.attr_s("nearest_mode").unwrap_or("round_prefer_floor") };
+    let coord = if old {
+        "asymmetric"
+    } else {
+        node.attr_s("coordinate_transformation_mode").unwrap_or("half_pixel")
+    };
+    let nearest = if old {
+        "floor"
+    } else {
+        node.attr_s("nearest_mode").unwrap_or("round_prefer_floor")
+    };
     let cfg = ResizeCfg {
         mode,
         coord,
@@ -676,7 +741,10 @@ fn resize(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor
         antialias: node.attr_i("antialias").unwrap_or(0) != 0,
     };
     let extrap_value = node.attr_f("extrapolation_value").unwrap_or(0.0);
-    let roi: Vec<f64> = roi_t.filter(|t| !t.is_empty()).map(|t| t.to_f64().iter().copied().collect()).unwrap_or_default();
+    let roi: Vec<f64> = roi_t
+        .filter(|t| !t.is_empty())
+        .map(|t| t.to_f64().iter().copied().collect())
+        .unwrap_or_default();
     let roi_of = |ax: usize| -> (f64, f64) {
         if roi.len() == 2 * axes.len() {
             if let Some(k) = axes.iter().position(|&a| a == ax) {
@@ -731,7 +799,13 @@ fn gather_nd<T: Clone + Default + Send + Sync>(a: &ArrayD<T>, maps: &[Vec<usize>
             return;
         }
         for (o, &i) in m.iter().enumerate() {
-            rec(&src[i * in_strides[0]..], &in_strides[1..], &out_strides[1..], rest, &mut dst[o * out_strides[0]..(o + 1) * out_strides[0]]);
+            rec(
+                &src[i * in_strides[0]..],
+                &in_strides[1..],
+                &out_strides[1..],
+                rest,
+                &mut dst[o * out_strides[0]..(o + 1) * out_strides[0]],
+            );
         }
     }
     let a = a.as_standard_layout();
@@ -750,7 +824,8 @@ fn gather_nd<T: Clone + Default + Send + Sync>(a: &ArrayD<T>, maps: &[Vec<usize>
             rec(src, &is, &os, maps, &mut out);
         }
     }
-    ArrayD::from_shape_vec(IxDyn(out_shape), out).unwrap_or_else(|_| ArrayD::from_shape_simple_fn(IxDyn(out_shape), T::default))
+    ArrayD::from_shape_vec(IxDyn(out_shape), out)
+        .unwrap_or_else(|_| ArrayD::from_shape_simple_fn(IxDyn(out_shape), T::default))
 }
 
 fn eye_like(node: &Node, x: &Tensor) -> Result<Tensor, String> {
@@ -759,14 +834,20 @@ fn eye_like(node: &Node, x: &Tensor) -> Result<Tensor, String> {
         return Err("EyeLike needs a 2-D input".into());
     }
     let k = node.attr_i("k").unwrap_or(0);
-    let dt = node.attr_i("dtype").and_then(|c| DType::from_onnx(c as i32)).unwrap_or(x.dtype());
+    let dt = node
+        .attr_i("dtype")
+        .and_then(|c| DType::from_onnx(c as i32))
+        .unwrap_or(x.dtype());
     let a = ArrayD::from_shape_fn(IxDyn(s), |ix| if ix[1] as i64 - ix[0] as i64 == k { 1.0 } else { 0.0 });
     crate::sim::ops::quant::cast_f64(&a, dt)
 }
 
 fn trilu(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Tensor, String> {
     let x = input(inputs, 0)?;
-    let k = opt_input(inputs, 1).and_then(Tensor::as_i64_vec).and_then(|v| v.first().copied()).unwrap_or(0);
+    let k = opt_input(inputs, 1)
+        .and_then(Tensor::as_i64_vec)
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
     let upper = node.attr_i("upper").unwrap_or(1) != 0;
     let r = x.shape().len();
     if r < 2 {
@@ -799,7 +880,9 @@ impl Mt19937 {
         let mut mt = [0u32; 624];
         mt[0] = seed;
         for i in 1..624 {
-            mt[i] = 1_812_433_253u32.wrapping_mul(mt[i - 1] ^ (mt[i - 1] >> 30)).wrapping_add(i as u32);
+            mt[i] = 1_812_433_253u32
+                .wrapping_mul(mt[i - 1] ^ (mt[i - 1] >> 30))
+                .wrapping_add(i as u32);
         }
         Self { mt, idx: 624 }
     }
@@ -838,13 +921,21 @@ fn dropout(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
         .and_then(|t| t.to_f64().iter().next().copied())
         .or_else(|| node.attr_f("ratio").map(f64::from))
         .unwrap_or(0.5);
-    let training = opt_input(inputs, 2).and_then(|t| t.as_i64_vec()).and_then(|v| v.first().copied()).unwrap_or(0) != 0;
+    let training = opt_input(inputs, 2)
+        .and_then(|t| t.as_i64_vec())
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0)
+        != 0;
     if !training || ratio == 0.0 {
         let mask = Tensor::Bool(ArrayD::from_elem(IxDyn(x.shape()), true));
         return Ok(vec![x.clone(), mask]);
     }
     let seed = node.attr_i("seed").map_or_else(
-        || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()),
+        || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        },
         |s| s as u32,
     );
     let mut rng = Mt19937::new(seed);
@@ -852,7 +943,9 @@ fn dropout(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     let mask = ArrayD::from_shape_vec(IxDyn(x.shape()), keep).map_err(|e| e.to_string())?;
     let scale = 1.0 / (1.0 - ratio);
     let xf = x.to_f64();
-    let y = ndarray::Zip::from(&xf).and(&mask).map_collect(|&v, &k| if k { v * scale } else { 0.0 });
+    let y = ndarray::Zip::from(&xf)
+        .and(&mask)
+        .map_collect(|&v, &k| if k { v * scale } else { 0.0 });
     Ok(vec![super::quant::cast_f64(&y, x.dtype())?, Tensor::Bool(mask)])
 }
 
@@ -913,7 +1006,12 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
                                 return Err(format!("cannot squeeze axis {a} of size {}", x.shape()[a]));
                             }
                         }
-                        x.shape().iter().enumerate().filter(|(i, _)| !ax.contains(i)).map(|(_, &d)| d).collect()
+                        x.shape()
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| !ax.contains(i))
+                            .map(|(_, &d)| d)
+                            .collect()
                     }
                     None => x.shape().iter().copied().filter(|&d| d != 1).collect(),
                 };
@@ -965,9 +1063,14 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
                 let start = clampi(node.attr_i("start").unwrap_or(0));
                 let end = clampi(node.attr_i("end").unwrap_or(r));
                 let dims: Vec<i64> = x.shape()[start..end.max(start)].iter().map(|&d| d as i64).collect();
-                one(Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[dims.len()]), dims).map_err(|e| e.to_string())?))
+                one(Tensor::I64(
+                    ArrayD::from_shape_vec(IxDyn(&[dims.len()]), dims).map_err(|e| e.to_string())?,
+                ))
             }
-            "Size" => one(Tensor::I64(ArrayD::from_elem(IxDyn(&[]), input(inputs, 0)?.len() as i64))),
+            "Size" => one(Tensor::I64(ArrayD::from_elem(
+                IxDyn(&[]),
+                input(inputs, 0)?.len() as i64,
+            ))),
             "ConstantOfShape" => one(constant_of_shape(node, inputs)?),
             "Constant" => one(constant(node)?),
             "Range" => one(range(inputs)?),

@@ -1,0 +1,314 @@
+//! Element-wise chains: consecutive element-wise nodes where each one consumes the previous
+//! one's only output (`x → Add 3 → Clip 0,6 → Div 6 → Mul x`, the exported HardSwish) run
+//! as one pass over the data, tile by tile, instead of one full pass per node.
+//!
+//! The chain is found when the plan is made; whether its operands fit (scalars, tensors of
+//! the chain's shape, or per-channel vectors) is checked at run time, and a chain that does
+//! not fit runs node by node.
+
+use super::elementwise_sigmoid as sigmoid;
+use crate::ir::{Graph, Node, Tensor, ValueId};
+use rayon::prelude::*;
+
+/// Ops a chain may contain.
+const CHAIN_OPS: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Relu",
+    "Clip",
+    "HardSigmoid",
+    "HardSwish",
+    "Sigmoid",
+    "LeakyRelu",
+    "Tanh",
+    "Neg",
+    "Abs",
+];
+
+/// A chain found at plan time: `nodes[0]` consumes `start` as input 0; every later node
+/// consumes its predecessor's output at `carried[k]`.
+#[derive(Clone, Debug)]
+pub struct Chain {
+    pub nodes: Vec<usize>,
+    pub carried: Vec<usize>,
+    pub start: ValueId,
+    pub out: ValueId,
+}
+
+/// Finds chains among consecutive steps of `order`. Returns, per step, the chain starting there.
+pub fn find_chains(g: &Graph, order: &[usize]) -> Vec<Option<Chain>> {
+    let consumers = g.consumers();
+    let is_output = |v: ValueId| g.outputs.contains(&v);
+    let single_out = |n: &Node| -> Option<ValueId> {
+        match n.outputs.as_slice() {
+            [Some(v)] => Some(*v),
+            _ => None,
+        }
+    };
+    let mut chains = vec![None; order.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let first = &g.nodes[order[i]];
+        let (Some(start), Some(mut prev_out)) = (first.input(0), single_out(first)) else {
+            i += 1;
+            continue;
+        };
+        if !CHAIN_OPS.contains(&first.op.as_str()) || !first.domain.is_empty() {
+            i += 1;
+            continue;
+        }
+        let mut nodes = vec![order[i]];
+        let mut carried = vec![0];
+        let mut j = i + 1;
+        while j < order.len() {
+            let cur = &g.nodes[order[j]];
+            if !CHAIN_OPS.contains(&cur.op.as_str()) || !cur.domain.is_empty() || is_output(prev_out) {
+                break;
+            }
+            if consumers[prev_out].as_slice() != [order[j]] {
+                break;
+            }
+            let uses: Vec<usize> = cur
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| **v == Some(prev_out))
+                .map(|(k, _)| k)
+                .collect();
+            let pos = match uses.as_slice() {
+                [p] if *p <= 1 => *p,
+                _ => break,
+            };
+            if pos == 1 && !matches!(cur.op.as_str(), "Add" | "Sub" | "Mul" | "Div") {
+                break;
+            }
+            let Some(out) = single_out(cur) else { break };
+            nodes.push(order[j]);
+            carried.push(pos);
+            prev_out = out;
+            j += 1;
+        }
+        if nodes.len() >= 2 {
+            chains[i] = Some(Chain {
+                nodes,
+                carried,
+                start,
+                out: prev_out,
+            });
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    chains
+}
+
+/// A chain operand resolved at run time.
+enum Operand<'a> {
+    None,
+    Scalar(f32),
+    /// Same shape as the chain's data, contiguous.
+    Full(&'a [f32]),
+    /// One value per run of `run` elements (per-channel scales), cycling.
+    PerRun(Vec<f32>, usize),
+}
+
+impl Operand<'_> {
+    #[inline]
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            Self::None => 0.0,
+            Self::Scalar(q) => *q,
+            Self::Full(s) => s[i],
+            Self::PerRun(v, run) => v[(i / run) % v.len()],
+        }
+    }
+}
+
+fn operand<'a>(t: Option<&'a Tensor>, shape: &[usize]) -> Option<Operand<'a>> {
+    let Some(t) = t else { return Some(Operand::None) };
+    let Tensor::F32(b) = t else { return None };
+    if b.len() == 1 {
+        return b.iter().next().map(|&q| Operand::Scalar(q));
+    }
+    if b.shape() == shape {
+        return b.as_slice().map(Operand::Full);
+    }
+    // Per-channel: b's non-1 dims form a prefix block of the (right-aligned) shape.
+    let rank = shape.len();
+    if b.ndim() > rank {
+        return None;
+    }
+    let bshape: Vec<usize> = std::iter::repeat_n(1, rank - b.ndim())
+        .chain(b.shape().iter().copied())
+        .collect();
+    let last = bshape.iter().rposition(|&d| d != 1)?;
+    for k in 0..=last {
+        if bshape[k] != 1 && bshape[k] != shape[k] {
+            return None;
+        }
+    }
+    for &d in &bshape[last + 1..] {
+        if d != 1 {
+            return None;
+        }
+    }
+    let run: usize = shape[last + 1..].iter().product();
+    let prefix: Vec<usize> = shape[..=last]
+        .iter()
+        .copied()
+        .chain(std::iter::repeat_n(1, rank - last - 1))
+        .collect();
+    let bv = b.broadcast(ndarray::IxDyn(&prefix))?;
+    let vals: Vec<f32> = bv.iter().copied().collect();
+    (run >= 1).then_some(Operand::PerRun(vals, run))
+}
+
+#[derive(Clone, Copy)]
+enum Step {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Relu,
+    Clip(f32, f32),
+    HardSigmoid(f32, f32),
+    HardSwish,
+    Sigmoid,
+    LeakyRelu(f32),
+    Tanh,
+    Neg,
+    Abs,
+}
+
+/// Runs the chain if its operands fit; `None` means "run the nodes one by one".
+/// `data` is the chain's start value, already copied or donated; it becomes the output.
+pub fn run_chain<'e>(
+    g: &Graph,
+    chain: &Chain,
+    mut data: Tensor,
+    lookup: &dyn Fn(ValueId) -> Option<&'e Tensor>,
+    opset: i64,
+) -> Result<Tensor, Tensor> {
+    let shape: Vec<usize> = data.shape().to_vec();
+    let mut steps = Vec::with_capacity(chain.nodes.len());
+    let mut operands = Vec::with_capacity(chain.nodes.len());
+    for (k, &n) in chain.nodes.iter().enumerate() {
+        let node = &g.nodes[n];
+        let pos = chain.carried[k];
+        let other = |i: usize| node.input(i).map(|v| lookup(v));
+        let step = match node.op.as_str() {
+            "Add" => Step::Add,
+            "Sub" => Step::Sub,
+            "Mul" => Step::Mul,
+            "Div" => Step::Div,
+            "Relu" => Step::Relu,
+            "HardSwish" => Step::HardSwish,
+            "Sigmoid" => Step::Sigmoid,
+            "Tanh" => Step::Tanh,
+            "Neg" => Step::Neg,
+            "Abs" => Step::Abs,
+            "HardSigmoid" => Step::HardSigmoid(node.attr_f("alpha").unwrap_or(0.2), node.attr_f("beta").unwrap_or(0.5)),
+            "LeakyRelu" => Step::LeakyRelu(node.attr_f("alpha").unwrap_or(0.01)),
+            "Clip" => {
+                if opset < 11 {
+                    Step::Clip(
+                        node.attr_f("min").unwrap_or(f32::MIN),
+                        node.attr_f("max").unwrap_or(f32::MAX),
+                    )
+                } else {
+                    let bound = |i: usize, d: f32| -> Option<f32> {
+                        match other(i) {
+                            None => Some(d),
+                            Some(Some(Tensor::F32(a))) if a.len() == 1 => a.iter().next().copied(),
+                            Some(_) => None,
+                        }
+                    };
+                    match (bound(1, f32::MIN), bound(2, f32::MAX)) {
+                        (Some(lo), Some(hi)) => Step::Clip(lo, hi),
+                        _ => return Err(data),
+                    }
+                }
+            }
+            _ => return Err(data),
+        };
+        let op = if matches!(step, Step::Add | Step::Sub | Step::Mul | Step::Div) {
+            let idx = 1 - pos;
+            let t = match other(idx) {
+                Some(Some(t)) => Some(t),
+                _ => return Err(data),
+            };
+            match operand(t, &shape) {
+                Some(o) => o,
+                None => return Err(data),
+            }
+        } else {
+            Operand::None
+        };
+        steps.push((step, pos));
+        operands.push(op);
+    }
+    let Tensor::F32(a) = &mut data else { return Err(data) };
+    let Some(buf) = a.as_slice_mut() else { return Err(data) };
+    let tile = 4096;
+    buf.par_chunks_mut(tile).enumerate().for_each(|(t, chunk)| {
+        let base = t * tile;
+        for ((step, pos), opnd) in steps.iter().zip(&operands) {
+            apply(*step, *pos, opnd, chunk, base);
+        }
+    });
+    Ok(data)
+}
+
+#[inline]
+fn apply(step: Step, pos: usize, o: &Operand<'_>, chunk: &mut [f32], base: usize) {
+    macro_rules! bin {
+        ($f:expr) => {{
+            let f = $f;
+            match o {
+                Operand::Scalar(q) => {
+                    let q = *q;
+                    if pos == 0 {
+                        chunk.iter_mut().for_each(|v| *v = f(*v, q));
+                    } else {
+                        chunk.iter_mut().for_each(|v| *v = f(q, *v));
+                    }
+                }
+                Operand::Full(s) => {
+                    let s = &s[base..base + chunk.len()];
+                    if pos == 0 {
+                        chunk.iter_mut().zip(s).for_each(|(v, &q)| *v = f(*v, q));
+                    } else {
+                        chunk.iter_mut().zip(s).for_each(|(v, &q)| *v = f(q, *v));
+                    }
+                }
+                _ => {
+                    for (k, v) in chunk.iter_mut().enumerate() {
+                        let q = o.get(base + k);
+                        *v = if pos == 0 { f(*v, q) } else { f(q, *v) };
+                    }
+                }
+            }
+        }};
+    }
+    match step {
+        Step::Add => bin!(|p: f32, q: f32| p + q),
+        Step::Sub => bin!(|p: f32, q: f32| p - q),
+        Step::Mul => bin!(|p: f32, q: f32| p * q),
+        Step::Div => bin!(|p: f32, q: f32| p / q),
+        Step::Relu => chunk.iter_mut().for_each(|v| *v = v.max(0.0)),
+        Step::Clip(lo, hi) => chunk.iter_mut().for_each(|v| {
+            let w = if *v < lo { lo } else { *v };
+            *v = if w > hi { hi } else { w };
+        }),
+        Step::HardSigmoid(al, be) => chunk.iter_mut().for_each(|v| *v = (al * *v + be).clamp(0.0, 1.0)),
+        Step::HardSwish => chunk.iter_mut().for_each(|v| *v *= (*v / 6.0 + 0.5).clamp(0.0, 1.0)),
+        Step::Sigmoid => chunk.iter_mut().for_each(|v| *v = sigmoid(*v)),
+        Step::LeakyRelu(al) => chunk.iter_mut().for_each(|v| *v = if *v < 0.0 { al * *v } else { *v }),
+        Step::Tanh => chunk.iter_mut().for_each(|v| *v = v.tanh()),
+        Step::Neg => chunk.iter_mut().for_each(|v| *v = -*v),
+        Step::Abs => chunk.iter_mut().for_each(|v| *v = v.abs()),
+    }
+}
