@@ -190,7 +190,7 @@ fn fix_shapes(model: &mut Model, shapes: &HashMap<String, Vec<usize>>) -> Result
             v.shape = Some(dims.iter().map(|&d| Dim::Fixed(d)).collect());
         }
     }
-    for (name, _) in shapes {
+    for name in shapes.keys() {
         if !model.graph.inputs.iter().any(|&i| &model.graph.values[i].name == name) {
             bail!("the model has no input named '{name}'");
         }
@@ -534,7 +534,7 @@ fn bench(
     let median = if sorted.len() % 2 == 1 {
         sorted[sorted.len() / 2]
     } else {
-        (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0
+        f64::midpoint(sorted[sorted.len() / 2 - 1], sorted[sorted.len() / 2])
     };
     let r = BenchReport {
         model: path.display().to_string(),

@@ -381,16 +381,13 @@ fn fuzz_onnx_loader() {
             };
             (true, run_zeros(&m).is_ok())
         });
-        match r {
-            Ok((l, ok)) => {
-                loaded += usize::from(l);
-                ran += usize::from(ok);
-            }
-            Err(_) => {
-                let path = std::env::temp_dir().join(format!("npu-fuzz-crash-{i}.onnx"));
-                let _ = std::fs::write(&path, &input);
-                panic!("iteration {i} panicked; input saved to {}", path.display());
-            }
+        if let Ok((l, ok)) = r {
+            loaded += usize::from(l);
+            ran += usize::from(ok);
+        } else {
+            let path = std::env::temp_dir().join(format!("npu-fuzz-crash-{i}.onnx"));
+            let _ = std::fs::write(&path, &input);
+            panic!("iteration {i} panicked; input saved to {}", path.display());
         }
     }
     println!(

@@ -50,32 +50,31 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
             )
         {
             let vals: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| known[v].as_ref())).collect();
-            if let Ok(outs) = crate::sim::ops::eval(&node, &vals, &ctx, &|_| None) {
-                if outs.iter().all(|t| t.len() <= FOLD_LIMIT) {
-                    folded = Some(outs);
-                }
+            if let Ok(outs) = crate::sim::ops::eval(&node, &vals, &ctx, &|_| None)
+                && outs.iter().all(|t| t.len() <= FOLD_LIMIT)
+            {
+                folded = Some(outs);
             }
-        } else if shape_only {
-            if let Some(Some((_, Some(s)))) = ins.first() {
-                if let Some(dims) = concrete(s) {
-                    let fake = Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0])));
-                    let _ = fake;
-                    let r = dims.len() as i64;
-                    let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
-                    let start = clampi(node.attr_i("start").unwrap_or(0));
-                    let end = clampi(node.attr_i("end").unwrap_or(r));
-                    let t = if node.op == "Shape" {
-                        let d: Vec<i64> = dims[start..end.max(start)].iter().map(|&d| d as i64).collect();
-                        Tensor::I64(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[d.len()]), d).unwrap_or_default())
-                    } else {
-                        Tensor::I64(ndarray::ArrayD::from_elem(
-                            ndarray::IxDyn(&[]),
-                            dims.iter().product::<usize>() as i64,
-                        ))
-                    };
-                    folded = Some(vec![t]);
-                }
-            }
+        } else if shape_only
+            && let Some(Some((_, Some(s)))) = ins.first()
+            && let Some(dims) = concrete(s)
+        {
+            let fake = Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0])));
+            let _ = fake;
+            let r = dims.len() as i64;
+            let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let start = clampi(node.attr_i("start").unwrap_or(0));
+            let end = clampi(node.attr_i("end").unwrap_or(r));
+            let t = if node.op == "Shape" {
+                let d: Vec<i64> = dims[start..end.max(start)].iter().map(|&d| d as i64).collect();
+                Tensor::I64(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[d.len()]), d).unwrap_or_default())
+            } else {
+                Tensor::I64(ndarray::ArrayD::from_elem(
+                    ndarray::IxDyn(&[]),
+                    dims.iter().product::<usize>() as i64,
+                ))
+            };
+            folded = Some(vec![t]);
         }
         if let Some(outs) = folded {
             for (o, t) in node.outputs.iter().zip(outs) {

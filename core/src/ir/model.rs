@@ -335,10 +335,10 @@ impl Graph {
         let mut c = vec![Vec::new(); self.values.len()];
         for (n, node) in self.nodes.iter().enumerate() {
             for v in node.inputs.iter().flatten() {
-                if let Some(list) = c.get_mut(*v) {
-                    if list.last() != Some(&n) {
-                        list.push(n);
-                    }
+                if let Some(list) = c.get_mut(*v)
+                    && list.last() != Some(&n)
+                {
+                    list.push(n);
                 }
             }
         }
@@ -474,11 +474,11 @@ impl Model {
         }
         // Weights exported as Constant nodes (PaddlePaddle, older PyTorch) count too.
         for n in &self.graph.nodes {
-            if n.op == "Constant" {
-                if let Some(Attr::Tensor(c)) = n.attr("value") {
-                    count += c.len();
-                    bytes += c.raw().len();
-                }
+            if n.op == "Constant"
+                && let Some(Attr::Tensor(c)) = n.attr("value")
+            {
+                count += c.len();
+                bytes += c.raw().len();
             }
         }
         (count, bytes)

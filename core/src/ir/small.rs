@@ -270,7 +270,7 @@ impl FloatFormat {
             lo
         } else if a - vl > vh - a {
             hi
-        } else if lo % 2 == 0 {
+        } else if lo.is_multiple_of(2) {
             lo
         } else {
             hi

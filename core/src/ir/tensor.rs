@@ -290,7 +290,7 @@ impl Tensor {
         }
         Some(map_tensor!(self, a => {
             let std = a.as_standard_layout();
-            ArrayD::from_shape_vec(IxDyn(shape), std.iter().cloned().collect()).ok()?
+            ArrayD::from_shape_vec(IxDyn(shape), std.iter().copied().collect()).ok()?
         }))
     }
 

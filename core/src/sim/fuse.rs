@@ -198,7 +198,7 @@ pub fn run_chain<'e>(
     for (k, &n) in chain.nodes.iter().enumerate() {
         let node = &g.nodes[n];
         let pos = chain.carried[k];
-        let other = |i: usize| node.input(i).map(|v| lookup(v));
+        let other = |i: usize| node.input(i).map(lookup);
         let step = match node.op.as_str() {
             "Add" => Step::Add,
             "Sub" => Step::Sub,

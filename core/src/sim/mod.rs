@@ -76,10 +76,10 @@ impl Plan {
         }
         let mut frees = vec![Vec::new(); order.len()];
         for (v, l) in last.iter().enumerate() {
-            if let Some(step) = l {
-                if g.values[v].constant.is_none() {
-                    frees[*step].push(v);
-                }
+            if let Some(step) = l
+                && g.values[v].constant.is_none()
+            {
+                frees[*step].push(v);
             }
         }
         let mut consts = Vec::new();
@@ -88,13 +88,14 @@ impl Plan {
         let ctx = OpCtx { opset: 0, threads: 1 };
         for (step, &n) in order.iter().enumerate() {
             let node = &g.nodes[n];
-            if node.op == "Constant" && node.inputs.is_empty() && node.domain.is_empty() {
-                if let (Ok(mut outs), Some(Some(v))) = (ops::eval(node, &[], &ctx, &|_| None), node.outputs.first()) {
-                    if let Some(t) = outs.pop() {
-                        consts.push((*v, t));
-                        continue;
-                    }
-                }
+            if node.op == "Constant"
+                && node.inputs.is_empty()
+                && node.domain.is_empty()
+                && let (Ok(mut outs), Some(Some(v))) = (ops::eval(node, &[], &ctx, &|_| None), node.outputs.first())
+                && let Some(t) = outs.pop()
+            {
+                consts.push((*v, t));
+                continue;
             }
             keep.push(n);
             keep_frees.push(std::mem::take(&mut frees[step]));
@@ -187,13 +188,13 @@ impl<'m> Executor<'m> {
 }
 
 fn check_input(v: &crate::ir::Value, t: &Tensor) -> Result<(), SimError> {
-    if let Some(dt) = v.dtype {
-        if dt != t.dtype() {
-            return Err(SimError::BadInput {
-                name: v.name.clone(),
-                message: format!("expected dtype {dt}, got {}", t.dtype()),
-            });
-        }
+    if let Some(dt) = v.dtype
+        && dt != t.dtype()
+    {
+        return Err(SimError::BadInput {
+            name: v.name.clone(),
+            message: format!("expected dtype {dt}, got {}", t.dtype()),
+        });
     }
     if let Some(shape) = &v.shape {
         let ok = shape.len() == t.shape().len()
@@ -226,10 +227,10 @@ fn run_graph<'a>(
     for (i, v) in g.values.iter().enumerate() {
         if let Some(c) = &v.constant {
             env[i] = Slot::Borrowed(c.tensor());
-        } else if v.outer {
-            if let Some(t) = outer(&v.name) {
-                env[i] = Slot::Owned(t);
-            }
+        } else if v.outer
+            && let Some(t) = outer(&v.name)
+        {
+            env[i] = Slot::Owned(t);
         }
     }
     for (v, t) in &plan.consts {
@@ -246,24 +247,24 @@ fn run_graph<'a>(
             skip -= 1;
             continue;
         }
-        if let (true, Some(chain)) = (fusion, &plan.chains[step]) {
-            if let Some(out) = run_chain_step(g, plan, step, chain, &mut env, ctx.opset) {
-                env[chain.out] = Slot::Owned(out);
-                let len = chain.nodes.len();
-                if let Some(h) = hook.as_deref_mut() {
-                    let last = chain.nodes[len - 1];
-                    h(last, &g.nodes[last], &[env[chain.out].get()]);
-                }
-                for k in step..step + len {
-                    for &v in &plan.frees[k] {
-                        if !g.inputs.contains(&v) {
-                            env[v] = Slot::Empty;
-                        }
+        if let (true, Some(chain)) = (fusion, &plan.chains[step])
+            && let Some(out) = run_chain_step(g, plan, step, chain, &mut env, ctx.opset)
+        {
+            env[chain.out] = Slot::Owned(out);
+            let len = chain.nodes.len();
+            if let Some(h) = hook.as_deref_mut() {
+                let last = chain.nodes[len - 1];
+                h(last, &g.nodes[last], &[env[chain.out].get()]);
+            }
+            for k in step..step + len {
+                for &v in &plan.frees[k] {
+                    if !g.inputs.contains(&v) {
+                        env[v] = Slot::Empty;
                     }
                 }
-                skip = len - 1;
-                continue;
             }
+            skip = len - 1;
+            continue;
         }
         let node = &g.nodes[n];
         // Reuse the buffer of a dying first input for element-wise ops.
@@ -273,29 +274,27 @@ fn run_graph<'a>(
                 && plan.frees[step].contains(&v)
                 && node.inputs.iter().filter(|x| **x == Some(v)).count() == 1
         });
-        if let Some(v) = donor {
-            if let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty) {
-                let rest: Vec<Option<&Tensor>> =
-                    node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
-                let done =
-                    ops::elementwise::try_inplace(node, &mut x, &rest, &ctx).map_err(|message| SimError::Node {
-                        node: node.label(),
-                        op: node.op.clone(),
-                        message,
-                    })?;
-                if done {
-                    if let Some(Some(o)) = node.outputs.first() {
-                        env[*o] = Slot::Owned(x);
-                    }
-                    if let Some(h) = hook.as_deref_mut() {
-                        let views: Vec<Option<&Tensor>> =
-                            node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
-                        h(n, node, &views);
-                    }
-                    continue;
+        if let Some(v) = donor
+            && let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty)
+        {
+            let rest: Vec<Option<&Tensor>> = node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
+            let done = ops::elementwise::try_inplace(node, &mut x, &rest, &ctx).map_err(|message| SimError::Node {
+                node: node.label(),
+                op: node.op.clone(),
+                message,
+            })?;
+            if done {
+                if let Some(Some(o)) = node.outputs.first() {
+                    env[*o] = Slot::Owned(x);
                 }
-                env[v] = Slot::Owned(x);
+                if let Some(h) = hook.as_deref_mut() {
+                    let views: Vec<Option<&Tensor>> =
+                        node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
+                    h(n, node, &views);
+                }
+                continue;
             }
+            env[v] = Slot::Owned(x);
         }
         let outs = {
             let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].get())).collect();

@@ -247,13 +247,13 @@ impl Ctx {
                 Some("offset") => {
                     offset = v
                         .parse()
-                        .map_err(|_| self.err(format!("tensor '{name}': bad external offset '{v}'")))?
+                        .map_err(|_| self.err(format!("tensor '{name}': bad external offset '{v}'")))?;
                 }
                 Some("length") => {
                     length = Some(
                         v.parse::<usize>()
                             .map_err(|_| self.err(format!("tensor '{name}': bad external length '{v}'")))?,
-                    )
+                    );
                 }
                 _ => {}
             }

@@ -65,14 +65,14 @@ pub fn geometry(node: &Node, input: &[usize], kernel: &[usize], ceil_mode: bool)
                 out[i] = o;
             }
             _ => {
-                if auto_pad == "NOTSET" {
-                    if let Some(p) = node.attr_ints("pads") {
-                        if p.len() != 2 * n || p.iter().any(|&v| v < 0) {
-                            return Err(format!("pads {p:?} do not fit {n} spatial dims"));
-                        }
-                        pad_begin[i] = p[i] as usize;
-                        pad_end[i] = p[i + n] as usize;
+                if auto_pad == "NOTSET"
+                    && let Some(p) = node.attr_ints("pads")
+                {
+                    if p.len() != 2 * n || p.iter().any(|&v| v < 0) {
+                        return Err(format!("pads {p:?} do not fit {n} spatial dims"));
                     }
+                    pad_begin[i] = p[i] as usize;
+                    pad_end[i] = p[i + n] as usize;
                 }
                 let span = input[i] + pad_begin[i] + pad_end[i];
                 if span < eff {

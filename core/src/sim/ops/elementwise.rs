@@ -16,16 +16,16 @@ where
     B: Copy + Send + Sync,
     C: Send,
 {
-    if a.shape() == b.shape() {
-        if let (Some(x), Some(y)) = (a.as_slice(), b.as_slice()) {
-            let v: Vec<C> = if x.len() >= PAR_MIN {
-                use rayon::prelude::*;
-                x.par_iter().zip(y.par_iter()).map(|(&p, &q)| f(p, q)).collect()
-            } else {
-                x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect()
-            };
-            return ArrayD::from_shape_vec(IxDyn(a.shape()), v).map_err(|e| e.to_string());
-        }
+    if a.shape() == b.shape()
+        && let (Some(x), Some(y)) = (a.as_slice(), b.as_slice())
+    {
+        let v: Vec<C> = if x.len() >= PAR_MIN {
+            use rayon::prelude::*;
+            x.par_iter().zip(y.par_iter()).map(|(&p, &q)| f(p, q)).collect()
+        } else {
+            x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect()
+        };
+        return ArrayD::from_shape_vec(IxDyn(a.shape()), v).map_err(|e| e.to_string());
     }
     let shape = broadcast_shapes(a.shape(), b.shape())?;
     if b.len() == 1 && shape.as_slice() == a.shape() {
@@ -290,7 +290,7 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         }
         "Abs" => match x {
             Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => unary!(x, |v| v.abs()),
-            _ => int_unary(x, |v| v.wrapping_abs(), |v| v),
+            _ => int_unary(x, i64::wrapping_abs, |v| v),
         },
         "Neg" => match x {
             Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => unary!(x, |v| -v),
@@ -593,11 +593,11 @@ fn clip(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, 
         }
         _ => {
             let lo = lo
-                .and_then(|t| t.as_i64_vec())
+                .and_then(crate::ir::tensor::Tensor::as_i64_vec)
                 .and_then(|v| v.first().copied())
                 .unwrap_or(i64::MIN);
             let hi = hi
-                .and_then(|t| t.as_i64_vec())
+                .and_then(crate::ir::tensor::Tensor::as_i64_vec)
                 .and_then(|v| v.first().copied())
                 .unwrap_or(i64::MAX);
             int_unary(
@@ -722,20 +722,20 @@ fn binary_inplace<F: Fn(f32, f32) -> f32 + Sync + Send>(a: &mut ArrayD<f32>, b: 
         }
         return false;
     }
-    if b.shape() == a.shape() {
-        if let (Some(bs), Some(data)) = (b.as_slice(), a.as_slice_mut()) {
-            if data.len() >= PAR_MIN {
-                use rayon::prelude::*;
-                data.par_chunks_mut(1 << 14)
-                    .zip(bs.par_chunks(1 << 14))
-                    .for_each(|(d, s)| {
-                        d.iter_mut().zip(s).for_each(|(v, &q)| *v = f(*v, q));
-                    });
-            } else {
-                data.iter_mut().zip(bs).for_each(|(v, &q)| *v = f(*v, q));
-            }
-            return true;
+    if b.shape() == a.shape()
+        && let (Some(bs), Some(data)) = (b.as_slice(), a.as_slice_mut())
+    {
+        if data.len() >= PAR_MIN {
+            use rayon::prelude::*;
+            data.par_chunks_mut(1 << 14)
+                .zip(bs.par_chunks(1 << 14))
+                .for_each(|(d, s)| {
+                    d.iter_mut().zip(s).for_each(|(v, &q)| *v = f(*v, q));
+                });
+        } else {
+            data.iter_mut().zip(bs).for_each(|(v, &q)| *v = f(*v, q));
         }
+        return true;
     }
     if !broadcast_shapes(a.shape(), b.shape()).is_ok_and(|s| s == a.shape()) {
         return false;

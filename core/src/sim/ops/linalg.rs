@@ -191,7 +191,7 @@ fn matmul(inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
     let b = input(inputs, 1)?;
     match (a, b) {
         (Tensor::F32(x), Tensor::F32(y)) => Ok(Tensor::F32(matmul_f32(x, y, ctx.threads)?)),
-        (Tensor::F64(_), _) | (Tensor::F16(_), _) | (Tensor::BF16(_), _) => {
+        (Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_), _) => {
             Ok(f32_as(a.dtype(), matmul_f32(&a.to_f32(), &b.to_f32(), ctx.threads)?))
         }
         _ => {

@@ -153,10 +153,10 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
                 ctx.threads,
             );
             for bi in 0..batch {
-                if let Some(sl) = &seq_lens {
-                    if (t as i64) >= sl.get(bi).copied().unwrap_or(seq as i64) {
-                        continue;
-                    }
+                if let Some(sl) = &seq_lens
+                    && (t as i64) >= sl.get(bi).copied().unwrap_or(seq as i64)
+                {
+                    continue;
                 }
                 let g = &mut gates[bi * 4 * h..(bi + 1) * 4 * h];
                 if let Some(cl) = clip {

@@ -31,7 +31,7 @@ pub fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Ve
     }
     if let Some(i) = infer {
         let known: usize = out.iter().product();
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(format!("cannot reshape {input:?} into {spec:?}"));
         }
         out[i] = total / known;
@@ -153,7 +153,7 @@ fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String
     out_shape.extend_from_slice(&data.shape()[axis + 1..]);
     Ok(map_tensor!(data, a => {
         let sel = a.select(Axis(axis), &flat);
-        ArrayD::from_shape_vec(IxDyn(&out_shape), sel.iter().cloned().collect()).map_err(|e| e.to_string())?
+        ArrayD::from_shape_vec(IxDyn(&out_shape), sel.iter().copied().collect()).map_err(|e| e.to_string())?
     }))
 }
 
@@ -168,7 +168,7 @@ fn gather_elements(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tenso
             if k < 0 { k += dim; }
             if k < 0 || k >= dim { err = Some(format!("index {} out of range", idx[&ix])); k = 0; }
             j[axis] = k as usize;
-            a[j].clone()
+            a[j]
         });
         if let Some(e) = err { return Err(e); }
         out
@@ -354,7 +354,7 @@ fn tile(x: &Tensor, reps: &[i64]) -> Result<Tensor, String> {
     let out: Vec<usize> = shape.iter().zip(reps).map(|(&d, &r)| d * r.max(0) as usize).collect();
     Ok(map_tensor!(x, a => ArrayD::from_shape_fn(IxDyn(&out), |ix| {
         let src: Vec<usize> = (0..ix.ndim()).map(|i| ix[i] % shape[i].max(1)).collect();
-        a[IxDyn(&src)].clone()
+        a[IxDyn(&src)]
     })))
 }
 
@@ -371,7 +371,7 @@ fn constant_of_shape(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Tensor, 
         _ => Tensor::scalar_f32(0.0),
     };
     Ok(map_tensor!(&value, a => {
-        let v = a.iter().next().cloned().unwrap_or_default();
+        let v = a.iter().next().copied().unwrap_or_default();
         ArrayD::from_elem(IxDyn(&dims), v)
     }))
 }
@@ -922,7 +922,7 @@ fn dropout(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
         .or_else(|| node.attr_f("ratio").map(f64::from))
         .unwrap_or(0.5);
     let training = opt_input(inputs, 2)
-        .and_then(|t| t.as_i64_vec())
+        .and_then(crate::ir::tensor::Tensor::as_i64_vec)
         .and_then(|v| v.first().copied())
         .unwrap_or(0)
         != 0;
