@@ -17,6 +17,16 @@ pub fn compare(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), 
     if got.shape() != want.shape() {
         return Err(format!("shape {:?} instead of {:?}", got.shape(), want.shape()));
     }
+    if let (Tensor::Str(g), Tensor::Str(w)) = (got, want) {
+        return match g.iter().zip(w.iter()).position(|(a, b)| a != b) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "element {i}: got {:?}, expected {:?}",
+                g.iter().nth(i),
+                w.iter().nth(i)
+            )),
+        };
+    }
     let exact = !want.dtype().is_float();
     let (g, w) = (got.to_f64(), want.to_f64());
     for (i, (&a, &b)) in g.iter().zip(w.iter()).enumerate() {

@@ -23,6 +23,8 @@ pub enum Tensor {
     Bool(ArrayD<bool>),
     /// One code per byte of a small dtype (see [`small`]).
     Small(DType, ArrayD<u8>),
+    /// UTF-8 strings (only element-wise comparisons and data movement use them).
+    Str(ArrayD<String>),
 }
 
 /// Applies `$body` to the inner array of any tensor variant, binding it as `$a`.
@@ -44,6 +46,7 @@ macro_rules! for_each_tensor {
             $crate::ir::Tensor::U64($a) => $body,
             $crate::ir::Tensor::Bool($a) => $body,
             $crate::ir::Tensor::Small(_, $a) => $body,
+            $crate::ir::Tensor::Str($a) => $body,
         }
     };
 }
@@ -67,6 +70,7 @@ macro_rules! map_tensor {
             $crate::ir::Tensor::U64($a) => $crate::ir::Tensor::U64($body),
             $crate::ir::Tensor::Bool($a) => $crate::ir::Tensor::Bool($body),
             $crate::ir::Tensor::Small(dt, $a) => $crate::ir::Tensor::Small(*dt, $body),
+            $crate::ir::Tensor::Str($a) => $crate::ir::Tensor::Str($body),
         }
     };
 }
@@ -119,6 +123,7 @@ impl Tensor {
             Self::U64(_) => DType::U64,
             Self::Bool(_) => DType::Bool,
             Self::Small(dt, _) => *dt,
+            Self::Str(_) => DType::String,
         }
     }
 
@@ -186,7 +191,8 @@ impl Tensor {
         mk(t)
     }
 
-    /// Encodes into little-endian bytes packed as in ONNX `raw_data`.
+    /// Encodes into little-endian bytes packed as in ONNX `raw_data` (empty for strings,
+    /// which ONNX stores in `string_data`).
     pub fn to_raw(&self) -> Vec<u8> {
         fn le<T: Copy, const N: usize>(a: &ArrayD<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
             a.iter().flat_map(|&x| f(x)).collect()
@@ -205,6 +211,7 @@ impl Tensor {
             Self::U32(a) => le(a, u32::to_le_bytes),
             Self::I64(a) => le(a, i64::to_le_bytes),
             Self::U64(a) => le(a, u64::to_le_bytes),
+            Self::Str(_) => Vec::new(),
             Self::Small(dt, a) => {
                 let per = 8 / dt.bits().max(1);
                 if per <= 1 {
@@ -237,6 +244,7 @@ impl Tensor {
             Self::U64(a) => a.mapv(|x| x as f32),
             Self::Bool(a) => a.mapv(|x| if x { 1.0 } else { 0.0 }),
             Self::Small(dt, a) => a.mapv(|c| small::decode(*dt, c)),
+            Self::Str(a) => a.map(|v| v.parse().unwrap_or(f32::NAN)),
         }
     }
 
@@ -290,7 +298,7 @@ impl Tensor {
         }
         Some(map_tensor!(self, a => {
             let std = a.as_standard_layout();
-            ArrayD::from_shape_vec(IxDyn(shape), std.iter().copied().collect()).ok()?
+            ArrayD::from_shape_vec(IxDyn(shape), std.iter().cloned().collect()).ok()?
         }))
     }
 

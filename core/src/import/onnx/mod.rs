@@ -520,6 +520,21 @@ fn type_of(vi: &proto::ValueInfoProto) -> (Option<DType>, Option<Shape>) {
 /// Decodes a serialized `TensorProto` (the `.pb` files of the ONNX test data).
 pub fn tensor_from_pb(bytes: &[u8]) -> Result<(String, Tensor), String> {
     let t = TensorProto::decode(bytes).map_err(|e| format!("not a TensorProto: {e}"))?;
+    if t.data_type == Some(DType::String.onnx_code()) {
+        let shape: Vec<usize> = t
+            .dims
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| "negative dimension".to_owned()))
+            .collect::<Result<_, _>>()?;
+        let strings: Vec<String> = t
+            .string_data
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        let a = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), strings)
+            .map_err(|e| format!("string tensor: {e}"))?;
+        return Ok((t.name.unwrap_or_default(), Tensor::Str(a)));
+    }
     let mut ctx = Ctx {
         file: PathBuf::from("<tensor>"),
         dir: PathBuf::from("."),

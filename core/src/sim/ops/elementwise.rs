@@ -503,7 +503,15 @@ fn compare(op: &str, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
         (T::I32(x), T::I32(y)) => cmp(op, x, y)?,
         (T::Bool(x), T::Bool(y)) => cmp(op, x, y)?,
         (T::U64(x), T::U64(y)) => cmp(op, x, y)?,
-        (T::Small(_, _), _) | (_, T::Small(_, _)) => return Err("comparison of small types is not supported".into()),
+        (T::Str(x), T::Str(y)) if op == "Equal" => {
+            let shape = broadcast_shapes(x.shape(), y.shape())?;
+            let xv = x.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+            let yv = y.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+            Zip::from(&xv).and(&yv).map_collect(|p, q| p == q)
+        }
+        (T::Small(_, _) | T::Str(_), _) | (_, T::Small(_, _) | T::Str(_)) => {
+            return Err(format!("{op} is not supported for {} and {}", a.dtype(), b.dtype()));
+        }
         _ if a.dtype() == b.dtype() => cmp(op, &a.to_f64(), &b.to_f64())?,
         _ => return Err(format!("operand dtypes {} and {} do not match", a.dtype(), b.dtype())),
     };

@@ -94,6 +94,7 @@ fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
         Tensor::U32(_) => cat!(U32),
         Tensor::U64(_) => cat!(U64),
         Tensor::Bool(_) => cat!(Bool),
+        Tensor::Str(_) => cat!(Str),
         Tensor::Small(dt, _) => {
             let mut views = Vec::new();
             for t in ts {
@@ -153,7 +154,7 @@ fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String
     out_shape.extend_from_slice(&data.shape()[axis + 1..]);
     Ok(map_tensor!(data, a => {
         let sel = a.select(Axis(axis), &flat);
-        ArrayD::from_shape_vec(IxDyn(&out_shape), sel.iter().copied().collect()).map_err(|e| e.to_string())?
+        ArrayD::from_shape_vec(IxDyn(&out_shape), sel.iter().cloned().collect()).map_err(|e| e.to_string())?
     }))
 }
 
@@ -168,7 +169,7 @@ fn gather_elements(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tenso
             if k < 0 { k += dim; }
             if k < 0 || k >= dim { err = Some(format!("index {} out of range", idx[&ix])); k = 0; }
             j[axis] = k as usize;
-            a[j]
+            a[j].clone()
         });
         if let Some(e) = err { return Err(e); }
         out
@@ -354,7 +355,7 @@ fn tile(x: &Tensor, reps: &[i64]) -> Result<Tensor, String> {
     let out: Vec<usize> = shape.iter().zip(reps).map(|(&d, &r)| d * r.max(0) as usize).collect();
     Ok(map_tensor!(x, a => ArrayD::from_shape_fn(IxDyn(&out), |ix| {
         let src: Vec<usize> = (0..ix.ndim()).map(|i| ix[i] % shape[i].max(1)).collect();
-        a[IxDyn(&src)]
+        a[IxDyn(&src)].clone()
     })))
 }
 
@@ -371,7 +372,7 @@ fn constant_of_shape(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Tensor, 
         _ => Tensor::scalar_f32(0.0),
     };
     Ok(map_tensor!(&value, a => {
-        let v = a.iter().next().copied().unwrap_or_default();
+        let v = a.iter().next().cloned().unwrap_or_default();
         ArrayD::from_elem(IxDyn(&dims), v)
     }))
 }
