@@ -348,6 +348,8 @@ fn fuzz_onnx_loader() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3000);
     let mut seeds: Vec<Vec<u8>> = vec![relu_model().encode_to_vec()];
+    let sample = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets/models/sample_cnn.onnx");
+    seeds.push(std::fs::read(&sample).expect("the bundled sample model"));
     let node_dir = npu_tests::data_dir().join("onnx-node");
     for t in [
         "test_conv_with_strides_padding",

@@ -69,19 +69,7 @@ impl fmt::Debug for Constant {
 impl Constant {
     /// Wraps packed bytes; checks that the byte count matches dtype and shape.
     pub fn from_raw(dtype: DType, shape: Vec<usize>, raw: Bytes) -> Result<Self, TensorDataError> {
-        let count = super::tensor::checked_numel(&shape).ok_or_else(|| TensorDataError::TooLarge(shape.clone()))?;
-        if dtype == DType::String {
-            return Err(TensorDataError::Unsupported(dtype));
-        }
-        let expected = dtype.packed_bytes(count);
-        if raw.len() != expected {
-            return Err(TensorDataError::WrongSize {
-                dtype,
-                count,
-                expected,
-                found: raw.len(),
-            });
-        }
+        super::tensor::check_raw_len(dtype, &shape, raw.len())?;
         Ok(Self {
             dtype,
             shape,

@@ -101,6 +101,25 @@ fn read_le<T, const N: usize>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
         .collect()
 }
 
+/// Checks that `len` bytes hold exactly `shape` elements of `dtype` packed as in ONNX
+/// `raw_data`; returns the element count.
+pub fn check_raw_len(dtype: DType, shape: &[usize], len: usize) -> Result<usize, TensorDataError> {
+    let count = checked_numel(shape).ok_or_else(|| TensorDataError::TooLarge(shape.to_vec()))?;
+    if dtype == DType::String {
+        return Err(TensorDataError::Unsupported(dtype));
+    }
+    let expected = dtype.packed_bytes(count);
+    if len != expected {
+        return Err(TensorDataError::WrongSize {
+            dtype,
+            count,
+            expected,
+            found: len,
+        });
+    }
+    Ok(count)
+}
+
 /// Element count of a shape, or `None` on overflow.
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -141,19 +160,7 @@ impl Tensor {
 
     /// Decodes little-endian bytes packed as in ONNX `raw_data`.
     pub fn from_raw(dtype: DType, shape: &[usize], raw: &[u8]) -> Result<Self, TensorDataError> {
-        let count = checked_numel(shape).ok_or_else(|| TensorDataError::TooLarge(shape.to_vec()))?;
-        if dtype == DType::String {
-            return Err(TensorDataError::Unsupported(dtype));
-        }
-        let expected = dtype.packed_bytes(count);
-        if raw.len() != expected {
-            return Err(TensorDataError::WrongSize {
-                dtype,
-                count,
-                expected,
-                found: raw.len(),
-            });
-        }
+        let count = check_raw_len(dtype, shape, raw.len())?;
         let sh = IxDyn(shape);
         let mk = |v| Ok::<_, TensorDataError>(v);
         macro_rules! arr {

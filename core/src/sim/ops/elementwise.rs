@@ -354,60 +354,25 @@ enum Bin {
     FMod,
 }
 
-fn fbin(op: Bin, p: f32, q: f32) -> f32 {
+/// A binary op on floats; NaN in either operand propagates through Max and Min.
+fn fbin<F: num_traits::Float>(op: Bin, p: F, q: F) -> F {
     match op {
         Bin::Add => p + q,
         Bin::Sub => p - q,
         Bin::Mul => p * q,
         Bin::Div => p / q,
         Bin::Pow => p.powf(q),
-        Bin::Max => {
-            if p.is_nan() || q.is_nan() {
-                f32::NAN
-            } else {
-                p.max(q)
-            }
-        }
-        Bin::Min => {
-            if p.is_nan() || q.is_nan() {
-                f32::NAN
-            } else {
-                p.min(q)
-            }
-        }
+        Bin::Max | Bin::Min if p.is_nan() || q.is_nan() => F::nan(),
+        Bin::Max => p.max(q),
+        Bin::Min => p.min(q),
         Bin::FMod => p % q,
         Bin::Mod => {
             let r = p % q;
-            if r != 0.0 && ((r < 0.0) != (q < 0.0)) { r + q } else { r }
-        }
-    }
-}
-
-fn dbin(op: Bin, p: f64, q: f64) -> f64 {
-    match op {
-        Bin::Add => p + q,
-        Bin::Sub => p - q,
-        Bin::Mul => p * q,
-        Bin::Div => p / q,
-        Bin::Pow => p.powf(q),
-        Bin::Max => {
-            if p.is_nan() || q.is_nan() {
-                f64::NAN
+            if r != F::zero() && ((r < F::zero()) != (q < F::zero())) {
+                r + q
             } else {
-                p.max(q)
+                r
             }
-        }
-        Bin::Min => {
-            if p.is_nan() || q.is_nan() {
-                f64::NAN
-            } else {
-                p.min(q)
-            }
-        }
-        Bin::FMod => p % q,
-        Bin::Mod => {
-            let r = p % q;
-            if r != 0.0 && ((r < 0.0) != (q < 0.0)) { r + q } else { r }
         }
     }
 }
@@ -461,7 +426,7 @@ fn binary(op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
             Bin::Div => bcast(x, y, |p, q| p / q)?,
             _ => bcast(x, y, |p, q| fbin(op, p, q))?,
         }),
-        (T::F64(x), T::F64(y)) => T::F64(bcast(x, y, |p, q| dbin(op, p, q))?),
+        (T::F64(x), T::F64(y)) => T::F64(bcast(x, y, |p, q| fbin(op, p, q))?),
         (T::F16(x), T::F16(y)) => T::F16(bcast(x, y, |p: f16, q: f16| {
             f16::from_f32(fbin(op, p.to_f32(), q.to_f32()))
         })?),
