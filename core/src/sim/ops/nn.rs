@@ -193,18 +193,10 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
     let default_axis = if ctx.opset < 13 { 1 } else { -1 };
     let axis = norm_axis(node.attr_i("axis").unwrap_or(default_axis), r)?;
     // Opset < 13 coerces to 2-D at `axis`; 13+ works along one axis.
-    let (outer, len, inner) = if ctx.opset < 13 {
-        (
-            x.shape()[..axis].iter().product::<usize>(),
-            x.shape()[axis..].iter().product::<usize>(),
-            1,
-        )
+    let (len, inner) = if ctx.opset < 13 {
+        (x.shape()[axis..].iter().product::<usize>(), 1)
     } else {
-        (
-            x.shape()[..axis].iter().product::<usize>(),
-            x.shape()[axis],
-            x.shape()[axis + 1..].iter().product::<usize>(),
-        )
+        (x.shape()[axis], x.shape()[axis + 1..].iter().product::<usize>())
     };
     let xs = x.as_standard_layout();
     let xd = xs.as_slice().ok_or("layout")?;
@@ -237,7 +229,6 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
                 }
             }
         });
-    let _ = outer;
     Ok(vec![f32_as(
         xt.dtype(),
         ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?,

@@ -147,7 +147,7 @@ fn expand_param(p: &ArrayD<f64>, shape: &[usize], axis: usize, block: usize) -> 
     }))
 }
 
-fn quantize_linear(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
+fn quantize_linear(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Tensor, String> {
     let x = input(inputs, 0)?;
     let scale = input(inputs, 1)?;
     let zp = opt_input(inputs, 2);
@@ -159,7 +159,6 @@ fn quantize_linear(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resu
         (None, Some(code)) if code != 0 => DType::from_onnx(code as i32).ok_or("bad output_dtype")?,
         _ => DType::U8,
     };
-    let _ = ctx;
     let xs = x.to_f64();
     let s = expand_param(&scale.to_f64(), x.shape(), axis, block)?;
     let z = match zp {
@@ -226,7 +225,7 @@ fn dequantize_linear(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Tensor, 
 }
 
 /// Dispatches the quantization family; `None` if `op` is not one of them.
-pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
+pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], _ctx: &OpCtx) -> Option<OpResult> {
     let r = match op {
         "Cast" => (|| {
             let to = node.attr_i("to").ok_or("attribute 'to' is missing")?;
@@ -238,7 +237,7 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
             let saturate = node.attr_i("saturate").unwrap_or(1) != 0;
             cast(input(inputs, 0)?, input(inputs, 1)?.dtype(), saturate, round_mode(node))
         })(),
-        "QuantizeLinear" => quantize_linear(node, inputs, ctx),
+        "QuantizeLinear" => quantize_linear(node, inputs),
         "DequantizeLinear" => dequantize_linear(node, inputs),
         _ => return None,
     };
