@@ -50,8 +50,9 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
             )
         {
             let vals: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| known[v].as_ref())).collect();
+            // Constant nodes always give their shape; other ops only fold small results.
             if let Ok(outs) = crate::sim::ops::eval(&node, &vals, &ctx, &|_| None)
-                && outs.iter().all(|t| t.len() <= FOLD_LIMIT)
+                && (node.op == "Constant" || outs.iter().all(|t| t.len() <= FOLD_LIMIT))
             {
                 folded = Some(outs);
             }
@@ -59,8 +60,6 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
             && let Some(Some((_, Some(s)))) = ins.first()
             && let Some(dims) = concrete(s)
         {
-            let fake = Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0])));
-            let _ = fake;
             let r = dims.len() as i64;
             let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
             let start = clampi(node.attr_i("start").unwrap_or(0));
@@ -82,7 +81,9 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
                     let v = &mut g.values[*o];
                     v.dtype = Some(t.dtype());
                     v.shape = Some(t.shape().iter().map(|&d| Dim::Fixed(d)).collect());
-                    known[*o] = Some(t);
+                    if t.len() <= FOLD_LIMIT {
+                        known[*o] = Some(t);
+                    }
                 }
             }
             continue;
