@@ -114,6 +114,16 @@ fn run_zeros(m: &npu_core::ir::Model) -> Result<(), String> {
     exec.run(&feeds).map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// `y = x + w` on [1, 4], with `w` an initializer.
+fn add_weight_model(w: TensorProto) -> ModelProto {
+    model(
+        vec![node("Add", "add", &["x", "w"], &["y"])],
+        vec![w],
+        vec![vi("x", &[1, 4])],
+        vec![vi("y", &[1, 4])],
+    )
+}
+
 fn relu_model() -> ModelProto {
     model(
         vec![node("Relu", "relu", &["x"], &["y"])],
@@ -163,12 +173,7 @@ fn wrong_tensor_sizes_are_reported() {
         raw_data: Some(Bytes::from_static(&[0, 0, 128, 63, 0, 0])),
         ..Default::default()
     };
-    let m = model(
-        vec![node("Add", "add", &["x", "w"], &["y"])],
-        vec![w],
-        vec![vi("x", &[1, 4])],
-        vec![vi("y", &[1, 4])],
-    );
+    let m = add_weight_model(w);
     let p = write(&d, "size.onnx", &m.encode_to_vec());
     let e = load_and_run(&p).expect_err("a short tensor must fail");
     assert!(e.contains("'w'") && e.contains("expected 16 bytes"), "{e}");
@@ -191,12 +196,7 @@ fn external_data_outside_the_folder_is_refused() {
         }],
         ..Default::default()
     };
-    let m = model(
-        vec![node("Add", "add", &["x", "w"], &["y"])],
-        vec![w.clone()],
-        vec![vi("x", &[1, 4])],
-        vec![vi("y", &[1, 4])],
-    );
+    let m = add_weight_model(w.clone());
     let p = write(&inner, "ext.onnx", &m.encode_to_vec());
     let e = load_and_run(&p).expect_err("escaping external data must fail");
     assert!(
@@ -210,12 +210,7 @@ fn external_data_outside_the_folder_is_refused() {
         key: Some("location".into()),
         value: Some("w.bin".into()),
     }];
-    let m = model(
-        vec![node("Add", "add", &["x", "w"], &["y"])],
-        vec![w2],
-        vec![vi("x", &[1, 4])],
-        vec![vi("y", &[1, 4])],
-    );
+    let m = add_weight_model(w2);
     let p = write(&inner, "ext2.onnx", &m.encode_to_vec());
     let e = load_and_run(&p).expect_err("short external data must fail");
     assert!(e.contains("'w'"), "{e}");
