@@ -4,10 +4,20 @@
 Models: PP-OCRv4 det, PP-OCR mobile cls, PP-OCRv4 rec from the rapidocr-onnxruntime wheel.
 Images: scikit-image sample photos and its scanned text page, preprocessed the way each
 PP-OCR model expects, saved as .npy. Reference outputs come from onnxruntime.
+
+Silero VAD (PyTorch 2.3 and 2.11 exports, and a spox build with nested If) from the
+silero-vad wheel, downloaded without its dependencies. No package on the registry carries
+recorded speech, so the audio is a real signal of another kind: scikit-image's scanned text
+page and camera photo read in raster order, scaled to [-1, 1]. The models run chunk by chunk
+carrying their state, as a VAD does; every chunk is one test set in the layout of the ONNX
+backend tests (model.onnx, test_data_set_K/input_N.pb, output_N.pb).
 """
+import glob
 import os
 import shutil
+import subprocess
 import sys
+import zipfile
 
 import numpy as np
 
@@ -88,9 +98,95 @@ def references(model_dir, input_dir):
     return out
 
 
+SILERO = "silero-vad==6.2.3"
+
+
+def silero_models():
+    wheels = os.path.join(DATA, "wheels")
+    os.makedirs(wheels, exist_ok=True)
+    found = glob.glob(os.path.join(wheels, "silero_vad-6.2.3-*.whl"))
+    if not found:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", wheels, SILERO],
+            check=True,
+        )
+        found = glob.glob(os.path.join(wheels, "silero_vad-6.2.3-*.whl"))
+    out = {}
+    with zipfile.ZipFile(found[0]) as z:
+        for stem in ("silero_vad", "silero_vad_16k_op15", "silero_vad_16k_sequence"):
+            out[stem] = z.read(f"silero_vad/data/{stem}.onnx")
+    return out
+
+
+def signal():
+    from skimage import data
+
+    parts = [data.text().astype(np.float64), data.camera().astype(np.float64)]
+    x = np.concatenate([p.reshape(-1) for p in parts])
+    x = x - x.mean()
+    return (x / np.abs(x).max()).astype(np.float32)
+
+
+def save_case(case_dir, k, inputs, outputs):
+    from onnx import numpy_helper
+
+    d = os.path.join(case_dir, f"test_data_set_{k}")
+    os.makedirs(d, exist_ok=True)
+    for prefix, arrays in (("input", inputs), ("output", outputs)):
+        for i, a in enumerate(arrays):
+            with open(os.path.join(d, f"{prefix}_{i}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(np.asarray(a)).SerializeToString())
+
+
+def silero(chunks=6):
+    """VAD chunks with carried state; each chunk's inputs and onnxruntime's outputs."""
+    import onnxruntime as ort
+
+    root = os.path.join(DATA, "real")
+    x = signal()
+    cases = []
+    for stem, blob in silero_models().items():
+        for sr in (16000, 8000) if stem == "silero_vad" else (16000,):
+            name = f"{stem}_{sr // 1000}k" if stem == "silero_vad" else stem
+            case = os.path.join(root, name)
+            shutil.rmtree(case, ignore_errors=True)
+            os.makedirs(case)
+            with open(os.path.join(case, "model.onnx"), "wb") as f:
+                f.write(blob)
+            sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+            names = [i.name for i in sess.get_inputs()]
+            step = 512 if sr == 16000 else 256
+            # Chunks from the middle of the text page, where the signal is busiest.
+            start = x.size // 4
+            if stem == "silero_vad_16k_sequence":
+                # One call over a sequence of windows (64 samples of context + 512 new ones).
+                h = np.zeros((1, 1, 128), np.float32)
+                c = np.zeros((1, 1, 128), np.float32)
+                for k in range(chunks // 2):
+                    seq = np.stack([x[start + (k * 8 + j) * 512 - 64 : start + (k * 8 + j + 1) * 512] for j in range(8)])
+                    feeds = {"input": seq, "h": h, "c": c}
+                    outs = sess.run(None, feeds)
+                    save_case(case, k, [feeds[n] for n in names], outs)
+                    h, c = outs[1], outs[2]
+            else:
+                state = np.zeros((2, 1, 128), np.float32)
+                for k in range(chunks):
+                    feeds = {
+                        "input": x[None, start + k * step : start + (k + 1) * step],
+                        "state": state,
+                        "sr": np.array(sr, dtype=np.int64),
+                    }
+                    outs = sess.run(None, feeds)
+                    save_case(case, k, [feeds[n] for n in names], outs)
+                    state = outs[1]
+            cases.append(case)
+    return root
+
+
 if __name__ == "__main__":
     m = models()
     i = images()
     r = references(m, i)
-    print(f"models in {m}, inputs in {i}, onnxruntime references in {r}")
+    s = silero()
+    print(f"models in {m}, inputs in {i}, onnxruntime references in {r}, exported models with test sets in {s}")
     sys.exit(0)

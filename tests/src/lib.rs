@@ -1,7 +1,8 @@
 //! Shared helpers for the end-to-end and conformance tests.
 
+use npu_core::import::onnx::tensor_from_pb;
 use npu_core::ir::Tensor;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The workspace's data folder (filled by the scripts in `scripts/`).
 pub fn data_dir() -> PathBuf {
@@ -42,4 +43,24 @@ pub fn compare(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Reads `DIR/<prefix>_0.pb`, `_1.pb`, … (ONNX TensorProto files) until one is missing.
+pub fn read_pb_set(dir: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
+    let mut out = Vec::new();
+    for i in 0.. {
+        let f = dir.join(format!("{prefix}_{i}.pb"));
+        let Ok(bytes) = std::fs::read(&f) else { break };
+        let (_, t) = tensor_from_pb(&bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// max |got − want| / max |want|, in f64 (0 when both are all zeros).
+pub fn max_rel_err(got: &Tensor, want: &Tensor) -> f64 {
+    let (g, w) = (got.to_f64(), want.to_f64());
+    let max_ref = w.iter().fold(0f64, |m, v| m.max(v.abs()));
+    let max_err = g.iter().zip(w.iter()).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+    if max_err == 0.0 { 0.0 } else { max_err / max_ref }
 }

@@ -5,10 +5,10 @@
 //! test that fails is a failure. Set `NPU_CONFORMANCE_ALL=1` to run every single-node test
 //! of a supported op and print the ones that pass (to update the manifest).
 
-use npu_core::import::onnx::{load, tensor_from_pb};
+use npu_core::import::onnx::load;
 use npu_core::ir::Tensor;
 use npu_core::sim::Executor;
-use npu_tests::{compare, data_dir};
+use npu_tests::{compare, data_dir, read_pb_set};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -109,23 +109,12 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     ("If", "test_if_seq and test_if_opt return sequences and optionals"),
 ];
 
-fn read_set(dir: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
-    let mut out = Vec::new();
-    for i in 0.. {
-        let f = dir.join(format!("{prefix}_{i}.pb"));
-        let Ok(bytes) = std::fs::read(&f) else { break };
-        let (_, t) = tensor_from_pb(&bytes).map_err(|e| format!("{}: {e}", f.display()))?;
-        out.push(t);
-    }
-    Ok(out)
-}
-
 /// Runs one node test; `Err` says why it failed.
 fn run_case(dir: &Path) -> Result<(), String> {
     let (model, _) = load(&dir.join("model.onnx")).map_err(|e| e.to_string())?;
     let set = dir.join("test_data_set_0");
-    let inputs = read_set(&set, "input")?;
-    let expected = read_set(&set, "output")?;
+    let inputs = read_pb_set(&set, "input")?;
+    let expected = read_pb_set(&set, "output")?;
     let g = &model.graph;
     if inputs.len() != g.inputs.len() {
         return Err(format!("{} inputs in data, {} in graph", inputs.len(), g.inputs.len()));

@@ -215,6 +215,19 @@ impl Node {
         }
     }
 
+    /// The subgraphs held in the node's attributes (If branches, Loop/Scan bodies).
+    pub fn subgraphs(&self) -> impl Iterator<Item = &Graph> {
+        self.attrs.values().flat_map(|a| match a {
+            Attr::Graph(g) => std::slice::from_ref(g.as_ref()),
+            Attr::Graphs(gs) => gs.as_slice(),
+            _ => &[],
+        })
+    }
+
+    pub fn has_subgraphs(&self) -> bool {
+        self.attrs.values().any(|a| matches!(a, Attr::Graph(_) | Attr::Graphs(_)))
+    }
+
     pub fn attr_graph(&self, name: &str) -> Option<&Graph> {
         match self.attrs.get(name) {
             Some(Attr::Graph(g)) => Some(g),
@@ -318,12 +331,12 @@ impl Graph {
             .collect()
     }
 
-    /// Consumers (node ids) of every value.
+    /// Consumers (node ids) of every value, implicit reads by subgraphs included.
     pub fn consumers(&self) -> Vec<Vec<NodeId>> {
         let mut c = vec![Vec::new(); self.values.len()];
-        for (n, node) in self.nodes.iter().enumerate() {
-            for v in node.inputs.iter().flatten() {
-                if let Some(list) = c.get_mut(*v)
+        for (n, reads) in self.reads().iter().enumerate() {
+            for &v in reads {
+                if let Some(list) = c.get_mut(v)
                     && list.last() != Some(&n)
                 {
                     list.push(n);
@@ -333,12 +346,71 @@ impl Graph {
         c
     }
 
+    /// Names this graph reads from enclosing graphs: its own outer values and those its
+    /// subgraphs read that it does not define itself.
+    pub fn free_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.values.iter().filter(|v| v.outer).map(|v| v.name.clone()).collect();
+        for node in &self.nodes {
+            for sub in node.subgraphs() {
+                for name in sub.free_names() {
+                    let defined_here = self.value_id(&name).is_some_and(|id| !self.values[id].outer);
+                    if !defined_here && !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        names
+    }
+
+    /// The values a node's subgraphs read from this graph (If/Loop/Scan bodies use names of
+    /// the enclosing scope without listing them as inputs). Names this graph does not have
+    /// are left out; `validate` reports them.
+    pub fn implicit_inputs(&self, n: NodeId) -> Vec<ValueId> {
+        let mut out = Vec::new();
+        for sub in self.nodes[n].subgraphs() {
+            for name in sub.free_names() {
+                if let Some(id) = self.value_id(&name)
+                    && !out.contains(&id)
+                {
+                    out.push(id);
+                }
+            }
+        }
+        out
+    }
+
+    /// For every node, the values it reads: its inputs (once each) and its implicit inputs.
+    pub fn reads(&self) -> Vec<Vec<ValueId>> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                let mut r: Vec<ValueId> = Vec::with_capacity(node.inputs.len());
+                for &v in node.inputs.iter().flatten() {
+                    if !r.contains(&v) {
+                        r.push(v);
+                    }
+                }
+                if node.has_subgraphs() {
+                    for v in self.implicit_inputs(n) {
+                        if !r.contains(&v) {
+                            r.push(v);
+                        }
+                    }
+                }
+                r
+            })
+            .collect()
+    }
+
     /// Nodes in an order where every producer comes before its consumers.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, ValidationError> {
         let consumers = self.consumers();
+        let reads = self.reads();
         let mut indeg = vec![0usize; self.nodes.len()];
-        for (n, node) in self.nodes.iter().enumerate() {
-            for v in node.inputs.iter().flatten() {
+        for (n, r) in reads.iter().enumerate() {
+            for v in r {
                 if self.values.get(*v).and_then(|x| x.producer).is_some() {
                     indeg[n] += 1;
                 }
@@ -350,8 +422,7 @@ impl Graph {
             order.push(n);
             for v in self.nodes[n].outputs.iter().flatten() {
                 for &c in &consumers[*v] {
-                    let uses = self.nodes[c].inputs.iter().filter(|x| **x == Some(*v)).count();
-                    indeg[c] -= uses;
+                    indeg[c] -= 1;
                     if indeg[c] == 0 {
                         ready.push(c);
                     }
@@ -437,7 +508,26 @@ impl Graph {
 impl Model {
     /// Validates the main graph.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        self.graph.validate()
+        self.graph.validate()?;
+        for (n, node) in self.graph.nodes.iter().enumerate() {
+            if !node.has_subgraphs() {
+                continue;
+            }
+            let known = self.graph.implicit_inputs(n);
+            for sub in node.subgraphs() {
+                if let Some(name) = sub
+                    .free_names()
+                    .into_iter()
+                    .find(|name| self.graph.value_id(name).is_none_or(|id| !known.contains(&id)))
+                {
+                    return Err(ValidationError::Undefined {
+                        value: name,
+                        node: node.label(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The opset of the default ONNX domain (`ai.onnx`).
@@ -481,5 +571,77 @@ impl Model {
         let mut v: Vec<(String, usize)> = h.into_iter().map(|(k, c)| (k.to_owned(), c)).collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(op: &str, inputs: &[ValueId], outputs: &[ValueId]) -> Node {
+        Node {
+            name: op.to_lowercase(),
+            op: op.into(),
+            domain: String::new(),
+            inputs: inputs.iter().map(|&v| Some(v)).collect(),
+            outputs: outputs.iter().map(|&v| Some(v)).collect(),
+            attrs: BTreeMap::new(),
+            origin: Vec::new(),
+        }
+    }
+
+    /// `cond → If(then: Neg(x_outer))` where `x` is made by a node listed after the If:
+    /// the If must run after that node, and `x` lives until the If has run.
+    fn if_reading_outer_value() -> Graph {
+        let mut body = Graph {
+            name: "then".into(),
+            ..Graph::default()
+        };
+        let mut outer = Value::new("x");
+        outer.outer = true;
+        body.values = vec![outer, Value::new("y")];
+        body.nodes.push(node("Neg", &[0], &[1]));
+        body.values[1].producer = Some(0);
+        body.outputs = vec![1];
+        let mut g = Graph::default();
+        g.values = vec![Value::new("cond"), Value::new("out"), Value::new("a"), Value::new("x")];
+        g.inputs = vec![0, 2];
+        let mut iff = node("If", &[0], &[1]);
+        iff.attrs.insert("then_branch".into(), Attr::Graph(Box::new(body.clone())));
+        iff.attrs.insert("else_branch".into(), Attr::Graph(Box::new(body)));
+        g.nodes.push(iff);
+        g.nodes.push(node("Relu", &[2], &[3]));
+        g.values[1].producer = Some(0);
+        g.values[3].producer = Some(1);
+        g.outputs = vec![1];
+        g
+    }
+
+    #[test]
+    fn subgraph_reads_order_the_graph() {
+        let g = if_reading_outer_value();
+        assert_eq!(g.implicit_inputs(0), vec![3]);
+        assert_eq!(g.reads()[0], vec![0, 3]);
+        assert_eq!(g.consumers()[3], vec![0]);
+        assert_eq!(g.topo_order(), Ok(vec![1, 0]));
+        assert_eq!(g.free_names(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn unknown_outer_name_is_an_error() {
+        let mut g = if_reading_outer_value();
+        g.values[3].name = "renamed".into();
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let err = model.validate().expect_err("x is not defined");
+        assert_eq!(
+            err,
+            ValidationError::Undefined {
+                value: "x".into(),
+                node: model.graph.nodes[0].label()
+            }
+        );
     }
 }

@@ -65,10 +65,11 @@ struct Plan {
 impl Plan {
     fn new(g: &Graph) -> Result<Self, SimError> {
         let order = g.topo_order()?;
+        let reads = g.reads();
         let mut last = vec![None; g.values.len()];
         for (step, &n) in order.iter().enumerate() {
-            for v in g.nodes[n].inputs.iter().flatten() {
-                last[*v] = Some(step);
+            for &v in &reads[n] {
+                last[v] = Some(step);
             }
         }
         for &o in &g.outputs {

@@ -1,0 +1,72 @@
+//! Real models from other exporters (PyTorch 2.3 and 2.11, spox), run chunk by chunk as
+//! their users run them and checked against onnxruntime's outputs. The cases are written
+//! by `scripts/fetch_models.py` in the ONNX backend-test layout under `data/real/`.
+
+use npu_core::import::onnx::load;
+use npu_core::ir::Tensor;
+use npu_core::sim::Executor;
+use npu_tests::{data_dir, max_rel_err, read_pb_set};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Runs every test set of one model; returns (sets, worst max|err|/max|ref|).
+fn check_model(dir: &Path) -> (usize, f64) {
+    let (model, _) = load(&dir.join("model.onnx")).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    model.validate().unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let exec = Executor::new(&model, 2).expect("plan");
+    let g = &model.graph;
+    let mut sets: Vec<_> = std::fs::read_dir(dir)
+        .expect("case folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    sets.sort();
+    let mut worst = 0f64;
+    for set in &sets {
+        let inputs = read_pb_set(set, "input").expect("inputs");
+        let want = read_pb_set(set, "output").expect("outputs");
+        assert_eq!(inputs.len(), g.inputs.len(), "{}: input count", set.display());
+        let feeds: HashMap<String, Tensor> = g
+            .inputs
+            .iter()
+            .zip(inputs)
+            .map(|(&i, t)| (g.values[i].name.clone(), t))
+            .collect();
+        let outs = exec.run(&feeds).unwrap_or_else(|e| panic!("{}: {e}", set.display()));
+        assert_eq!(outs.len(), want.len(), "{}: output count", set.display());
+        for ((name, got), want) in outs.iter().zip(&want) {
+            assert_eq!(got.shape(), want.shape(), "{}: output '{name}' shape", set.display());
+            let rel = max_rel_err(got, want);
+            assert!(
+                rel <= 1e-4,
+                "{}: output '{name}': max|err|/max|ref| = {rel:.3e} exceeds 1e-4",
+                set.display()
+            );
+            worst = worst.max(rel);
+        }
+    }
+    (sets.len(), worst)
+}
+
+#[test]
+fn exported_models_match_onnxruntime() {
+    let root = data_dir().join("real");
+    let mut models: Vec<_> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", root.display()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    models.sort();
+    let mut total = 0;
+    for dir in &models {
+        let (sets, worst) = check_model(dir);
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        println!("{name}: {sets} chunks, worst max|err|/max|ref| = {worst:.3e}");
+        assert!(sets >= 3, "{name}: expected at least 3 test sets, found {sets}");
+        total += 1;
+    }
+    // silero_vad at 16 kHz and 8 kHz (both If branches), its PyTorch 2.3 export, and the
+    // PyTorch 2.11 sequence export with an LSTM.
+    assert!(total >= 4, "expected 4 exported models, found {total}");
+}
