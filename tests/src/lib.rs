@@ -1,7 +1,7 @@
 //! Shared helpers for the end-to-end and conformance tests.
 
-use npu_core::import::onnx::tensor_from_pb;
-use npu_core::ir::Tensor;
+use npu_core::import::onnx::{tensor_from_pb, value_from_pb};
+use npu_core::ir::{Tensor, Val, ValueKind};
 use std::path::{Path, PathBuf};
 
 /// The workspace's data folder (filled by the scripts in `scripts/`).
@@ -43,6 +43,41 @@ pub fn compare(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// [`compare`] for any runtime value: sequences element by element, optionals by presence.
+pub fn compare_val(got: &Val, want: &Val, rtol: f64, atol: f64) -> Result<(), String> {
+    match (got, want) {
+        (Val::Tensor(g), Val::Tensor(w)) => compare(g, w, rtol, atol),
+        (Val::Seq(g), Val::Seq(w)) => {
+            if g.len() != w.len() {
+                return Err(format!("sequence of {} instead of {}", g.len(), w.len()));
+            }
+            for (i, (a, b)) in g.iter().zip(w).enumerate() {
+                compare(a, b, rtol, atol).map_err(|e| format!("sequence element {i}: {e}"))?;
+            }
+            Ok(())
+        }
+        (Val::Opt(None), Val::Opt(None)) => Ok(()),
+        (Val::Opt(Some(g)), Val::Opt(Some(w))) => compare_val(g, w, rtol, atol),
+        (Val::Opt(g), Val::Opt(w)) => Err(format!(
+            "optional {} instead of {}",
+            if g.is_some() { "with a value" } else { "empty" },
+            if w.is_some() { "with a value" } else { "empty" }
+        )),
+        _ => Err(format!("{} instead of {}", got.kind(), want.kind())),
+    }
+}
+
+/// Reads `DIR/<prefix>_0.pb`, `_1.pb`, … as the values `kinds` says, one per file.
+pub fn read_pb_values(dir: &Path, prefix: &str, kinds: &[ValueKind]) -> Result<Vec<Val>, String> {
+    let mut out = Vec::new();
+    for (i, &kind) in kinds.iter().enumerate() {
+        let f = dir.join(format!("{prefix}_{i}.pb"));
+        let Ok(bytes) = std::fs::read(&f) else { break };
+        out.push(value_from_pb(&bytes, kind).map_err(|e| format!("{}: {e}", f.display()))?);
+    }
+    Ok(out)
 }
 
 /// Reads `DIR/<prefix>_0.pb`, `_1.pb`, … (ONNX TensorProto files) until one is missing.

@@ -6,9 +6,9 @@
 //! of a supported op and print the ones that pass (to update the manifest).
 
 use npu_core::import::onnx::load;
-use npu_core::ir::Tensor;
+use npu_core::ir::Val;
 use npu_core::sim::Executor;
-use npu_tests::{compare, data_dir, read_pb_set};
+use npu_tests::{compare_val, data_dir, read_pb_values};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -95,43 +95,30 @@ const CLAIMED: &[&str] = &[
     "LSTM",
 ];
 
-/// Claimed ops whose node tests need value kinds the IR does not have yet (string tensors,
-/// sequences, optionals). They are reported, not asserted, until those kinds exist.
-const KNOWN_GAPS: &[(&str, &str)] = &[
-    (
-        "Identity",
-        "test_identity_sequence and test_identity_opt pass sequences and optionals",
-    ),
-    (
-        "Equal",
-        "test_equal_string and test_equal_string_broadcast compare string tensors",
-    ),
-    ("If", "test_if_seq and test_if_opt return sequences and optionals"),
-];
-
 /// Runs one node test; `Err` says why it failed.
 fn run_case(dir: &Path) -> Result<(), String> {
     let (model, _) = load(&dir.join("model.onnx")).map_err(|e| e.to_string())?;
-    let set = dir.join("test_data_set_0");
-    let inputs = read_pb_set(&set, "input")?;
-    let expected = read_pb_set(&set, "output")?;
     let g = &model.graph;
+    let kinds = |ids: &[usize]| ids.iter().map(|&i| g.values[i].kind).collect::<Vec<_>>();
+    let set = dir.join("test_data_set_0");
+    let inputs = read_pb_values(&set, "input", &kinds(&g.inputs))?;
+    let expected = read_pb_values(&set, "output", &kinds(&g.outputs))?;
     if inputs.len() != g.inputs.len() {
         return Err(format!("{} inputs in data, {} in graph", inputs.len(), g.inputs.len()));
     }
-    let feeds: HashMap<String, Tensor> = g
+    let feeds: HashMap<String, Val> = g
         .inputs
         .iter()
         .zip(inputs)
         .map(|(&i, t)| (g.values[i].name.clone(), t))
         .collect();
     let exec = Executor::new(&model, 1).map_err(|e| e.to_string())?;
-    let outs = exec.run(&feeds).map_err(|e| e.to_string())?;
+    let outs = exec.run_values(&feeds).map_err(|e| e.to_string())?;
     if outs.len() < expected.len() {
         return Err(format!("{} outputs, expected {}", outs.len(), expected.len()));
     }
     for (i, ((name, got), want)) in outs.iter().zip(&expected).enumerate() {
-        compare(got, want, 1e-3, 1e-5).map_err(|e| format!("output {i} '{name}': {e}"))?;
+        compare_val(got, want, 1e-3, 1e-5).map_err(|e| format!("output {i} '{name}': {e}"))?;
     }
     Ok(())
 }
@@ -208,10 +195,7 @@ fn onnx_backend_node_tests() {
         let (p, t) = per_op.get(*op).copied().unwrap_or((0, 0));
         println!("  {op:24} {p:3}/{t:3}");
         if t > 0 && (p as f64) < 0.9 * t as f64 {
-            match KNOWN_GAPS.iter().find(|g| g.0 == *op) {
-                Some((_, why)) => println!("    below 90%, known gap: {why}"),
-                None => low.push(format!("{op} {p}/{t}")),
-            }
+            low.push(format!("{op} {p}/{t}"));
         }
     }
     let missing: Vec<&&str> = listed.iter().filter(|l| !root.join(l).is_dir()).collect();

@@ -51,7 +51,7 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
         {
             let vals: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| known[v].as_ref())).collect();
             // Constant nodes always give their shape; other ops only fold small results.
-            if let Ok(outs) = crate::sim::ops::eval(&node, &vals, &ctx, &|_| None)
+            if let Ok(outs) = crate::sim::ops::eval(&node, &vals, &ctx)
                 && (node.op == "Constant" || outs.iter().all(|t| t.len() <= FOLD_LIMIT))
             {
                 folded = Some(outs);

@@ -7,7 +7,7 @@ pub mod tensor;
 
 pub use dtype::DType;
 pub use model::{
-    Attr, Constant, Dim, Graph, Metadata, Model, Node, NodeId, Shape, ValidationError, Value, ValueId, concrete,
-    shape_string,
+    Attr, Constant, Dim, Graph, Metadata, Model, Node, NodeId, Shape, ValidationError, Value, ValueId, ValueKind,
+    concrete, shape_string,
 };
-pub use tensor::Tensor;
+pub use tensor::{Tensor, Val};

@@ -225,7 +225,9 @@ impl Node {
     }
 
     pub fn has_subgraphs(&self) -> bool {
-        self.attrs.values().any(|a| matches!(a, Attr::Graph(_) | Attr::Graphs(_)))
+        self.attrs
+            .values()
+            .any(|a| matches!(a, Attr::Graph(_) | Attr::Graphs(_)))
     }
 
     pub fn attr_graph(&self, name: &str) -> Option<&Graph> {
@@ -255,6 +257,19 @@ pub struct Value {
     pub producer: Option<NodeId>,
     /// Defined in an enclosing graph (only in subgraphs: If/Loop/Scan bodies).
     pub outer: bool,
+    /// Tensor, or one of ONNX's container types.
+    pub kind: ValueKind,
+}
+
+/// The type family of a value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ValueKind {
+    #[default]
+    Tensor,
+    Sequence,
+    Optional,
+    /// Maps and sparse tensors: kept in the IR, not executed.
+    Other,
 }
 
 impl Value {
@@ -266,6 +281,7 @@ impl Value {
             constant: None,
             producer: None,
             outer: false,
+            kind: ValueKind::Tensor,
         }
     }
 }
@@ -603,11 +619,14 @@ mod tests {
         body.nodes.push(node("Neg", &[0], &[1]));
         body.values[1].producer = Some(0);
         body.outputs = vec![1];
-        let mut g = Graph::default();
-        g.values = vec![Value::new("cond"), Value::new("out"), Value::new("a"), Value::new("x")];
-        g.inputs = vec![0, 2];
+        let mut g = Graph {
+            values: vec![Value::new("cond"), Value::new("out"), Value::new("a"), Value::new("x")],
+            inputs: vec![0, 2],
+            ..Graph::default()
+        };
         let mut iff = node("If", &[0], &[1]);
-        iff.attrs.insert("then_branch".into(), Attr::Graph(Box::new(body.clone())));
+        iff.attrs
+            .insert("then_branch".into(), Attr::Graph(Box::new(body.clone())));
         iff.attrs.insert("else_branch".into(), Attr::Graph(Box::new(body)));
         g.nodes.push(iff);
         g.nodes.push(node("Relu", &[2], &[3]));

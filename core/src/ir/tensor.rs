@@ -314,3 +314,29 @@ impl Tensor {
         self.len() * self.dtype().bits().max(8) / 8
     }
 }
+
+/// A runtime value: a tensor, a sequence of tensors, or an optional (ONNX's non-tensor
+/// types, which If branches, Identity and the Sequence*/Optional* ops pass around).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    Tensor(Tensor),
+    Seq(Vec<Tensor>),
+    Opt(Option<Box<Val>>),
+}
+
+impl Val {
+    /// What kind of value this is, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Tensor(_) => "a tensor",
+            Self::Seq(_) => "a sequence",
+            Self::Opt(_) => "an optional",
+        }
+    }
+}
+
+impl From<Tensor> for Val {
+    fn from(t: Tensor) -> Self {
+        Self::Tensor(t)
+    }
+}

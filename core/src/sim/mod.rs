@@ -5,7 +5,7 @@ pub mod ops;
 
 use ops::elementwise::sigmoid as elementwise_sigmoid;
 
-use crate::ir::{Graph, Model, Node, Tensor, ValueId};
+use crate::ir::{Graph, Model, Node, Tensor, Val, ValueId, ValueKind};
 use std::collections::HashMap;
 
 pub use ops::is_supported;
@@ -39,14 +39,39 @@ enum Slot<'a> {
     Empty,
     Borrowed(&'a Tensor),
     Owned(Tensor),
+    /// A sequence or an optional (never a plain tensor).
+    Other(Val),
 }
 
-impl Slot<'_> {
+impl<'a> Slot<'a> {
+    /// The tensor held, if the slot holds one.
     fn get(&self) -> Option<&Tensor> {
         match self {
-            Slot::Empty => None,
+            Slot::Empty | Slot::Other(_) => None,
             Slot::Borrowed(t) => Some(t),
             Slot::Owned(t) => Some(t),
+        }
+    }
+
+    /// A copy of whatever value the slot holds.
+    fn val(&self) -> Option<Val> {
+        match self {
+            Slot::Other(v) => Some(v.clone()),
+            _ => self.get().cloned().map(Val::Tensor),
+        }
+    }
+
+    fn from_val(v: Val) -> Self {
+        match v {
+            Val::Tensor(t) => Slot::Owned(t),
+            other => Slot::Other(other),
+        }
+    }
+
+    fn from_ref(v: &'a Val) -> Self {
+        match v {
+            Val::Tensor(t) => Slot::Borrowed(t),
+            other => Slot::Other(other.clone()),
         }
     }
 }
@@ -92,7 +117,7 @@ impl Plan {
             if node.op == "Constant"
                 && node.inputs.is_empty()
                 && node.domain.is_empty()
-                && let (Ok(mut outs), Some(Some(v))) = (ops::eval(node, &[], &ctx, &|_| None), node.outputs.first())
+                && let (Ok(mut outs), Some(Some(v))) = (ops::eval(node, &[], &ctx), node.outputs.first())
                 && let Some(t) = outs.pop()
             {
                 consts.push((*v, t));
@@ -175,15 +200,64 @@ impl<'m> Executor<'m> {
                 .ok_or_else(|| SimError::MissingInput(v.name.clone()))?;
             check_input(v, t)?;
         }
-        let by_name = |name: &str| inputs.get(name);
+        let by_name = |name: &str| inputs.get(name).map(Slot::Borrowed);
         let fusion = self.fusion;
         let outs = self
             .pool
             .install(|| run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook, fusion))?;
+        g.outputs
+            .iter()
+            .zip(outs)
+            .map(|(&o, v)| {
+                let name = g.values[o].name.clone();
+                match v {
+                    Val::Tensor(t) => Ok((name, t)),
+                    other => Err(SimError::BadInput {
+                        message: format!(
+                            "this output is {}, not a tensor (Executor::run_values returns it)",
+                            other.kind()
+                        ),
+                        name,
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    /// Runs with inputs of any kind (tensors, sequences, optionals); returns every output
+    /// as the value it is.
+    pub fn run_values(&self, inputs: &HashMap<String, Val>) -> Result<Vec<(String, Val)>, SimError> {
+        let g = &self.model.graph;
+        for &i in &g.inputs {
+            let v = &g.values[i];
+            let given = inputs
+                .get(&v.name)
+                .ok_or_else(|| SimError::MissingInput(v.name.clone()))?;
+            let expected = match v.kind {
+                ValueKind::Tensor => "a tensor",
+                ValueKind::Sequence => "a sequence",
+                ValueKind::Optional => "an optional",
+                ValueKind::Other => "a map",
+            };
+            if given.kind() != expected {
+                return Err(SimError::BadInput {
+                    name: v.name.clone(),
+                    message: format!("expected {expected}, got {}", given.kind()),
+                });
+            }
+            if let Val::Tensor(t) = given {
+                check_input(v, t)?;
+            }
+        }
+        let by_name = |name: &str| inputs.get(name).map(Slot::from_ref);
+        let fusion = self.fusion;
+        let outs = self
+            .pool
+            .install(|| run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, None, fusion))?;
         Ok(g.outputs
             .iter()
             .zip(outs)
-            .map(|(&o, t)| (g.values[o].name.clone(), t))
+            .map(|(&o, v)| (g.values[o].name.clone(), v))
             .collect())
     }
 }
@@ -218,12 +292,12 @@ fn check_input(v: &crate::ir::Value, t: &Tensor) -> Result<(), SimError> {
 fn run_graph<'a>(
     g: &'a Graph,
     plan: &'a Plan,
-    inputs: &dyn Fn(&str) -> Option<&'a Tensor>,
-    outer: &dyn Fn(&str) -> Option<Tensor>,
+    inputs: &dyn Fn(&str) -> Option<Slot<'a>>,
+    outer: &dyn Fn(&str) -> Option<Val>,
     ctx: OpCtx,
     mut hook: Option<&mut NodeHook<'_>>,
     fusion: bool,
-) -> Result<Vec<Tensor>, SimError> {
+) -> Result<Vec<Val>, SimError> {
     let mut env: Vec<Slot<'a>> = (0..g.values.len()).map(|_| Slot::Empty).collect();
     for (i, v) in g.values.iter().enumerate() {
         if let Some(c) = &v.constant {
@@ -231,7 +305,7 @@ fn run_graph<'a>(
         } else if v.outer
             && let Some(t) = outer(&v.name)
         {
-            env[i] = Slot::Owned(t);
+            env[i] = Slot::from_val(t);
         }
     }
     for (v, t) in &plan.consts {
@@ -239,8 +313,7 @@ fn run_graph<'a>(
     }
     for &i in &g.inputs {
         let name = &g.values[i].name;
-        let t = inputs(name).ok_or_else(|| SimError::MissingInput(name.clone()))?;
-        env[i] = Slot::Borrowed(t);
+        env[i] = inputs(name).ok_or_else(|| SimError::MissingInput(name.clone()))?;
     }
     let mut skip = 0;
     for (step, &n) in plan.order.iter().enumerate() {
@@ -268,6 +341,40 @@ fn run_graph<'a>(
             continue;
         }
         let node = &g.nodes[n];
+        let container = ops::containers::CONTAINER_OPS.contains(&node.op.as_str())
+            || (node.op == "Identity" && node.input(0).is_some_and(|v| matches!(env[v], Slot::Other(_))));
+        if container {
+            let outs = {
+                let ins: Vec<Option<Val>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].val())).collect();
+                let env_ref = &env;
+                let lookup = |name: &str| -> Option<Val> {
+                    match g.value_id(name) {
+                        Some(id) => env_ref[id].val(),
+                        None => outer(name),
+                    }
+                };
+                ops::containers::eval(node, &ins, &ctx, &lookup).map_err(|message| SimError::Node {
+                    node: node.label(),
+                    op: node.op.clone(),
+                    message,
+                })?
+            };
+            for (o, v) in node.outputs.iter().zip(outs) {
+                if let Some(o) = o {
+                    env[*o] = Slot::from_val(v);
+                }
+            }
+            if let Some(h) = hook.as_deref_mut() {
+                let views: Vec<Option<&Tensor>> = node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
+                h(n, node, &views);
+            }
+            for &v in &plan.frees[step] {
+                if !g.inputs.contains(&v) {
+                    env[v] = Slot::Empty;
+                }
+            }
+            continue;
+        }
         // Reuse the buffer of a dying first input for element-wise ops.
         let donor = node.input(0).filter(|&v| {
             ops::elementwise::INPLACE_OPS.contains(&node.op.as_str())
@@ -299,14 +406,7 @@ fn run_graph<'a>(
         }
         let outs = {
             let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].get())).collect();
-            let env_ref = &env;
-            let lookup = |name: &str| -> Option<Tensor> {
-                match g.value_id(name) {
-                    Some(id) => env_ref[id].get().cloned(),
-                    None => outer(name),
-                }
-            };
-            ops::eval(node, &ins, &ctx, &lookup).map_err(|message| SimError::Node {
+            ops::eval(node, &ins, &ctx).map_err(|message| SimError::Node {
                 node: node.label(),
                 op: node.op.clone(),
                 message,
@@ -332,7 +432,7 @@ fn run_graph<'a>(
     g.outputs
         .iter()
         .map(|&o| {
-            env[o].get().cloned().ok_or_else(|| SimError::Node {
+            env[o].val().ok_or_else(|| SimError::Node {
                 node: g.values[o].name.clone(),
                 op: "output".into(),
                 message: "graph output was not computed".into(),
@@ -387,18 +487,18 @@ fn run_chain_step(
 /// Runs a subgraph (an If/Loop body) with explicit inputs, resolving outer names through `outer`.
 pub fn run_subgraph(
     g: &Graph,
-    inputs: &[Tensor],
-    outer: &dyn Fn(&str) -> Option<Tensor>,
+    inputs: &[Val],
+    outer: &dyn Fn(&str) -> Option<Val>,
     ctx: &OpCtx,
-) -> Result<Vec<Tensor>, String> {
+) -> Result<Vec<Val>, String> {
     let plan = Plan::new(g).map_err(|e| e.to_string())?;
-    let named: HashMap<&str, &Tensor> = g
+    let named: HashMap<&str, &Val> = g
         .inputs
         .iter()
         .zip(inputs)
         .map(|(&i, t)| (g.values[i].name.as_str(), t))
         .collect();
-    let by_name = |name: &str| named.get(name).copied();
+    let by_name = |name: &str| named.get(name).map(|v| Slot::from_ref(v));
     run_graph(g, &plan, &by_name, outer, *ctx, None, true).map_err(|e| format!("in subgraph '{}': {e}", g.name))
 }
 

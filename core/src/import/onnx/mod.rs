@@ -4,7 +4,7 @@
 pub mod proto;
 
 use super::{ImportError, ImportReport, UnsupportedOp};
-use crate::ir::{Attr, Constant, DType, Dim, Graph, Metadata, Model, Node, Shape, Tensor, Value};
+use crate::ir::{Attr, Constant, DType, Dim, Graph, Metadata, Model, Node, Shape, Tensor, Val, Value, ValueKind};
 use bytes::Bytes;
 use prost::Message;
 use proto::{GraphProto, TensorProto, attribute_proto::AttributeType};
@@ -393,6 +393,7 @@ impl Ctx {
             }
             let mut v = Value::new(name);
             (v.dtype, v.shape) = type_of(vi);
+            v.kind = kind_of(vi);
             let id = add(&mut g, &mut ids, v);
             g.inputs.push(id);
         }
@@ -458,6 +459,7 @@ impl Ctx {
                     let (dt, sh) = type_of(vi);
                     g.values[id].dtype = dt;
                     g.values[id].shape = sh;
+                    g.values[id].kind = kind_of(vi);
                 }
                 outputs.push(Some(id));
             }
@@ -491,9 +493,21 @@ impl Ctx {
             if g.values[id].dtype.is_none() {
                 (g.values[id].dtype, g.values[id].shape) = type_of(vi);
             }
+            g.values[id].kind = kind_of(vi);
             g.outputs.push(id);
         }
         Ok(g)
+    }
+}
+
+/// The kind of value a `ValueInfoProto` declares (tensor when it says nothing).
+fn kind_of(vi: &proto::ValueInfoProto) -> ValueKind {
+    use proto::type_proto::Value as T;
+    match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        None | Some(T::TensorType(_)) => ValueKind::Tensor,
+        Some(T::SequenceType(_)) => ValueKind::Sequence,
+        Some(T::OptionalType(_)) => ValueKind::Optional,
+        Some(_) => ValueKind::Other,
     }
 }
 
@@ -517,9 +531,91 @@ fn type_of(vi: &proto::ValueInfoProto) -> (Option<DType>, Option<Shape>) {
     (dtype, shape)
 }
 
+/// `SequenceProto` and `OptionalProto` from `onnx-data.proto` (test data of container
+/// values; the model format itself only declares their types).
+mod data_proto {
+    use super::proto::TensorProto;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SequenceProto {
+        #[prost(string, optional, tag = "1")]
+        pub name: Option<String>,
+        #[prost(int32, optional, tag = "2")]
+        pub elem_type: Option<i32>,
+        #[prost(message, repeated, tag = "3")]
+        pub tensor_values: Vec<TensorProto>,
+        #[prost(message, repeated, tag = "5")]
+        pub sequence_values: Vec<SequenceProto>,
+        #[prost(message, repeated, tag = "7")]
+        pub optional_values: Vec<OptionalProto>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct OptionalProto {
+        #[prost(string, optional, tag = "1")]
+        pub name: Option<String>,
+        #[prost(int32, optional, tag = "2")]
+        pub elem_type: Option<i32>,
+        #[prost(message, optional, tag = "3")]
+        pub tensor_value: Option<TensorProto>,
+        #[prost(message, optional, tag = "5")]
+        pub sequence_value: Option<SequenceProto>,
+        #[prost(message, optional, tag = "7")]
+        pub optional_value: Option<Box<OptionalProto>>,
+    }
+
+    /// Element types of `SequenceProto`/`OptionalProto`.
+    pub const TENSOR: i32 = 1;
+    pub const SEQUENCE: i32 = 3;
+    pub const OPTIONAL: i32 = 5;
+}
+
+fn seq_from_pb(s: data_proto::SequenceProto) -> Result<Val, String> {
+    if !s.sequence_values.is_empty() || !s.optional_values.is_empty() {
+        return Err("sequences of sequences or optionals are not supported".into());
+    }
+    let items = s
+        .tensor_values
+        .into_iter()
+        .map(|t| tensor_from_proto(t).map(|(_, t)| t))
+        .collect::<Result<_, _>>()?;
+    Ok(Val::Seq(items))
+}
+
+fn opt_from_pb(o: data_proto::OptionalProto) -> Result<Val, String> {
+    let inner = match o.elem_type.unwrap_or(0) {
+        data_proto::TENSOR => o
+            .tensor_value
+            .map(|t| tensor_from_proto(t).map(|(_, t)| Val::Tensor(t))),
+        data_proto::SEQUENCE => o.sequence_value.map(seq_from_pb),
+        data_proto::OPTIONAL => o.optional_value.map(|b| opt_from_pb(*b)),
+        0 => None,
+        other => return Err(format!("optional of element type {other} is not supported")),
+    };
+    Ok(Val::Opt(inner.transpose()?.map(Box::new)))
+}
+
+/// Decodes a serialized `TensorProto`, `SequenceProto` or `OptionalProto` (as `kind` says):
+/// the `.pb` files of the ONNX test data.
+pub fn value_from_pb(bytes: &[u8], kind: ValueKind) -> Result<Val, String> {
+    match kind {
+        ValueKind::Tensor => tensor_from_pb(bytes).map(|(_, t)| Val::Tensor(t)),
+        ValueKind::Sequence => {
+            seq_from_pb(data_proto::SequenceProto::decode(bytes).map_err(|e| format!("not a SequenceProto: {e}"))?)
+        }
+        ValueKind::Optional => {
+            opt_from_pb(data_proto::OptionalProto::decode(bytes).map_err(|e| format!("not an OptionalProto: {e}"))?)
+        }
+        ValueKind::Other => Err("maps and sparse tensors are not supported".into()),
+    }
+}
+
 /// Decodes a serialized `TensorProto` (the `.pb` files of the ONNX test data).
 pub fn tensor_from_pb(bytes: &[u8]) -> Result<(String, Tensor), String> {
-    let t = TensorProto::decode(bytes).map_err(|e| format!("not a TensorProto: {e}"))?;
+    tensor_from_proto(TensorProto::decode(bytes).map_err(|e| format!("not a TensorProto: {e}"))?)
+}
+
+fn tensor_from_proto(t: TensorProto) -> Result<(String, Tensor), String> {
     if t.data_type == Some(DType::String.onnx_code()) {
         let shape: Vec<usize> = t
             .dims

@@ -1,6 +1,7 @@
 //! Operator kernels, grouped by family. [`eval`] dispatches a node to its kernel.
 
 pub mod cnn;
+pub mod containers;
 pub mod elementwise;
 pub mod linalg;
 pub mod nn;
@@ -139,11 +140,12 @@ pub const SUPPORTED_OPS: &[&str] = &[
 
 /// Whether the executor runs `op` of `domain` at this opset.
 pub fn is_supported(domain: &str, op: &str, _opset: i64) -> bool {
-    (domain.is_empty() || domain == "ai.onnx") && SUPPORTED_OPS.contains(&op)
+    (domain.is_empty() || domain == "ai.onnx")
+        && (SUPPORTED_OPS.contains(&op) || containers::CONTAINER_OPS.contains(&op))
 }
 
-/// Runs one node. `lookup` resolves names for subgraphs (If bodies).
-pub fn eval(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, lookup: &dyn Fn(&str) -> Option<Tensor>) -> OpResult {
+/// Runs one tensor node (container ops and If run through [`containers::eval`]).
+pub fn eval(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     let op = node.op.as_str();
     if let Some(r) = elementwise::eval(op, node, inputs, ctx) {
         return r;
@@ -163,7 +165,7 @@ pub fn eval(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, lookup: &dyn F
     if let Some(r) = quant::eval(op, node, inputs, ctx) {
         return r;
     }
-    if let Some(r) = recurrent::eval(op, node, inputs, ctx, lookup) {
+    if let Some(r) = recurrent::eval(op, node, inputs, ctx) {
         return r;
     }
     Err(format!("op {op} is not supported"))

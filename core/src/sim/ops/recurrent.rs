@@ -1,4 +1,4 @@
-//! Control flow (If) and recurrent layers (LSTM).
+//! Recurrent layers (LSTM).
 
 use super::elementwise::sigmoid;
 use super::linalg::{Mat, sgemm};
@@ -6,17 +6,6 @@ use super::{OpResult, input, opt_input};
 use crate::ir::{Node, Tensor};
 use crate::sim::OpCtx;
 use ndarray::{ArrayD, IxDyn};
-
-fn if_op(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, lookup: &dyn Fn(&str) -> Option<Tensor>) -> OpResult {
-    let cond = input(inputs, 0)?;
-    let c = match cond {
-        Tensor::Bool(a) => *a.iter().next().ok_or("empty condition")?,
-        other => other.to_f64().iter().next().copied().ok_or("empty condition")? != 0.0,
-    };
-    let branch = if c { "then_branch" } else { "else_branch" };
-    let g = node.attr_graph(branch).ok_or_else(|| format!("{branch} is missing"))?;
-    crate::sim::run_subgraph(g, &[], lookup, ctx)
-}
 
 #[derive(Clone, Copy)]
 enum Act {
@@ -202,16 +191,9 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     Ok(vec![Tensor::F32(y), Tensor::F32(yh), Tensor::F32(yc)])
 }
 
-/// Dispatches control flow and recurrent ops; `None` if `op` is not one of them.
-pub fn eval(
-    op: &str,
-    node: &Node,
-    inputs: &[Option<&Tensor>],
-    ctx: &OpCtx,
-    lookup: &dyn Fn(&str) -> Option<Tensor>,
-) -> Option<OpResult> {
+/// Dispatches recurrent ops; `None` if `op` is not one of them.
+pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
     Some(match op {
-        "If" => if_op(node, inputs, ctx, lookup),
         "LSTM" => lstm(node, inputs, ctx),
         _ => return None,
     })

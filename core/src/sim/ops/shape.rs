@@ -42,7 +42,7 @@ pub fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Ve
     Ok(out)
 }
 
-fn reshape(t: &Tensor, dims: &[usize]) -> Result<Tensor, String> {
+pub(crate) fn reshape(t: &Tensor, dims: &[usize]) -> Result<Tensor, String> {
     t.reshaped(dims)
         .ok_or_else(|| format!("cannot reshape {:?} into {dims:?}", t.shape()))
 }
@@ -62,7 +62,7 @@ pub fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
     map_tensor!(t, a => a.view().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned())
 }
 
-fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
+pub(crate) fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
     let first = ts.first().ok_or("no inputs")?;
     macro_rules! cat {
         ($variant:ident) => {{
@@ -111,7 +111,7 @@ fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
     })
 }
 
-fn slice_axis(t: &Tensor, axis: usize, start: isize, end: Option<isize>, step: isize) -> Tensor {
+pub(crate) fn slice_axis(t: &Tensor, axis: usize, start: isize, end: Option<isize>, step: isize) -> Tensor {
     map_tensor!(t, a => a.slice_axis(Axis(axis), Slice::new(start, end, step)).to_owned())
 }
 
