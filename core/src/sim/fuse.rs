@@ -1,6 +1,8 @@
 //! Element-wise chains: consecutive element-wise nodes where each one consumes the previous
-//! one's only output (`x → Add 3 → Clip 0,6 → Div 6 → Mul x`, the exported HardSwish) run
-//! as one pass over the data, tile by tile, instead of one full pass per node.
+//! one's output (`x → Add 3 → Clip 0,6 → Div 6 → Mul x`, the exported HardSwish) run as one
+//! pass over the data, tile by tile, instead of one full pass per node. A value made inside
+//! the chain may feed later nodes of the chain too (the `x` of `Mul x`): the pass keeps that
+//! tile aside ("a tap") instead of materializing the whole tensor.
 //!
 //! The chain is found when the plan is made; whether its operands fit (scalars, tensors of
 //! the chain's shape, or per-channel vectors) is checked at run time, and a chain that does
@@ -27,14 +29,30 @@ const CHAIN_OPS: &[&str] = &[
     "Abs",
 ];
 
-/// A chain found at plan time: `nodes[0]` consumes `start` as input 0; every later node
-/// consumes its predecessor's output at `carried[k]`.
+/// A chain found at plan time: `nodes[0]` consumes `start` at `carried[0]`; every later
+/// node consumes its predecessor's output at `carried[k]`. `taps[k]` says where the other operand
+/// of a binary node comes from when it is a value of the chain itself: 0 for `start`,
+/// `i + 1` for the output of `nodes[i]`.
 #[derive(Clone, Debug)]
 pub struct Chain {
     pub nodes: Vec<usize>,
     pub carried: Vec<usize>,
+    pub taps: Vec<Option<usize>>,
     pub start: ValueId,
     pub out: ValueId,
+}
+
+impl Chain {
+    /// Whether the chain reads `start` anywhere but as the first node's input 0 outside of
+    /// a tap (then the start buffer cannot be donated).
+    pub fn reads_start_untapped(&self, g: &Graph) -> bool {
+        self.nodes.iter().enumerate().any(|(k, &n)| {
+            let tapped = self.taps[k] == Some(0);
+            g.nodes[n].inputs.iter().enumerate().any(|(i, v)| {
+                *v == Some(self.start) && !(k == 0 && i == self.carried[0]) && !(tapped && i == 1 - self.carried[k])
+            })
+        })
+    }
 }
 
 /// Finds chains among consecutive steps of `order`. Returns, per step, the chain starting there.
@@ -47,11 +65,17 @@ pub fn find_chains(g: &Graph, order: &[usize]) -> Vec<Option<Chain>> {
             _ => None,
         }
     };
+    let is_binary = |op: &str| matches!(op, "Add" | "Sub" | "Mul" | "Div");
+    let is_const = |v: ValueId| {
+        g.values[v].constant.is_some() || g.values[v].producer.is_some_and(|p| g.nodes[p].op == "Constant")
+    };
     let mut chains = vec![None; order.len()];
     let mut i = 0;
     while i < order.len() {
         let first = &g.nodes[order[i]];
-        let (Some(start), Some(mut prev_out)) = (first.input(0), single_out(first)) else {
+        // A binary first node carries its non-constant input (`Mul(scale, conv_out)`).
+        let first_pos = usize::from(is_binary(&first.op) && first.input(0).is_some_and(is_const));
+        let (Some(start), Some(first_out)) = (first.input(first_pos), single_out(first)) else {
             i += 1;
             continue;
         };
@@ -59,15 +83,21 @@ pub fn find_chains(g: &Graph, order: &[usize]) -> Vec<Option<Chain>> {
             i += 1;
             continue;
         }
+        // Values of the chain in order: start, then each node's output.
+        let mut values = vec![start, first_out];
         let mut nodes = vec![order[i]];
-        let mut carried = vec![0];
+        let mut carried = vec![first_pos];
+        let first_tap = if is_binary(&first.op) {
+            first.input(1 - first_pos).filter(|&v| v == start).map(|_| 0)
+        } else {
+            None
+        };
+        let mut taps = vec![first_tap];
         let mut j = i + 1;
         while j < order.len() {
+            let prev_out = values[values.len() - 1];
             let cur = &g.nodes[order[j]];
             if !CHAIN_OPS.contains(&cur.op.as_str()) || !cur.domain.is_empty() || is_output(prev_out) {
-                break;
-            }
-            if consumers[prev_out].as_slice() != [order[j]] {
                 break;
             }
             let uses: Vec<usize> = cur
@@ -81,23 +111,47 @@ pub fn find_chains(g: &Graph, order: &[usize]) -> Vec<Option<Chain>> {
                 [p] if *p <= 1 => *p,
                 _ => break,
             };
-            if pos == 1 && !matches!(cur.op.as_str(), "Add" | "Sub" | "Mul" | "Div") {
+            let binary = is_binary(&cur.op);
+            if pos == 1 && !binary {
                 break;
             }
+            let tap = if binary {
+                cur.input(1 - pos).and_then(|v| values.iter().position(|&c| c == v))
+            } else {
+                None
+            };
             let Some(out) = single_out(cur) else { break };
             nodes.push(order[j]);
             carried.push(pos);
-            prev_out = out;
+            taps.push(tap);
+            values.push(out);
             j += 1;
         }
-        if nodes.len() >= 2 {
+        // Every value made inside the chain must be used only inside it (it is never
+        // materialized); cut the chain before the first one that escapes.
+        let mut len = nodes.len();
+        loop {
+            let escapes = (0..len - 1).find(|&k| {
+                let v = values[k + 1];
+                is_output(v) || consumers[v].iter().any(|c| !nodes[..len].contains(c))
+            });
+            match escapes {
+                Some(k) => len = k + 1,
+                None => break,
+            }
+        }
+        if len >= 2 {
+            nodes.truncate(len);
+            carried.truncate(len);
+            taps.truncate(len);
             chains[i] = Some(Chain {
                 nodes,
                 carried,
+                taps,
                 start,
-                out: prev_out,
+                out: values[len],
             });
-            i = j;
+            i += len;
         } else {
             i += 1;
         }
@@ -113,6 +167,8 @@ enum Operand<'a> {
     Full(&'a [f32]),
     /// One value per run of `run` elements (per-channel scales), cycling.
     PerRun(Vec<f32>, usize),
+    /// A value of the chain itself, kept per tile in the given save slot.
+    Tap(usize),
 }
 
 impl Operand<'_> {
@@ -123,6 +179,7 @@ impl Operand<'_> {
             Self::Scalar(q) => *q,
             Self::Full(s) => s[i],
             Self::PerRun(v, run) => v[(i / run) % v.len()],
+            Self::Tap(_) => f32::NAN,
         }
     }
 }
@@ -195,6 +252,10 @@ pub fn run_chain<'e>(
     let shape: Vec<usize> = data.shape().to_vec();
     let mut steps = Vec::with_capacity(chain.nodes.len());
     let mut operands = Vec::with_capacity(chain.nodes.len());
+    // Chain values kept per tile: `saved_at[slot]` is the tap source (0 = start).
+    let mut saved_at: Vec<usize> = chain.taps.iter().flatten().copied().collect();
+    saved_at.sort_unstable();
+    saved_at.dedup();
     for (k, &n) in chain.nodes.iter().enumerate() {
         let node = &g.nodes[n];
         let pos = chain.carried[k];
@@ -234,7 +295,9 @@ pub fn run_chain<'e>(
             }
             _ => return Err(data),
         };
-        let op = if matches!(step, Step::Add | Step::Sub | Step::Mul | Step::Div) {
+        let op = if let Some(src) = chain.taps[k] {
+            Operand::Tap(saved_at.iter().position(|&s| s == src).unwrap_or_default())
+        } else if matches!(step, Step::Add | Step::Sub | Step::Mul | Step::Div) {
             let idx = 1 - pos;
             let t = match other(idx) {
                 Some(Some(t)) => Some(t),
@@ -253,12 +316,27 @@ pub fn run_chain<'e>(
     let Tensor::F32(a) = &mut data else { return Err(data) };
     let Some(buf) = a.as_slice_mut() else { return Err(data) };
     let tile = 4096;
-    buf.par_chunks_mut(tile).enumerate().for_each(|(t, chunk)| {
-        let base = t * tile;
-        for ((step, pos), opnd) in steps.iter().zip(&operands) {
-            apply(*step, *pos, opnd, chunk, base);
+    let save = |saved: &mut [Vec<f32>], point: usize, chunk: &[f32]| {
+        if let Some(slot) = saved_at.iter().position(|&s| s == point) {
+            saved[slot][..chunk.len()].copy_from_slice(chunk);
         }
-    });
+    };
+    buf.par_chunks_mut(tile).enumerate().for_each_init(
+        || vec![vec![0f32; tile]; saved_at.len()],
+        |saved, (t, chunk)| {
+            let base = t * tile;
+            save(saved, 0, chunk);
+            for (k, ((step, pos), opnd)) in steps.iter().zip(&operands).enumerate() {
+                if let Operand::Tap(slot) = opnd {
+                    let tapped = Operand::Full(&saved[*slot][..chunk.len()]);
+                    apply(*step, *pos, &tapped, chunk, 0);
+                } else {
+                    apply(*step, *pos, opnd, chunk, base);
+                }
+                save(saved, k + 1, chunk);
+            }
+        },
+    );
     Ok(data)
 }
 

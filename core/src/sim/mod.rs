@@ -2,6 +2,7 @@
 
 mod fuse;
 pub mod ops;
+pub mod simd;
 
 use ops::elementwise::sigmoid as elementwise_sigmoid;
 
@@ -455,13 +456,7 @@ fn run_chain_step(
     if !matches!(env[start].get(), Some(Tensor::F32(a)) if a.is_standard_layout()) {
         return None;
     }
-    let used_later = chain.nodes.iter().enumerate().any(|(k, &n)| {
-        g.nodes[n]
-            .inputs
-            .iter()
-            .enumerate()
-            .any(|(i, v)| *v == Some(start) && !(k == 0 && i == 0))
-    });
+    let used_later = chain.reads_start_untapped(g);
     let dies = (step..step + chain.nodes.len()).any(|k| plan.frees[k].contains(&start)) && !g.inputs.contains(&start);
     let data = if dies && !used_later && matches!(env[start], Slot::Owned(_)) {
         match std::mem::replace(&mut env[start], Slot::Empty) {

@@ -221,8 +221,136 @@ fn conv_tiled(
     });
 }
 
-/// Depthwise 3-D loop for one channel (multiplier 1), accumulating into `out` (pre-filled with bias).
-fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: &mut [f32]) {
+crate::simd_dispatch!(fn depthwise_plane_strided(
+    x: &[f32],
+    h: usize,
+    w: usize,
+    k: &[f32],
+    g: &Geometry,
+    out: &mut [f32],
+) => depthwise_plane_generic);
+
+/// Output columns computed together in registers by the unit-stride depthwise kernel.
+const DW_BLOCK: usize = 32;
+
+/// Depthwise conv of one channel (multiplier 1), accumulating into `out` (pre-filled with
+/// bias). With a unit horizontal stride, the plane is first copied into a zero-padded
+/// buffer (`pad`) so that every tap reads a full block of columns and the block of sums
+/// stays in registers across all taps.
+fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: &mut [f32], pad: &mut Vec<f32>) {
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (oh, ow) = (g.out[0], g.out[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (ph, pw) = (g.pad_begin[0], g.pad_begin[1]);
+    if sw != 1 || oh == 0 || ow == 0 || kh == 0 || kw == 0 {
+        depthwise_plane_strided(x, h, w, k, g, out);
+        return;
+    }
+    // Padded column p holds input column p - pw; padded row r holds input row r - ph.
+    let owc = ow.div_ceil(DW_BLOCK) * DW_BLOCK;
+    let wp = owc + (kw - 1) * dw;
+    let hp = (oh - 1) * sh + (kh - 1) * dh + 1;
+    pad.clear();
+    pad.resize(hp * wp, 0.0);
+    for r in 0..hp {
+        let Some(iy) = r.checked_sub(ph).filter(|&iy| iy < h) else {
+            continue;
+        };
+        let n = w.min(wp.saturating_sub(pw));
+        pad[r * wp + pw..r * wp + pw + n].copy_from_slice(&x[iy * w..iy * w + n]);
+    }
+    let taps = DwTaps {
+        k,
+        kh,
+        kw,
+        dh,
+        dw,
+        sh,
+        wp,
+    };
+    for oy in 0..oh {
+        let orow = &mut out[oy * ow..(oy + 1) * ow];
+        for c0 in (0..owc).step_by(DW_BLOCK) {
+            let n = DW_BLOCK.min(ow - c0);
+            let mut acc = [0f32; DW_BLOCK];
+            acc[..n].copy_from_slice(&orow[c0..c0 + n]);
+            #[cfg(target_arch = "x86_64")]
+            if crate::sim::simd::avx2_fma() {
+                // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+                unsafe { dw_block_avx2(pad, &taps, oy, c0, &mut acc) };
+                orow[c0..c0 + n].copy_from_slice(&acc[..n]);
+                continue;
+            }
+            dw_block(pad, &taps, oy, c0, &mut acc);
+            orow[c0..c0 + n].copy_from_slice(&acc[..n]);
+        }
+    }
+}
+
+/// The kernel and geometry one padded depthwise plane is convolved with.
+struct DwTaps<'a> {
+    k: &'a [f32],
+    kh: usize,
+    kw: usize,
+    dh: usize,
+    dw: usize,
+    sh: usize,
+    /// Row length of the padded plane.
+    wp: usize,
+}
+
+/// One block of `DW_BLOCK` output columns of row `oy`, starting at column `c0`.
+fn dw_block(pad: &[f32], t: &DwTaps<'_>, oy: usize, c0: usize, acc: &mut [f32; DW_BLOCK]) {
+    for ki in 0..t.kh {
+        let row = &pad[(oy * t.sh + ki * t.dh) * t.wp..];
+        for kj in 0..t.kw {
+            let wv = t.k[ki * t.kw + kj];
+            let src = &row[c0 + kj * t.dw..][..DW_BLOCK];
+            for (a, &s) in acc.iter_mut().zip(src) {
+                *a += wv * s;
+            }
+        }
+    }
+}
+
+/// [`dw_block`] with the block of sums in four AVX registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dw_block_avx2(pad: &[f32], t: &DwTaps<'_>, oy: usize, c0: usize, acc: &mut [f32; DW_BLOCK]) {
+    use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps};
+    // SAFETY: every load reads 32 floats of a slice whose length was checked to be at
+    // least 32; the accumulator array has 32 floats.
+    unsafe {
+        let p = acc.as_mut_ptr();
+        let (mut a0, mut a1, mut a2, mut a3) = (
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        );
+        for ki in 0..t.kh {
+            let row = &pad[(oy * t.sh + ki * t.dh) * t.wp..];
+            for kj in 0..t.kw {
+                let wv = _mm256_set1_ps(t.k[ki * t.kw + kj]);
+                let src = row[c0 + kj * t.dw..][..DW_BLOCK].as_ptr();
+                a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src), a0);
+                a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(8)), a1);
+                a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(16)), a2);
+                a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(24)), a3);
+            }
+        }
+        _mm256_storeu_ps(p, a0);
+        _mm256_storeu_ps(p.add(8), a1);
+        _mm256_storeu_ps(p.add(16), a2);
+        _mm256_storeu_ps(p.add(24), a3);
+    }
+}
+
+/// Depthwise conv of one channel for any stride: one pass per tap over each output row.
+#[inline(always)]
+fn depthwise_plane_generic<const FMA: bool>(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: &mut [f32]) {
+    use crate::sim::simd::madd;
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
     let (oh, ow) = (g.out[0], g.out[1]);
     let (sh, sw) = (g.strides[0], g.strides[1]);
@@ -250,12 +378,12 @@ fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: 
                 let srow = &x[iy as usize * w..(iy as usize + 1) * w];
                 if sw == 1 {
                     let s0 = (lo as isize + off_w) as usize;
-                    for (o, s) in orow[lo..hi].iter_mut().zip(&srow[s0..s0 + hi - lo]) {
-                        *o += wv * s;
+                    for (o, &s) in orow[lo..hi].iter_mut().zip(&srow[s0..s0 + hi - lo]) {
+                        *o = madd::<FMA>(*o, wv, s);
                     }
                 } else {
                     for (ox, o) in orow.iter_mut().enumerate().take(hi).skip(lo) {
-                        *o += wv * srow[(ox as isize * sw as isize + off_w) as usize];
+                        *o = madd::<FMA>(*o, wv, srow[(ox as isize * sw as isize + off_w) as usize]);
                     }
                 }
             }
@@ -343,16 +471,19 @@ pub fn conv2d(
         let xb = &xd[b * c * h * w..(b + 1) * c * h * w];
         let ob = &mut out[b * m * plane..(b + 1) * m * plane];
         if depthwise {
-            ob.par_chunks_mut(plane).enumerate().for_each(|(ch, o)| {
-                depthwise_plane(
-                    &xb[ch * h * w..(ch + 1) * h * w],
-                    h,
-                    w,
-                    &wd[ch * kh * kw..(ch + 1) * kh * kw],
-                    &geo,
-                    o,
-                );
-            });
+            ob.par_chunks_mut(plane)
+                .enumerate()
+                .for_each_init(Vec::new, |pad, (ch, o)| {
+                    depthwise_plane(
+                        &xb[ch * h * w..(ch + 1) * h * w],
+                        h,
+                        w,
+                        &wd[ch * kh * kw..(ch + 1) * kh * kw],
+                        &geo,
+                        o,
+                        pad,
+                    );
+                });
             continue;
         }
         for gi in 0..group {
