@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """FP32 latency of npu-studio vs onnxruntime on the same model, input and thread count.
 
-Usage: python3 bench/compare_ort.py [--runs N] [--threads 1,2] [--binary target/release/npu-studio]
+Usage: python3 bench/compare_ort.py [--runs N] [--rounds N] [--threads 1,2] [--binary target/release/npu-studio]
 
 Runs the PP-OCR det (1x3x736x736), rec (1x3x48x320) and cls (1x3x48x192) models from
 data/models (see scripts/fetch_models.py) on a real image, prints median latencies and
-the ratio npu-studio / onnxruntime (lower is better; 1.0 = parity).
+the ratio npu-studio / onnxruntime (lower is better; 1.0 = parity), and the same for the
+fastest run of each. The engines take turns (--rounds), so that a slow spell of a shared
+machine falls on both.
 """
 import argparse
 import json
@@ -26,12 +28,15 @@ CASES = [
 ]
 
 
-def ort_median(model, x, threads, runs, warmup):
+def ort_session(model, threads):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    name = sess.get_inputs()[0].name
+    return sess, sess.get_inputs()[0].name
+
+
+def ort_times(sess, name, x, runs, warmup):
     for _ in range(warmup):
         sess.run(None, {name: x})
     times = []
@@ -39,29 +44,32 @@ def ort_median(model, x, threads, runs, warmup):
         t0 = time.perf_counter()
         sess.run(None, {name: x})
         times.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(times)), float(np.min(times)), name
+    return times
 
 
-def ours(binary, model, name, xfile, threads, runs, warmup):
+def our_times(binary, model, name, xfile, threads, runs, warmup):
     out = subprocess.run(
         [binary, "bench", model, "--input", f"{name}={xfile}", "--threads", str(threads),
          "--runs", str(runs), "--warmup", str(warmup), "--json"],
         check=True, capture_output=True, text=True,
     )
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    return r["median_ms"], r["min_ms"]
+    return json.loads(out.stdout.strip().splitlines()[-1])["times_ms"]
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=10, help="timed runs per round and engine")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds alternating the two engines")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "npu-studio"))
     ap.add_argument("--models", default="det,rec,cls")
     args = ap.parse_args()
     wanted = args.models.split(",")
-    print(f"{'model':6} {'threads':>7} {'onnxruntime ms':>15} {'npu-studio ms':>14} {'ratio':>7}")
+    print(
+        f"{'model':6} {'threads':>7} {'onnxruntime ms':>15} {'npu-studio ms':>14} {'ratio':>7}"
+        f" {'min ort':>8} {'min ours':>9} {'ratio of mins':>13}"
+    )
     for kind, mfile, xfile in CASES:
         if kind not in wanted:
             continue
@@ -69,9 +77,19 @@ def main():
         xpath = os.path.join(ROOT, "data", "inputs", xfile)
         x = np.load(xpath)
         for t in [int(v) for v in args.threads.split(",")]:
-            o_med, _, name = ort_median(model, x, t, args.runs, args.warmup)
-            n_med, _ = ours(args.binary, model, name, xpath, t, args.runs, args.warmup)
-            print(f"{kind:6} {t:7d} {o_med:15.2f} {n_med:14.2f} {n_med / o_med:7.2f}x", flush=True)
+            sess, name = ort_session(model, t)
+            o, n = [], []
+            # Alternate the engines so that a slow spell of the machine hits both alike.
+            for _ in range(args.rounds):
+                o += ort_times(sess, name, x, args.runs, args.warmup)
+                n += our_times(args.binary, model, name, xpath, t, args.runs, args.warmup)
+            o_med, n_med = float(np.median(o)), float(np.median(n))
+            o_min, n_min = float(np.min(o)), float(np.min(n))
+            print(
+                f"{kind:6} {t:7d} {o_med:15.2f} {n_med:14.2f} {n_med / o_med:7.2f}x"
+                f" {o_min:8.2f} {n_min:9.2f} {n_min / o_min:12.2f}x",
+                flush=True,
+            )
     return 0
 
 

@@ -438,6 +438,8 @@ struct BenchReport {
     runs: usize,
     warmup: usize,
     threads: usize,
+    /// Every timed run, in order.
+    times_ms: Vec<f64>,
 }
 
 fn bench(
@@ -492,11 +494,11 @@ fn bench(
     })?;
     if profile {
         let mut per_op: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-        let mut per_node: Vec<(f64, String)> = Vec::new();
-        let mut last = Instant::now();
-        let mut hook = |_: usize, node: &npu_core::ir::Node, outs: &[Option<&Tensor>]| {
+        let mut per_node: BTreeMap<usize, (f64, String)> = BTreeMap::new();
+        let last = std::sync::Mutex::new(Instant::now());
+        let mut hook = |id: usize, node: &npu_core::ir::Node, outs: &[Option<&Tensor>]| {
             let now = Instant::now();
-            let ms = (now - last).as_secs_f64() * 1e3;
+            let ms = (now - *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).as_secs_f64() * 1e3;
             let e = per_op.entry(node.op.clone()).or_default();
             e.0 += ms;
             e.1 += 1;
@@ -510,19 +512,28 @@ fn bench(
                 .iter()
                 .filter_map(|a| node.attr(a).map(|v| format!("{a}={}", v.summary())))
                 .collect();
-            per_node.push((
-                ms,
-                format!("{} {} -> {shape} {}", node.op, node.label(), attrs.join(" ")),
-            ));
-            last = Instant::now();
+            let entry = per_node.entry(id).or_insert_with(|| {
+                (
+                    0.0,
+                    format!("{} {} -> {shape} {}", node.op, node.label(), attrs.join(" ")),
+                )
+            });
+            entry.0 += ms;
+            *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
         };
-        exec.run_with_hook(&feeds, Some(&mut hook))?;
+        // Averaged over as many runs as were timed.
+        for _ in 0..runs {
+            *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+            exec.run_with_hook(&feeds, Some(&mut hook))?;
+        }
         let mut rows: Vec<_> = per_op.into_iter().collect();
         rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
-        eprintln!("time per op type (one run):");
+        let per_run = runs as f64;
+        eprintln!("time per op type (mean of {runs} runs):");
         for (op, (ms, n)) in rows {
-            eprintln!("  {ms:9.2} ms  {n:5}x  {op}");
+            eprintln!("  {:9.2} ms  {:5}x  {op}", ms / per_run, n / runs);
         }
+        let mut per_node: Vec<(f64, String)> = per_node.into_values().map(|(ms, what)| (ms / per_run, what)).collect();
         per_node.sort_by(|a, b| b.0.total_cmp(&a.0));
         eprintln!("slowest nodes:");
         for (ms, what) in per_node.iter().take(if std::env::var_os("NPU_PROFILE_ALL").is_some() {
@@ -548,6 +559,7 @@ fn bench(
         runs,
         warmup,
         threads,
+        times_ms: times.clone(),
     };
     if json {
         println!("{}", serde_json::to_string(&r)?);

@@ -315,32 +315,53 @@ pub fn run_chain<'e>(
     }
     let Tensor::F32(a) = &mut data else { return Err(data) };
     let Some(buf) = a.as_slice_mut() else { return Err(data) };
-    let tile = 4096;
+    buf.par_chunks_mut(TILE).enumerate().for_each_init(
+        || vec![vec![0f32; TILE]; saved_at.len()],
+        |saved, (t, chunk)| run_tile(&steps, &operands, &saved_at, saved, chunk, t * TILE),
+    );
+    Ok(data)
+}
+
+/// Elements a chain processes at a time (per worker).
+const TILE: usize = 4096;
+
+crate::simd_dispatch!(fn run_tile(
+    steps: &[(Step, usize)],
+    operands: &[Operand<'_>],
+    saved_at: &[usize],
+    saved: &mut [Vec<f32>],
+    chunk: &mut [f32],
+    base: usize,
+) => run_tile_impl);
+
+/// Every step of a chain over one tile, keeping the tapped values aside.
+#[inline(always)]
+fn run_tile_impl<const FMA: bool>(
+    steps: &[(Step, usize)],
+    operands: &[Operand<'_>],
+    saved_at: &[usize],
+    saved: &mut [Vec<f32>],
+    chunk: &mut [f32],
+    base: usize,
+) {
     let save = |saved: &mut [Vec<f32>], point: usize, chunk: &[f32]| {
         if let Some(slot) = saved_at.iter().position(|&s| s == point) {
             saved[slot][..chunk.len()].copy_from_slice(chunk);
         }
     };
-    buf.par_chunks_mut(tile).enumerate().for_each_init(
-        || vec![vec![0f32; tile]; saved_at.len()],
-        |saved, (t, chunk)| {
-            let base = t * tile;
-            save(saved, 0, chunk);
-            for (k, ((step, pos), opnd)) in steps.iter().zip(&operands).enumerate() {
-                if let Operand::Tap(slot) = opnd {
-                    let tapped = Operand::Full(&saved[*slot][..chunk.len()]);
-                    apply(*step, *pos, &tapped, chunk, 0);
-                } else {
-                    apply(*step, *pos, opnd, chunk, base);
-                }
-                save(saved, k + 1, chunk);
-            }
-        },
-    );
-    Ok(data)
+    save(saved, 0, chunk);
+    for (k, ((step, pos), opnd)) in steps.iter().zip(operands).enumerate() {
+        if let Operand::Tap(slot) = opnd {
+            let tapped = Operand::Full(&saved[*slot][..chunk.len()]);
+            apply(*step, *pos, &tapped, chunk, 0);
+        } else {
+            apply(*step, *pos, opnd, chunk, base);
+        }
+        save(saved, k + 1, chunk);
+    }
 }
 
-#[inline]
+#[inline(always)]
 fn apply(step: Step, pos: usize, o: &Operand<'_>, chunk: &mut [f32], base: usize) {
     macro_rules! bin {
         ($f:expr) => {{

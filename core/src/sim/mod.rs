@@ -203,9 +203,11 @@ impl<'m> Executor<'m> {
         }
         let by_name = |name: &str| inputs.get(name).map(Slot::Borrowed);
         let fusion = self.fusion;
-        let outs = self
-            .pool
-            .install(|| run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook, fusion))?;
+        let outs = self.pool.install(|| {
+            with_spinners(self.ctx.threads, || {
+                run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook, fusion)
+            })
+        })?;
         g.outputs
             .iter()
             .zip(outs)
@@ -252,9 +254,11 @@ impl<'m> Executor<'m> {
         }
         let by_name = |name: &str| inputs.get(name).map(Slot::from_ref);
         let fusion = self.fusion;
-        let outs = self
-            .pool
-            .install(|| run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, None, fusion))?;
+        let outs = self.pool.install(|| {
+            with_spinners(self.ctx.threads, || {
+                run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, None, fusion)
+            })
+        })?;
         Ok(g.outputs
             .iter()
             .zip(outs)
@@ -495,6 +499,37 @@ pub fn run_subgraph(
         .collect();
     let by_name = |name: &str| named.get(name).map(|v| Slot::from_ref(v));
     run_graph(g, &plan, &by_name, outer, *ctx, None, true).map_err(|e| format!("in subgraph '{}': {e}", g.name))
+}
+
+/// Runs `f` (on a worker of the current pool) while the pool's other workers stay awake,
+/// spinning for work instead of sleeping between ops. A run is hundreds of short parallel
+/// ops; waking a sleeping worker for each costs more than many of them take.
+fn with_spinners<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if threads < 2 {
+        return f();
+    }
+    let done = AtomicBool::new(false);
+    let driver = rayon::current_thread_index();
+    rayon::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(|_| {
+                // The driver itself may pick this job up while it waits inside `f`: it must
+                // not spin then, or `f` would never finish.
+                if rayon::current_thread_index() == driver {
+                    return;
+                }
+                while !done.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        let r = f();
+        done.store(true, Ordering::Release);
+        r
+    })
 }
 
 /// Runs `f` inside a rayon pool of `threads` threads (the calling thread's pool when 0).

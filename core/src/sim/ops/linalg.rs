@@ -4,6 +4,7 @@ use super::{OpResult, broadcast_shapes, f32_as, input, opt_input};
 use crate::ir::{Node, Tensor};
 use crate::sim::OpCtx;
 use ndarray::{ArrayD, IxDyn};
+use rayon::prelude::*;
 
 /// A row- or column-major view of a matrix for [`sgemm`].
 #[derive(Clone, Copy)]
@@ -73,33 +74,121 @@ pub fn sgemm_scaled(
         }
         return;
     }
-    let par = if threads > 1 && m * n * k >= 1 << 16 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
+    if threads > 1 && m * n * k >= 1 << 16 {
+        // Split the output into one block per thread ourselves (rows of C when there are
+        // enough, else columns): the crate's own splitting leaves a core idle on the short,
+        // wide products of convolutions.
+        let parts = threads;
+        let by_rows = m >= 16 * parts || m >= n;
+        let len = if by_rows { m } else { n };
+        let align = if by_rows { 8 } else { 16 };
+        let step = len.div_ceil(parts).div_ceil(align) * align;
+        let out = SendPtr(c.as_mut_ptr());
+        (0..len.div_ceil(step)).into_par_iter().for_each(|p| {
+            let lo = p * step;
+            let cnt = step.min(len - lo);
+            let out = out;
+            // SAFETY: block p writes rows (or columns) lo..lo+cnt of C, which no other block
+            // touches; all operand bounds were checked above.
+            unsafe {
+                if by_rows {
+                    gemm_raw(
+                        cnt,
+                        n,
+                        k,
+                        out.0.add(lo * n),
+                        n,
+                        a.data.as_ptr().offset(lo as isize * a.rs),
+                        a,
+                        b.data.as_ptr(),
+                        b,
+                        accumulate,
+                        scale,
+                    );
+                } else {
+                    gemm_raw(
+                        m,
+                        cnt,
+                        k,
+                        out.0.add(lo),
+                        n,
+                        a.data.as_ptr(),
+                        a,
+                        b.data.as_ptr().offset(lo as isize * b.cs),
+                        b,
+                        accumulate,
+                        scale,
+                    );
+                }
+            }
+        });
+        return;
+    }
     // SAFETY: the bounds of all three operands were checked above; `c` is uniquely borrowed.
+    unsafe {
+        gemm_raw(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            n,
+            a.data.as_ptr(),
+            a,
+            b.data.as_ptr(),
+            b,
+            accumulate,
+            scale,
+        )
+    };
+}
+
+/// A pointer to disjoint parts of one output, shared by the workers writing them.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: each worker writes a disjoint block (see `sgemm_scaled`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// One single-threaded GEMM on raw pointers: `c (m×n, row stride ldc) = [c +] scale · a · b`,
+/// with `a` and `b` strided as their views say.
+///
+/// # Safety
+/// The pointers must address `m×k`, `k×n` and `m×n` elements at the views' strides.
+unsafe fn gemm_raw(
+    m: usize,
+    n: usize,
+    k: usize,
+    c: *mut f32,
+    ldc: usize,
+    a: *const f32,
+    av: Mat<'_>,
+    b: *const f32,
+    bv: Mat<'_>,
+    accumulate: bool,
+    scale: f32,
+) {
+    // SAFETY: guaranteed by the caller.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
-            n as isize,
+            ldc as isize,
             accumulate,
-            a.data.as_ptr(),
-            a.cs,
-            a.rs,
-            b.data.as_ptr(),
-            b.cs,
-            b.rs,
+            a,
+            av.cs,
+            av.rs,
+            b,
+            bv.cs,
+            bv.rs,
             1.0,
             scale,
             false,
             false,
             false,
-            par,
+            gemm::Parallelism::None,
         );
     }
 }
@@ -131,21 +220,17 @@ pub fn matmul_f32(a: &ArrayD<f32>, b: &ArrayD<f32>, threads: usize) -> Result<Ar
     full_b.extend([k, n]);
     let av = a.view().into_shape_with_order(IxDyn(&sa)).map_err(|e| e.to_string())?;
     let bv = b.view().into_shape_with_order(IxDyn(&sb)).map_err(|e| e.to_string())?;
-    let a_std = av
-        .broadcast(IxDyn(&full_a))
-        .ok_or("broadcast failed")?
-        .as_standard_layout()
-        .into_owned();
+    // Views in standard layout are used in place; only broadcast or strided operands are copied.
+    let a_b = av.broadcast(IxDyn(&full_a)).ok_or("broadcast failed")?;
+    let a_std = a_b.as_standard_layout();
     // Avoid materializing a broadcast weight matrix: if b has no batch dims, share it.
     let b_shared = sb.len() == 2;
-    let b_std = if b_shared {
-        bv.as_standard_layout().into_owned()
+    let b_b = if b_shared {
+        bv.view()
     } else {
-        bv.broadcast(IxDyn(&full_b))
-            .ok_or("broadcast failed")?
-            .as_standard_layout()
-            .into_owned()
+        bv.broadcast(IxDyn(&full_b)).ok_or("broadcast failed")?
     };
+    let b_std = b_b.as_standard_layout();
     let ad = a_std.as_slice().ok_or("layout")?;
     let bd = b_std.as_slice().ok_or("layout")?;
     let mut out = vec![0f32; nb * m * n];
