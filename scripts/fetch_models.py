@@ -11,6 +11,11 @@ recorded speech, so the audio is a real signal of another kind: scikit-image's s
 page and camera photo read in raster order, scaled to [-1, 1]. The models run chunk by chunk
 carrying their state, as a VAD does; every chunk is one test set in the layout of the ONNX
 backend tests (model.onnx, test_data_set_K/input_N.pb, output_N.pb).
+
+Magika (a Keras model converted by tf2onnx 1.16) from the magika wheel, fed the bytes of
+real files of many types (scikit-image's PNG, JPEG, GIF, TIFF, XML and Python files, and
+this repository's own sources), cut the way its config says (first and last 1024 bytes,
+whitespace stripped, padded with token 256).
 """
 import glob
 import os
@@ -101,21 +106,71 @@ def references(model_dir, input_dir):
 SILERO = "silero-vad==6.2.3"
 
 
-def silero_models():
+def wheel_member(spec, pattern, member):
+    """Bytes of `member` inside the wheel of `spec`, downloaded once without dependencies."""
     wheels = os.path.join(DATA, "wheels")
     os.makedirs(wheels, exist_ok=True)
-    found = glob.glob(os.path.join(wheels, "silero_vad-6.2.3-*.whl"))
+    found = glob.glob(os.path.join(wheels, pattern))
     if not found:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", wheels, SILERO],
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", wheels, spec],
             check=True,
         )
-        found = glob.glob(os.path.join(wheels, "silero_vad-6.2.3-*.whl"))
-    out = {}
+        found = glob.glob(os.path.join(wheels, pattern))
     with zipfile.ZipFile(found[0]) as z:
-        for stem in ("silero_vad", "silero_vad_16k_op15", "silero_vad_16k_sequence"):
-            out[stem] = z.read(f"silero_vad/data/{stem}.onnx")
-    return out
+        return z.read(member)
+
+
+MAGIKA = "magika==1.0.3"
+
+
+def magika_features(blob, cfg):
+    beg, end, pad = cfg["beg_size"], cfg["end_size"], cfg["padding_token"]
+    head = list(blob.lstrip()[:beg])
+    tail = list(blob.rstrip()[-end:]) if end else []
+    head = head + [pad] * (beg - len(head))
+    tail = [pad] * (end - len(tail)) + tail
+    return head + tail
+
+
+def magika(per_set=6):
+    import json
+
+    import onnxruntime as ort
+    import skimage
+
+    member = "magika/models/standard_v3_3/"
+    blob = wheel_member(MAGIKA, "magika-1.0.3-*.whl", member + "model.onnx")
+    cfg = json.loads(wheel_member(MAGIKA, "magika-1.0.3-*.whl", member + "config.min.json"))
+    sk = os.path.join(os.path.dirname(skimage.__file__), "data")
+    files = sorted(
+        os.path.join(sk, f)
+        for f in os.listdir(sk)
+        if f.endswith((".png", ".jpg", ".gif", ".tif", ".xml", ".py", ".txt"))
+    )
+    files += sorted(glob.glob(os.path.join(ROOT, "scripts", "*.py"))) + [os.path.join(ROOT, "README.md")]
+    feats = []
+    for f in files:
+        with open(f, "rb") as fh:
+            feats.append(magika_features(fh.read(), cfg))
+    x = np.array(feats, dtype=np.int32)
+    case = os.path.join(DATA, "real", "magika_standard_v3_3")
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    with open(os.path.join(case, "model.onnx"), "wb") as f:
+        f.write(blob)
+    sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    for k in range(len(x) // per_set):
+        batch = x[k * per_set : (k + 1) * per_set]
+        save_case(case, k, [batch], sess.run(None, {"bytes": batch}))
+    return case
+
+
+def silero_models():
+    return {
+        stem: wheel_member(SILERO, "silero_vad-6.2.3-*.whl", f"silero_vad/data/{stem}.onnx")
+        for stem in ("silero_vad", "silero_vad_16k_op15", "silero_vad_16k_sequence")
+    }
 
 
 def signal():
@@ -188,5 +243,6 @@ if __name__ == "__main__":
     i = images()
     r = references(m, i)
     s = silero()
+    magika()
     print(f"models in {m}, inputs in {i}, onnxruntime references in {r}, exported models with test sets in {s}")
     sys.exit(0)

@@ -1,6 +1,8 @@
-//! Real models from other exporters (PyTorch 2.3 and 2.11, spox), run chunk by chunk as
-//! their users run them and checked against onnxruntime's outputs. The cases are written
-//! by `scripts/fetch_models.py` in the ONNX backend-test layout under `data/real/`.
+//! Real models from other exporters than PaddlePaddle, checked against onnxruntime's
+//! outputs: Silero VAD (PyTorch 2.3 and 2.11 exports, and a spox build with nested If) run
+//! chunk by chunk as a VAD runs, and Magika (Keras through tf2onnx 1.16) on the bytes of
+//! real files. The cases are written by `scripts/fetch_models.py` in the ONNX backend-test
+//! layout under `data/real/`.
 
 use npu_core::import::onnx::load;
 use npu_core::ir::Tensor;
@@ -62,11 +64,11 @@ fn exported_models_match_onnxruntime() {
     for dir in &models {
         let (sets, worst) = check_model(dir);
         let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        println!("{name}: {sets} chunks, worst max|err|/max|ref| = {worst:.3e}");
+        println!("{name}: {sets} test sets, worst max|err|/max|ref| = {worst:.3e}");
         assert!(sets >= 3, "{name}: expected at least 3 test sets, found {sets}");
         total += 1;
     }
-    // silero_vad at 16 kHz and 8 kHz (both If branches), its PyTorch 2.3 export, and the
-    // PyTorch 2.11 sequence export with an LSTM.
-    assert!(total >= 4, "expected 4 exported models, found {total}");
+    // magika (tf2onnx); silero_vad at 16 kHz and 8 kHz (both If branches), its PyTorch 2.3
+    // export, and the PyTorch 2.11 sequence export with an LSTM.
+    assert!(total >= 5, "expected 5 exported models, found {total}");
 }
