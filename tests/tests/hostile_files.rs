@@ -358,8 +358,19 @@ fn fuzz_onnx_loader() {
         "test_slice",
         "test_reshape_reduced_dims",
         "test_maxpool_2d_pads",
+        "test_if_seq",
+        "test_if_opt",
+        "test_sequence_insert_at_back",
+        "test_split_to_sequence_1",
+        "test_optional_get_element_sequence",
     ] {
         if let Ok(b) = std::fs::read(node_dir.join(t).join("model.onnx")) {
+            seeds.push(b);
+        }
+    }
+    // Real exports with nested If bodies reading outer values, and a tf2onnx graph.
+    for m in ["silero_vad_16k", "magika_standard_v3_3"] {
+        if let Ok(b) = std::fs::read(npu_tests::data_dir().join("real").join(m).join("model.onnx")) {
             seeds.push(b);
         }
     }
