@@ -348,80 +348,31 @@ fn run_graph<'a>(
         let node = &g.nodes[n];
         let container = ops::containers::CONTAINER_OPS.contains(&node.op.as_str())
             || (node.op == "Identity" && node.input(0).is_some_and(|v| matches!(env[v], Slot::Other(_))));
-        if container {
-            let outs = {
-                let ins: Vec<Option<Val>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].val())).collect();
-                let env_ref = &env;
-                let lookup = |name: &str| -> Option<Val> {
-                    match g.value_id(name) {
-                        Some(id) => env_ref[id].val(),
-                        None => outer(name),
-                    }
-                };
-                ops::containers::eval(node, &ins, &ctx, &lookup).map_err(|message| SimError::Node {
-                    node: node.label(),
-                    op: node.op.clone(),
-                    message,
-                })?
-            };
-            for (o, v) in node.outputs.iter().zip(outs) {
-                if let Some(o) = o {
-                    env[*o] = Slot::from_val(v);
-                }
-            }
-            if let Some(h) = hook.as_deref_mut() {
-                let views: Vec<Option<&Tensor>> = node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
-                h(n, node, &views);
-            }
-            for &v in &plan.frees[step] {
-                if !g.inputs.contains(&v) {
-                    env[v] = Slot::Empty;
-                }
-            }
-            continue;
-        }
-        // Reuse the buffer of a dying first input for element-wise ops.
-        let donor = node.input(0).filter(|&v| {
-            ops::elementwise::INPLACE_OPS.contains(&node.op.as_str())
-                && matches!(env[v], Slot::Owned(_))
-                && plan.frees[step].contains(&v)
-                && node.inputs.iter().filter(|x| **x == Some(v)).count() == 1
-        });
-        if let Some(v) = donor
-            && let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty)
-        {
-            let rest: Vec<Option<&Tensor>> = node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
-            let done = ops::elementwise::try_inplace(node, &mut x, &rest, &ctx).map_err(|message| SimError::Node {
-                node: node.label(),
-                op: node.op.clone(),
-                message,
-            })?;
-            if done {
-                if let Some(Some(o)) = node.outputs.first() {
-                    env[*o] = Slot::Owned(x);
-                }
-                if let Some(h) = hook.as_deref_mut() {
-                    let views: Vec<Option<&Tensor>> =
-                        node.outputs.iter().map(|o| o.and_then(|o| env[o].get())).collect();
-                    h(n, node, &views);
-                }
-                continue;
-            }
-            env[v] = Slot::Owned(x);
-        }
-        let outs = {
-            let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].get())).collect();
-            ops::eval(node, &ins, &ctx).map_err(|message| SimError::Node {
-                node: node.label(),
-                op: node.op.clone(),
-                message,
-            })?
+        let node_err = |message| SimError::Node {
+            node: node.label(),
+            op: node.op.clone(),
+            message,
         };
-        let mut outs = outs.into_iter();
-        for o in &node.outputs {
-            let t = outs.next();
-            if let (Some(o), Some(t)) = (o, t) {
-                env[*o] = Slot::Owned(t);
+        let outs: Vec<Val> = if container {
+            let ins: Vec<Option<Val>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].val())).collect();
+            let env_ref = &env;
+            let lookup = |name: &str| -> Option<Val> {
+                match g.value_id(name) {
+                    Some(id) => env_ref[id].val(),
+                    None => outer(name),
+                }
+            };
+            ops::containers::eval(node, &ins, &ctx, &lookup).map_err(node_err)?
+        } else if let Some(x) = run_in_place(node, step, plan, &mut env, &ctx).map_err(node_err)? {
+            vec![Val::Tensor(x)]
+        } else {
+            let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| env[v].get())).collect();
+            let outs = ops::eval(node, &ins, &ctx).map_err(node_err)?;
+            outs.into_iter().map(Val::Tensor).collect()
+        };
+        for (o, v) in node.outputs.iter().zip(outs) {
+            if let Some(o) = o {
+                env[*o] = Slot::from_val(v);
             }
         }
         if let Some(h) = hook.as_deref_mut() {
@@ -444,6 +395,39 @@ fn run_graph<'a>(
             })
         })
         .collect()
+}
+
+/// Runs an element-wise op in the buffer of its first input when that input dies here and
+/// is owned; `None` when the op does not run that way (the input is then left in place).
+fn run_in_place(
+    node: &Node,
+    step: usize,
+    plan: &Plan,
+    env: &mut [Slot<'_>],
+    ctx: &OpCtx,
+) -> Result<Option<Tensor>, String> {
+    let donor = node.input(0).filter(|&v| {
+        ops::elementwise::INPLACE_OPS.contains(&node.op.as_str())
+            && matches!(env[v], Slot::Owned(_))
+            && plan.frees[step].contains(&v)
+            && node.inputs.iter().filter(|x| **x == Some(v)).count() == 1
+    });
+    let Some(v) = donor else { return Ok(None) };
+    let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty) else {
+        return Ok(None);
+    };
+    let rest: Vec<Option<&Tensor>> = node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
+    match ops::elementwise::try_inplace(node, &mut x, &rest, ctx) {
+        Ok(true) => Ok(Some(x)),
+        Ok(false) => {
+            env[v] = Slot::Owned(x);
+            Ok(None)
+        }
+        Err(e) => {
+            env[v] = Slot::Owned(x);
+            Err(e)
+        }
+    }
 }
 
 /// Runs an element-wise chain: donates the start buffer when nothing else needs it,

@@ -1,8 +1,8 @@
 //! Ops on ONNX's container values: If (whose branches may return any value), Identity of a
 //! sequence or optional, and the Sequence*/Optional* ops.
 
-use super::norm_axis;
 use super::shape::{concat, reshape, slice_axis};
+use super::{axis_dim, norm_axis};
 use crate::ir::{DType, Node, Tensor, Val};
 use crate::sim::OpCtx;
 
@@ -76,9 +76,7 @@ fn if_op(node: &Node, inputs: &[Option<Val>], ctx: &OpCtx, lookup: &dyn Fn(&str)
 
 fn split_to_sequence(node: &Node, inputs: &[Option<Val>]) -> Result<Vec<Tensor>, String> {
     let x = tensor(inputs, 0)?;
-    let rank = x.shape().len();
-    let axis = norm_axis(node.attr_i("axis").unwrap_or(0), rank)?;
-    let dim = x.shape()[axis];
+    let (axis, dim) = axis_dim(node.attr_i("axis").unwrap_or(0), x.shape())?;
     let split = inputs.get(1).and_then(Option::as_ref);
     let (sizes, squeeze) = match split {
         None => (vec![1; dim], node.attr_i("keepdims").unwrap_or(1) == 0),
@@ -126,6 +124,9 @@ fn concat_from_sequence(node: &Node, items: &[Tensor]) -> Result<Tensor, String>
     let first = items.first().ok_or("the sequence is empty")?;
     let new_axis = node.attr_i("new_axis").unwrap_or(0) == 1;
     let rank = first.shape().len() + usize::from(new_axis);
+    if rank == 0 {
+        return Err("cannot concatenate scalars without new_axis".into());
+    }
     let axis = norm_axis(node.attr_i("axis").ok_or("axis missing")?, rank)?;
     if new_axis {
         let expanded: Vec<Tensor> = items
@@ -213,5 +214,75 @@ pub fn eval(node: &Node, inputs: &[Option<Val>], ctx: &OpCtx, lookup: &dyn Fn(&s
             other => one(other.clone()),
         },
         other => Err(format!("op {other} is not a container op")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn node(op: &str, attrs: &[(&str, i64)]) -> Node {
+        Node {
+            name: op.into(),
+            op: op.into(),
+            domain: String::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            attrs: attrs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), crate::ir::Attr::Int(*v)))
+                .collect::<BTreeMap<_, _>>(),
+            origin: Vec::new(),
+        }
+    }
+
+    fn f32s(shape: &[usize], v: Vec<f32>) -> Val {
+        Val::Tensor(Tensor::F32(ndarray::ArrayD::from_shape_vec(shape, v).expect("shape")))
+    }
+
+    /// A scalar has no axis to split or concatenate along (found by the loader fuzzer).
+    #[test]
+    fn scalars_are_errors_not_panics() {
+        let ctx = OpCtx { opset: 18, threads: 1 };
+        let none = |_: &str| None;
+        let split = eval(
+            &node("SplitToSequence", &[]),
+            &[Some(f32s(&[], vec![1.0]))],
+            &ctx,
+            &none,
+        );
+        assert!(split.is_err_and(|e| e.contains("scalar")));
+        let seq = Val::Seq(vec![Tensor::F32(ndarray::arr0(1.0).into_dyn())]);
+        let concat = eval(&node("ConcatFromSequence", &[("axis", 0)]), &[Some(seq)], &ctx, &none);
+        assert!(concat.is_err());
+    }
+
+    #[test]
+    fn sequence_round_trip() {
+        let ctx = OpCtx { opset: 18, threads: 1 };
+        let none = |_: &str| None;
+        let x = f32s(&[4, 2], (0..8).map(|v| v as f32).collect());
+        let parts = eval(
+            &node("SplitToSequence", &[("axis", 0)]),
+            &[Some(x.clone()), None],
+            &ctx,
+            &none,
+        )
+        .expect("split");
+        let Val::Seq(items) = &parts[0] else {
+            panic!("a sequence")
+        };
+        assert_eq!(items.len(), 4);
+        let back = eval(
+            &node("ConcatFromSequence", &[("axis", 0)]),
+            &[Some(parts[0].clone())],
+            &ctx,
+            &none,
+        )
+        .expect("concat");
+        assert_eq!(back[0], x);
+        let len = eval(&node("SequenceLength", &[]), &[Some(parts[0].clone())], &ctx, &none).expect("length");
+        assert_eq!(len[0], Val::Tensor(Tensor::I64(ndarray::arr0(4).into_dyn())));
     }
 }

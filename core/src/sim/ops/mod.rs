@@ -212,6 +212,16 @@ pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
     }
 }
 
+/// [`norm_axis`] for ops that index a dimension: a scalar has none, so rank 0 is an error.
+/// Returns the axis and its length.
+pub fn axis_dim(axis: i64, shape: &[usize]) -> Result<(usize, usize), String> {
+    if shape.is_empty() {
+        return Err(format!("axis {axis} needs an input of rank 1 or more, got a scalar"));
+    }
+    let a = norm_axis(axis, shape.len())?;
+    Ok((a, shape[a]))
+}
+
 /// Numpy-style broadcast of two shapes.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let n = a.len().max(b.len());

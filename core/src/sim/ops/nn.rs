@@ -191,6 +191,9 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
     let x = xt.to_f32();
     let r = x.ndim();
     let default_axis = if ctx.opset < 13 { 1 } else { -1 };
+    if r == 0 {
+        return Err("the input is a scalar; it needs rank 1 or more".into());
+    }
     let axis = norm_axis(node.attr_i("axis").unwrap_or(default_axis), r)?;
     // Opset < 13 coerces to 2-D at `axis`; 13+ works along one axis.
     let (len, inner) = if ctx.opset < 13 {

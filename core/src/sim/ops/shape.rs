@@ -1,6 +1,6 @@
 //! Tensor-shape ops: reshape, transpose, concat, split, slice, gather, pad, resize, …
 
-use super::{OpResult, input, input_ints, norm_axis, opt_input};
+use super::{OpResult, axis_dim, input, input_ints, norm_axis, opt_input};
 use crate::ir::{Attr, DType, Node, Tensor};
 use crate::map_tensor;
 use crate::sim::OpCtx;
@@ -402,9 +402,7 @@ fn constant(node: &Node) -> Result<Tensor, String> {
 
 fn split(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     let x = input(inputs, 0)?;
-    let rank = x.shape().len();
-    let axis = norm_axis(node.attr_i("axis").unwrap_or(0), rank)?;
-    let dim = x.shape()[axis];
+    let (axis, dim) = axis_dim(node.attr_i("axis").unwrap_or(0), x.shape())?;
     let n_out = node.outputs.len();
     let sizes: Vec<usize> = if let Some(s) = node.attr_ints("split") {
         s.iter().map(|&v| v.max(0) as usize).collect()
@@ -433,7 +431,6 @@ fn split(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
 
 fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
     let x = input(inputs, 0)?;
-    let rank = x.shape().len();
     let (starts, ends, axes, steps) = if ctx.opset < 10 {
         let s = node.attr_ints("starts").ok_or("starts missing")?.to_vec();
         let e = node.attr_ints("ends").ok_or("ends missing")?.to_vec();
@@ -460,11 +457,11 @@ fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor,
     }
     let mut out = x.clone();
     for i in 0..starts.len() {
-        let ax = norm_axis(axes[i], rank)?;
+        let (ax, dim) = axis_dim(axes[i], x.shape())?;
         if steps[i] == 0 {
             return Err("step 0".into());
         }
-        let (s, e, st) = slice_bounds(x.shape()[ax], starts[i], ends[i], steps[i]);
+        let (s, e, st) = slice_bounds(dim, starts[i], ends[i], steps[i]);
         out = slice_axis(&out, ax, s, e, st);
     }
     Ok(out)
