@@ -199,15 +199,10 @@ impl<'m> Executor<'m> {
             let t = inputs
                 .get(&v.name)
                 .ok_or_else(|| SimError::MissingInput(v.name.clone()))?;
+            check_kind(v, "a tensor")?;
             check_input(v, t)?;
         }
-        let by_name = |name: &str| inputs.get(name).map(Slot::Borrowed);
-        let fusion = self.fusion;
-        let outs = self.pool.install(|| {
-            with_spinners(self.ctx.threads, || {
-                run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook, fusion)
-            })
-        })?;
+        let outs = self.execute(|name: &str| inputs.get(name).map(Slot::Borrowed), hook)?;
         g.outputs
             .iter()
             .zip(outs)
@@ -236,34 +231,49 @@ impl<'m> Executor<'m> {
             let given = inputs
                 .get(&v.name)
                 .ok_or_else(|| SimError::MissingInput(v.name.clone()))?;
-            let expected = match v.kind {
-                ValueKind::Tensor => "a tensor",
-                ValueKind::Sequence => "a sequence",
-                ValueKind::Optional => "an optional",
-                ValueKind::Other => "a map",
-            };
-            if given.kind() != expected {
-                return Err(SimError::BadInput {
-                    name: v.name.clone(),
-                    message: format!("expected {expected}, got {}", given.kind()),
-                });
-            }
+            check_kind(v, given.kind())?;
             if let Val::Tensor(t) = given {
                 check_input(v, t)?;
             }
         }
-        let by_name = |name: &str| inputs.get(name).map(Slot::from_ref);
-        let fusion = self.fusion;
-        let outs = self.pool.install(|| {
-            with_spinners(self.ctx.threads, || {
-                run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, None, fusion)
-            })
-        })?;
+        let outs = self.execute(|name: &str| inputs.get(name).map(Slot::from_ref), None)?;
         Ok(g.outputs
             .iter()
             .zip(outs)
             .map(|(&o, v)| (g.values[o].name.clone(), v))
             .collect())
+    }
+
+    /// Runs the main graph in the executor's pool, its other workers kept awake.
+    fn execute<'a>(
+        &'a self,
+        by_name: impl Fn(&str) -> Option<Slot<'a>> + Sync,
+        hook: Option<&mut NodeHook<'_>>,
+    ) -> Result<Vec<Val>, SimError> {
+        let (g, fusion) = (&self.model.graph, self.fusion);
+        self.pool.install(|| {
+            with_spinners(self.ctx.threads, || {
+                run_graph(g, &self.plan, &by_name, &|_| None, self.ctx, hook, fusion)
+            })
+        })
+    }
+}
+
+/// Checks that a graph input is given the kind of value it declares.
+fn check_kind(v: &crate::ir::Value, given: &str) -> Result<(), SimError> {
+    let expected = match v.kind {
+        ValueKind::Tensor => "a tensor",
+        ValueKind::Sequence => "a sequence",
+        ValueKind::Optional => "an optional",
+        ValueKind::Other => "a map",
+    };
+    if given == expected {
+        Ok(())
+    } else {
+        Err(SimError::BadInput {
+            name: v.name.clone(),
+            message: format!("expected {expected}, got {given}"),
+        })
     }
 }
 
