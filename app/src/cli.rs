@@ -1,4 +1,4 @@
-//! Subcommands: `info`, `run`, `bench`. Their flags and JSON fields are a stable contract.
+//! Subcommands: `info`, `run`, `bench`, `bench-layout`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -45,6 +45,9 @@ enum Command {
         /// Fix a dynamic input shape for MAC counting, e.g. `x=1x3x640x640`.
         #[arg(long = "shape", value_name = "NAME=DIMS")]
         shapes: Vec<String>,
+        /// Also list every node: name, op, attributes, inputs and outputs with dtype and shape.
+        #[arg(long)]
+        nodes: bool,
     },
     /// Runs the model in FP32 and writes one `.npy` per output.
     Run {
@@ -61,6 +64,16 @@ enum Command {
         /// Also write every intermediate tensor into this folder (for debugging).
         #[arg(long, value_name = "DIR")]
         dump: Option<PathBuf>,
+    },
+    /// Times the graph view: layout, opening with collapsed scopes, expanding a scope and
+    /// painting frames while panning, on synthetic DAGs and on the given model files.
+    BenchLayout {
+        models: Vec<PathBuf>,
+        /// Sizes of synthetic DAGs to time (comma-separated; empty for none).
+        #[arg(long, value_delimiter = ',', default_value = "10000,50000")]
+        synthetic: Vec<usize>,
+        #[arg(long)]
+        json: bool,
     },
     /// Measures FP32 latency: median and min over `--runs` runs after `--warmup` runs.
     Bench {
@@ -87,15 +100,13 @@ enum Command {
 pub fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        None => {
-            // The studio window comes with the graph viewer; until then, opening a model
-            // prints its summary.
-            let model = cli.model.unwrap_or_else(sample_model);
-            info(&model, false, &[])?;
-            eprintln!("\n(the studio window is not in this build yet; see `npu-studio --help` for the commands)");
-            Ok(())
-        }
-        Some(Command::Info { model, json, shapes }) => info(&model, json, &shapes),
+        None => crate::studio::run(Some(cli.model.unwrap_or_else(sample_model))),
+        Some(Command::Info {
+            model,
+            json,
+            shapes,
+            nodes,
+        }) => info(&model, json, nodes, &shapes),
         Some(Command::Run {
             model,
             inputs,
@@ -103,6 +114,11 @@ pub fn main() -> Result<()> {
             threads,
             dump,
         }) => run(&model, &inputs, &output_dir, threads, dump.as_deref()),
+        Some(Command::BenchLayout {
+            models,
+            synthetic,
+            json,
+        }) => bench_layout(&models, &synthetic, json),
         Some(Command::Bench {
             model,
             inputs,
@@ -122,48 +138,6 @@ fn load(path: &Path) -> Result<Model> {
         eprintln!("warning: {w}");
     }
     Ok(model)
-}
-
-#[derive(Serialize)]
-struct IoInfo {
-    name: String,
-    dtype: String,
-    shape: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct InfoReport {
-    file: String,
-    producer: String,
-    producer_version: String,
-    ir_version: i64,
-    opsets: BTreeMap<String, i64>,
-    inputs: Vec<IoInfo>,
-    outputs: Vec<IoInfo>,
-    nodes: usize,
-    ops: BTreeMap<String, usize>,
-    parameters: usize,
-    parameter_bytes: usize,
-    /// Multiply-accumulates of Conv, ConvTranspose, MatMul and Gemm with known shapes.
-    macs: u64,
-    /// True when some of those ops had unknown shapes, so `macs` is a lower bound.
-    macs_partial: bool,
-}
-
-fn io_info(model: &Model, ids: &[usize]) -> Vec<IoInfo> {
-    ids.iter()
-        .map(|&i| {
-            let v = &model.graph.values[i];
-            IoInfo {
-                name: v.name.clone(),
-                dtype: v.dtype.map_or_else(|| "?".into(), |d| d.name().to_owned()),
-                shape: v
-                    .shape
-                    .as_ref()
-                    .map_or_else(Vec::new, |s| s.iter().map(ToString::to_string).collect()),
-            }
-        })
-        .collect()
 }
 
 /// Parses `NAME=1x3x640x640`.
@@ -205,34 +179,13 @@ fn fix_shapes(model: &mut Model, shapes: &HashMap<String, Vec<usize>>) -> Result
     Ok(())
 }
 
-fn info(path: &Path, json: bool, shapes: &[String]) -> Result<()> {
+fn info(path: &Path, json: bool, nodes: bool, shapes: &[String]) -> Result<()> {
     let mut model = load(path)?;
     if !shapes.is_empty() {
         let m: HashMap<String, Vec<usize>> = shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?;
         fix_shapes(&mut model, &m)?;
     }
-    let (params, bytes) = model.parameter_count();
-    let (macs, partial) = npu_core::sim::count_macs(&model);
-    let r = InfoReport {
-        file: path.display().to_string(),
-        producer: model.meta.producer_name.clone(),
-        producer_version: model.meta.producer_version.clone(),
-        ir_version: model.meta.ir_version,
-        opsets: model
-            .meta
-            .opsets
-            .iter()
-            .map(|(k, v)| (if k.is_empty() { "ai.onnx".into() } else { k.clone() }, *v))
-            .collect(),
-        inputs: io_info(&model, &model.graph.inputs),
-        outputs: io_info(&model, &model.graph.outputs),
-        nodes: model.graph.nodes.len(),
-        ops: model.op_histogram().into_iter().collect(),
-        parameters: params,
-        parameter_bytes: bytes,
-        macs,
-        macs_partial: partial,
-    };
+    let r = crate::info::model_info(&model, path, nodes);
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
@@ -271,6 +224,53 @@ fn info(path: &Path, json: bool, shapes: &[String]) -> Result<()> {
     println!("  ops:");
     for (op, n) in model.op_histogram() {
         println!("    {n:6}  {op}");
+    }
+    if let Some(details) = &r.node_details {
+        let io = |l: &[crate::info::IoInfo]| {
+            l.iter()
+                .map(|t| format!("{} {}[{}]", t.name, t.dtype, t.shape.join("x")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!("  nodes:");
+        for n in details {
+            println!(
+                "    {} ({})  in: {}  out: {}",
+                n.name,
+                n.op,
+                io(&n.inputs),
+                io(&n.outputs)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn bench_layout(models: &[PathBuf], synthetic: &[usize], json: bool) -> Result<()> {
+    use crate::bench_layout as bl;
+    let mut all = Vec::new();
+    for &n in synthetic {
+        let b = bl::synthetic(n);
+        if !json {
+            bl::print(&b);
+        }
+        all.push(b);
+    }
+    for path in models {
+        let t = Instant::now();
+        let opts = npu_core::import::onnx::LoadOptions {
+            allow_unsupported: true,
+        };
+        let (model, _) = npu_core::import::onnx::load_with(path, &opts)?;
+        let import_ms = t.elapsed().as_secs_f64() * 1e3;
+        let b = bl::bench_model(&path.display().to_string(), &model, Some(import_ms));
+        if !json {
+            bl::print(&b);
+        }
+        all.push(b);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! `npu-studio`: the command line (and, later, the studio window) over `npu-core`.
+//! `npu-studio`: the studio window and the command line over `npu-core`.
 
-mod cli;
+use npu_studio::cli;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,7 @@
+//! NPU Studio's application crate: the studio window and the `npu-studio` command line.
+
+pub mod bench_layout;
+pub mod cli;
+pub mod graph;
+pub mod info;
+pub mod studio;

@@ -1,0 +1,398 @@
+//! The graph canvas: pan, zoom, selection, level of detail and the minimap. Only boxes and
+//! edges that intersect the view are drawn; below `BOX_ONLY_BELOW` zoom cards are plain
+//! boxes and edges plain polylines.
+
+use super::commands::{Command, Selection};
+use super::theme::Theme;
+use super::{Studio, ViewState};
+use crate::graph::doc::{CARD_HEADER, CARD_LINE, CARD_PAD, GraphDoc, ItemId, ItemKind, dims_string};
+use crate::graph::scene::{BoxKind, FRAME_HEADER, MINIMAP_CELLS, Scene};
+use egui::epaint::{CubicBezierShape, PathShape};
+use egui::{Align2, CornerRadius, FontId, Painter, Pos2, Rect, Sense, Shape, Stroke, StrokeKind, Vec2, pos2, vec2};
+use npu_core::ir::Model;
+use std::collections::HashSet;
+
+pub const MIN_ZOOM: f32 = 0.0005;
+pub const MAX_ZOOM: f32 = 4.0;
+/// Below this zoom cards are drawn as plain boxes.
+pub const BOX_ONLY_BELOW: f32 = 0.45;
+/// Above this zoom edges carry their tensor shape.
+pub const EDGE_LABELS_ABOVE: f32 = 0.9;
+
+/// Graph ↔ screen transform of the canvas.
+#[derive(Clone, Copy, Debug)]
+pub struct Xf {
+    pub screen_center: Pos2,
+    pub center: Pos2,
+    pub zoom: f32,
+}
+
+impl Xf {
+    pub fn new(canvas: Rect, view: &ViewState) -> Self {
+        Self {
+            screen_center: canvas.center(),
+            center: view.center,
+            zoom: view.zoom,
+        }
+    }
+    pub fn pos(&self, p: Pos2) -> Pos2 {
+        self.screen_center + (p - self.center) * self.zoom
+    }
+    pub fn rect(&self, r: Rect) -> Rect {
+        Rect::from_min_max(self.pos(r.min), self.pos(r.max))
+    }
+    pub fn graph(&self, s: Pos2) -> Pos2 {
+        self.center + (s - self.screen_center) / self.zoom
+    }
+}
+
+/// The part of the graph the canvas shows.
+pub fn visible_graph_rect(canvas: Rect, view: &ViewState) -> Rect {
+    Rect::from_center_size(view.center, canvas.size() / view.zoom)
+}
+
+/// What the painter highlights.
+#[derive(Default)]
+pub struct Highlights {
+    pub selected_box: Option<usize>,
+    pub hits: HashSet<usize>,
+}
+
+pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui) {
+    let rect = ui.available_rect_before_wrap();
+    let resp = ui.allocate_rect(rect, Sense::click_and_drag());
+    st.canvas_ready(rect);
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(rect, 0.0, st.theme.canvas);
+    let hovering_files = ui.input(|i| !i.raw.hovered_files.is_empty());
+    let Some(l) = &st.loaded else {
+        painter.text(
+            rect.center(),
+            Align2::CENTER_CENTER,
+            "Open a model: File › Open… (Ctrl+O), or drop an .onnx file here",
+            FontId::proportional(16.0),
+            st.theme.text_weak,
+        );
+        drop_overlay(&painter, rect, hovering_files, &st.theme);
+        return;
+    };
+    let scene = l.scene.clone();
+    let doc = l.doc.clone();
+    let model = l.model.clone();
+    // Pan and zoom.
+    if resp.dragged() {
+        st.view.center -= resp.drag_delta() / st.view.zoom;
+    }
+    if resp.hovered() {
+        let (scroll, zoom_delta, pointer) =
+            ui.input(|i| (i.smooth_scroll_delta, i.zoom_delta(), i.pointer.hover_pos()));
+        if (zoom_delta - 1.0).abs() > 1e-4 {
+            let at = pointer.unwrap_or(rect.center());
+            let xf = Xf::new(rect, &st.view);
+            let g = xf.graph(at);
+            st.view.zoom = (st.view.zoom * zoom_delta).clamp(MIN_ZOOM, MAX_ZOOM);
+            st.view.center = g - (at - rect.center()) / st.view.zoom;
+        } else if scroll != Vec2::ZERO {
+            st.view.center -= scroll / st.view.zoom;
+        }
+    }
+    let xf = Xf::new(rect, &st.view);
+    // Selection and scope toggling.
+    let hovered = resp.hover_pos().and_then(|p| scene.hit(xf.graph(p)));
+    if resp.double_clicked() {
+        if let Some(b) = hovered
+            && let BoxKind::Collapsed(s) | BoxKind::Frame(s) = scene.boxes[b].kind
+        {
+            st.send(Command::ToggleScope(s));
+        }
+    } else if resp.clicked() {
+        let sel = hovered.map(|b| match scene.boxes[b].kind {
+            BoxKind::Item(i) => selection_of_item(&doc, i),
+            BoxKind::Collapsed(s) | BoxKind::Frame(s) => Selection::Scope(s),
+        });
+        st.send(Command::Select(sel));
+    }
+    let hl = Highlights {
+        selected_box: st
+            .selection
+            .and_then(|s| st.rect_of(s))
+            .and_then(|r| scene.boxes.iter().position(|b| b.rect == r)),
+        hits: st.search.hit_boxes(&doc, &scene),
+    };
+    paint(&painter, &scene, &doc, &model, &xf, &st.theme, &hl);
+    minimap_ui(st, ui, rect, &scene);
+    if let Some(b) = hovered {
+        let text = match scene.boxes[b].kind {
+            BoxKind::Item(i) => format!("{}\n{}", doc.items[i].title, doc.items[i].name),
+            BoxKind::Collapsed(s) => {
+                format!(
+                    "{}: {} nodes\ndouble-click to expand",
+                    doc.scopes[s].path, doc.scopes[s].total_items
+                )
+            }
+            BoxKind::Frame(s) => format!("{}\ndouble-click to collapse", doc.scopes[s].path),
+        };
+        resp.on_hover_text_at_pointer(text);
+    }
+    drop_overlay(&painter, rect, hovering_files, &st.theme);
+}
+
+fn drop_overlay(painter: &Painter, rect: Rect, hovering: bool, theme: &Theme) {
+    if hovering {
+        painter.rect_filled(rect, 0.0, theme.drop_overlay);
+        painter.text(
+            rect.center(),
+            Align2::CENTER_CENTER,
+            "Drop to open",
+            FontId::proportional(22.0),
+            theme.text,
+        );
+    }
+}
+
+pub fn selection_of_item(doc: &GraphDoc, i: ItemId) -> Selection {
+    match doc.items[i].kind {
+        ItemKind::Node(n) => Selection::Node(n),
+        ItemKind::Input(v) | ItemKind::Output(v) => Selection::Value(v),
+    }
+}
+
+/// Paints the visible part of a scene.
+pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf: &Xf, theme: &Theme, hl: &Highlights) {
+    let clip = painter.clip_rect();
+    let visible = Rect::from_min_max(xf.graph(clip.min), xf.graph(clip.max)).expand(8.0);
+    let z = xf.zoom;
+    let detailed = z >= BOX_ONLY_BELOW;
+    // Frames first (behind everything).
+    for (bi, b) in scene.boxes.iter().enumerate() {
+        if let BoxKind::Frame(s) = b.kind
+            && b.rect.intersects(visible)
+        {
+            let r = xf.rect(b.rect);
+            let stroke_c = if hl.selected_box == Some(bi) {
+                theme.selected
+            } else {
+                theme.frame_stroke
+            };
+            painter.rect(
+                r,
+                6.0 * z,
+                theme.frame_fill,
+                Stroke::new(1.0, stroke_c),
+                StrokeKind::Inside,
+            );
+            if z * 11.0 >= 5.0 {
+                let head = Rect::from_min_size(r.min, vec2(r.width(), FRAME_HEADER * z));
+                painter.text(
+                    head.left_center() + vec2(6.0 * z, 0.0),
+                    Align2::LEFT_CENTER,
+                    format!("▾ {}", doc.scopes[s].name),
+                    FontId::proportional(11.0 * z),
+                    theme.text_weak,
+                );
+            }
+        }
+    }
+    // Edges.
+    let edge_stroke = Stroke::new((1.2 * z.sqrt()).clamp(0.6, 2.0), theme.edge);
+    let mut shapes: Vec<Shape> = Vec::new();
+    // Below this zoom edges are shorter than a card is tall and only blur the boxes.
+    let draw_edges = z >= 0.02;
+    for e in scene.edges.iter().filter(|_| draw_edges) {
+        if !e.bbox.intersects(visible) {
+            continue;
+        }
+        let pts: Vec<Pos2> = e.points.iter().map(|&p| xf.pos(p)).collect();
+        if detailed {
+            for w in pts.windows(2) {
+                let dy = (w[1].y - w[0].y) / 2.0;
+                shapes.push(Shape::CubicBezier(CubicBezierShape::from_points_stroke(
+                    [w[0], w[0] + vec2(0.0, dy), w[1] - vec2(0.0, dy), w[1]],
+                    false,
+                    egui::Color32::TRANSPARENT,
+                    edge_stroke,
+                )));
+            }
+            let tip = pts[pts.len() - 1];
+            let dir = if pts[pts.len() - 2].y <= tip.y { 1.0 } else { -1.0 };
+            let s = 5.0 * z.sqrt();
+            shapes.push(Shape::convex_polygon(
+                vec![tip, tip + vec2(-s, -1.6 * s * dir), tip + vec2(s, -1.6 * s * dir)],
+                theme.edge,
+                Stroke::NONE,
+            ));
+            if z >= EDGE_LABELS_ABOVE {
+                let de = doc.edges[e.doc_edge];
+                let v = &model.graph.values[de.value];
+                let mut label = dims_string(v.shape.as_deref());
+                if e.count > 1 {
+                    label = format!("{label} (+{})", e.count - 1);
+                }
+                painter.text(
+                    tip + vec2(4.0, -12.0 * z * dir),
+                    Align2::LEFT_CENTER,
+                    label,
+                    FontId::proportional(9.5 * z.min(1.6)),
+                    theme.edge_label,
+                );
+            }
+        } else {
+            shapes.push(Shape::Path(PathShape::line(pts, edge_stroke)));
+        }
+    }
+    painter.extend(shapes);
+    // Cards and collapsed scopes. When cards shrink to a few pixels, one box per 2-pixel
+    // cell is enough: the others would paint the same pixels.
+    let tiny = z * crate::graph::doc::CARD_HEADER < 3.0;
+    let (gw, gh) = ((clip.width() / 2.0) as usize + 1, (clip.height() / 2.0) as usize + 1);
+    let mut painted = if tiny { vec![false; gw * gh] } else { Vec::new() };
+    for (bi, b) in scene.boxes.iter().enumerate() {
+        if matches!(b.kind, BoxKind::Frame(_)) || !b.rect.intersects(visible) {
+            continue;
+        }
+        let r = xf.rect(b.rect);
+        if tiny && hl.selected_box != Some(bi) && !hl.hits.contains(&bi) {
+            let c = r.center() - clip.min;
+            let (cx, cy) = ((c.x / 2.0).max(0.0) as usize, (c.y / 2.0).max(0.0) as usize);
+            if cx < gw && cy < gh {
+                if painted[cy * gw + cx] {
+                    continue;
+                }
+                painted[cy * gw + cx] = true;
+            }
+        }
+        let outline = if hl.selected_box == Some(bi) {
+            Some(theme.selected)
+        } else if hl.hits.contains(&bi) {
+            Some(theme.search_hit)
+        } else {
+            None
+        };
+        match b.kind {
+            BoxKind::Item(i) => paint_card(painter, doc, i, r, z, detailed, theme),
+            BoxKind::Collapsed(s) => {
+                painter.rect(
+                    r,
+                    6.0 * z,
+                    theme.collapsed_fill,
+                    Stroke::new(1.5, theme.frame_stroke),
+                    StrokeKind::Inside,
+                );
+                if detailed {
+                    let sc = &doc.scopes[s];
+                    painter.text(
+                        r.center_top() + vec2(0.0, 14.0 * z),
+                        Align2::CENTER_CENTER,
+                        format!("⊞ {}", sc.name),
+                        FontId::proportional(12.0 * z),
+                        theme.text,
+                    );
+                    painter.text(
+                        r.center_top() + vec2(0.0, 31.0 * z),
+                        Align2::CENTER_CENTER,
+                        format!("{} nodes", sc.total_items),
+                        FontId::proportional(10.0 * z),
+                        theme.text_weak,
+                    );
+                }
+            }
+            BoxKind::Frame(_) => {}
+        }
+        if let Some(c) = outline {
+            painter.rect_stroke(r.expand(2.0), 6.0 * z + 2.0, Stroke::new(2.5, c), StrokeKind::Outside);
+        }
+    }
+}
+
+fn paint_card(painter: &Painter, doc: &GraphDoc, i: ItemId, r: Rect, z: f32, detailed: bool, theme: &Theme) {
+    let item = &doc.items[i];
+    let color = theme.family(item.family);
+    if !detailed {
+        painter.rect_filled(r, 2.0 * z, color);
+        return;
+    }
+    let radius = (4.0 * z) as u8;
+    painter.rect(
+        r,
+        radius,
+        theme.card_fill,
+        Stroke::new(1.0, theme.card_stroke),
+        StrokeKind::Inside,
+    );
+    let head = Rect::from_min_size(r.min, vec2(r.width(), CARD_HEADER * z));
+    painter.rect_filled(
+        head,
+        CornerRadius {
+            nw: radius,
+            ne: radius,
+            sw: 0,
+            se: 0,
+        },
+        color,
+    );
+    let pad = CARD_PAD * z;
+    painter.text(
+        head.left_center() + vec2(pad, 0.0),
+        Align2::LEFT_CENTER,
+        &item.title,
+        FontId::proportional(13.0 * z),
+        theme.header_text,
+    );
+    let card = painter.with_clip_rect(r.intersect(painter.clip_rect()));
+    let mut y = head.max.y + CARD_LINE * z / 2.0 + 1.0 * z;
+    let font = FontId::proportional(11.5 * z);
+    let short = item.name.rsplit('/').next().unwrap_or(&item.name);
+    card.text(
+        pos2(r.min.x + pad, y),
+        Align2::LEFT_CENTER,
+        short,
+        font.clone(),
+        theme.text_weak,
+    );
+    for line in item.attrs.iter().chain(item.weights.iter().map(|w| &w.0)) {
+        y += CARD_LINE * z;
+        card.text(
+            pos2(r.min.x + pad, y),
+            Align2::LEFT_CENTER,
+            line,
+            font.clone(),
+            theme.text,
+        );
+    }
+}
+
+fn minimap_ui(st: &mut Studio, ui: &mut egui::Ui, canvas: Rect, scene: &Scene) {
+    let b = scene.bounds;
+    if b.width() <= 0.0 || b.height() <= 0.0 {
+        return;
+    }
+    let aspect = b.height() / b.width();
+    let w = 160.0f32;
+    let h = (w * aspect).clamp(50.0, 220.0);
+    let w = if w * aspect > 220.0 { 220.0 / aspect } else { w }.max(30.0);
+    let mm = Rect::from_min_size(canvas.max - vec2(w + 12.0, h + 12.0), vec2(w, h));
+    let resp = ui.interact(mm, ui.scope_id().with("minimap"), Sense::click_and_drag());
+    let painter = ui.painter_at(mm.expand(2.0));
+    painter.rect(
+        mm,
+        4.0,
+        st.theme.minimap_fill,
+        Stroke::new(1.0, st.theme.card_stroke),
+        StrokeKind::Outside,
+    );
+    let cell = vec2(w / MINIMAP_CELLS as f32, h / MINIMAP_CELLS as f32);
+    for &(c, r) in &scene.minimap {
+        let min = mm.min + vec2(f32::from(c) * cell.x, f32::from(r) * cell.y);
+        painter.rect_filled(Rect::from_min_size(min, cell), 0.0, st.theme.minimap_cell);
+    }
+    let to_mm = |p: Pos2| mm.min + vec2((p.x - b.min.x) / b.width() * w, (p.y - b.min.y) / b.height() * h);
+    let vis = visible_graph_rect(canvas, &st.view);
+    let vr = Rect::from_min_max(to_mm(vis.min), to_mm(vis.max)).intersect(mm);
+    painter.rect_stroke(vr, 0.0, Stroke::new(1.5, st.theme.minimap_view), StrokeKind::Inside);
+    if (resp.clicked() || resp.dragged())
+        && let Some(p) = resp.interact_pointer_pos()
+    {
+        let t = (p - mm.min) / vec2(w, h);
+        st.view.center = pos2(b.min.x + t.x * b.width(), b.min.y + t.y * b.height());
+    }
+}

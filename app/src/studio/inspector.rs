@@ -1,0 +1,402 @@
+//! The inspector: the selected node, tensor or scope, or the model's properties when
+//! nothing is selected. Tensor names are links to their producer and consumers.
+
+use super::Studio;
+use super::commands::{Command, Selection};
+use crate::info::{IoInfo, model_info, node_info, value_info};
+use egui_plot::{Bar, BarChart, Plot};
+use npu_core::ir::{Attr, Model, Tensor, ValueId};
+use std::sync::Arc;
+
+/// Histogram bins of a weight.
+const BINS: usize = 48;
+/// Values listed under a weight's statistics.
+const FIRST_VALUES: usize = 12;
+
+#[derive(Default)]
+pub struct InspectorState {
+    stats: Option<(ValueId, Arc<WeightStats>)>,
+}
+
+/// Statistics of a constant tensor, computed in f64.
+#[derive(Clone, Debug)]
+pub struct WeightStats {
+    pub count: usize,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub std: f64,
+    /// Non-finite values (NaN, ±inf), left out of the other numbers.
+    pub non_finite: usize,
+    /// (bin centre, count).
+    pub histogram: Vec<(f64, usize)>,
+    pub bin_width: f64,
+    pub first: Vec<f64>,
+}
+
+impl WeightStats {
+    pub fn of(t: &Tensor) -> Self {
+        let a = t.to_f64();
+        let flat: Vec<f64> = a.iter().copied().collect();
+        let finite: Vec<f64> = flat.iter().copied().filter(|x| x.is_finite()).collect();
+        let n = finite.len();
+        let (min, max) = finite.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        });
+        let mean = if n > 0 {
+            finite.iter().sum::<f64>() / n as f64
+        } else {
+            f64::NAN
+        };
+        let var = if n > 0 {
+            finite.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64
+        } else {
+            f64::NAN
+        };
+        let (histogram, bin_width) = if n > 0 {
+            let width = ((max - min) / BINS as f64).max(f64::MIN_POSITIVE);
+            let mut counts = vec![0usize; BINS];
+            for &x in &finite {
+                let b = (((x - min) / width) as usize).min(BINS - 1);
+                counts[b] += 1;
+            }
+            let h = counts
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| (min + (i as f64 + 0.5) * width, c))
+                .collect();
+            (h, width)
+        } else {
+            (Vec::new(), 0.0)
+        };
+        Self {
+            count: flat.len(),
+            min,
+            max,
+            mean,
+            std: var.sqrt(),
+            non_finite: flat.len() - n,
+            histogram,
+            bin_width,
+            first: flat.iter().take(FIRST_VALUES).copied().collect(),
+        }
+    }
+}
+
+/// The constant data behind a value: an initializer, or a `Constant` node's tensor.
+pub fn constant_of(model: &Model, v: ValueId) -> Option<Tensor> {
+    let val = &model.graph.values[v];
+    if let Some(c) = &val.constant {
+        return Some(c.tensor().clone());
+    }
+    let p = &model.graph.nodes[val.producer?];
+    if p.op != "Constant" {
+        return None;
+    }
+    match p.attr("value")? {
+        Attr::Tensor(c) => Some(c.tensor().clone()),
+        _ => None,
+    }
+}
+
+fn shape_text(t: &IoInfo) -> String {
+    if t.shape.is_empty() {
+        format!("{} scalar", t.dtype)
+    } else {
+        format!("{} [{}]", t.dtype, t.shape.join("×"))
+    }
+}
+
+pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui) {
+    egui::ScrollArea::vertical().id_salt("inspector_scroll").show(ui, |ui| {
+        let Some(l) = &st.loaded else {
+            ui.heading("Inspector");
+            ui.label("No model open");
+            return;
+        };
+        let model = l.model.clone();
+        let doc = l.doc.clone();
+        let path = l.path.clone();
+        let warnings = l.warnings.clone();
+        let mut out = Vec::new();
+        match st.selection {
+            None => model_ui(ui, &model, &path, &warnings, &mut out),
+            Some(Selection::Node(n)) => node_ui(ui, &model, n, &mut out),
+            Some(Selection::Value(v)) => {
+                let stats = weight_stats_cached(&mut st.inspector, &model, v);
+                value_ui(ui, &model, v, stats.as_deref(), &mut out);
+            }
+            Some(Selection::Scope(s)) => {
+                let sc = &doc.scopes[s];
+                ui.heading("Scope");
+                ui.label(egui::RichText::new(&sc.path).strong());
+                ui.label(format!("{} nodes", sc.total_items));
+                let collapsed = l.collapsed.contains(&s);
+                if ui
+                    .button(if collapsed { "Expand scope" } else { "Collapse scope" })
+                    .clicked()
+                {
+                    out.push(Command::ToggleScope(s));
+                }
+            }
+        }
+        for c in out {
+            st.send(c);
+        }
+    });
+}
+
+fn weight_stats_cached(state: &mut InspectorState, model: &Model, v: ValueId) -> Option<Arc<WeightStats>> {
+    if let Some((cv, s)) = &state.stats
+        && *cv == v
+    {
+        return Some(s.clone());
+    }
+    let t = constant_of(model, v)?;
+    let s = Arc::new(WeightStats::of(&t));
+    state.stats = Some((v, s.clone()));
+    Some(s)
+}
+
+fn model_ui(ui: &mut egui::Ui, model: &Model, path: &std::path::Path, warnings: &[String], out: &mut Vec<Command>) {
+    let r = model_info(model, path, false);
+    ui.heading("Model properties");
+    egui::Grid::new("model_props")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            let mut row = |k: &str, v: String| {
+                ui.label(k);
+                ui.label(v);
+                ui.end_row();
+            };
+            row(
+                "file",
+                path.file_name()
+                    .map_or_else(|| r.file.clone(), |f| f.to_string_lossy().into_owned()),
+            );
+            row(
+                "producer",
+                format!("{} {}", r.producer, r.producer_version).trim().to_owned(),
+            );
+            row("IR version", r.ir_version.to_string());
+            row(
+                "opsets",
+                r.opsets
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+            row("nodes", r.nodes.to_string());
+            row("parameters", r.parameters.to_string());
+            row("parameter bytes", r.parameter_bytes.to_string());
+            row(
+                "MACs",
+                format!("{}{}", r.macs, if r.macs_partial { " (lower bound)" } else { "" }),
+            );
+        });
+    ui.separator();
+    ui.strong("Inputs");
+    for (t, &v) in r.inputs.iter().zip(&model.graph.inputs) {
+        tensor_row(ui, t, v, out);
+    }
+    ui.strong("Outputs");
+    for (t, &v) in r.outputs.iter().zip(&model.graph.outputs) {
+        tensor_row(ui, t, v, out);
+    }
+    ui.separator();
+    ui.strong("Ops");
+    egui::Grid::new("op_hist").num_columns(2).show(ui, |ui| {
+        for (op, n) in &r.ops {
+            ui.label(op);
+            ui.label(n.to_string());
+            ui.end_row();
+        }
+    });
+    if !warnings.is_empty() {
+        ui.separator();
+        ui.strong("Import warnings");
+        for w in warnings {
+            ui.label(w);
+        }
+    }
+}
+
+/// A tensor name (a link that selects the tensor) with its dtype and shape.
+fn tensor_row(ui: &mut egui::Ui, t: &IoInfo, v: ValueId, out: &mut Vec<Command>) {
+    if ui.link(&t.name).on_hover_text("Show this tensor").clicked() {
+        out.push(Command::Reveal(Selection::Value(v)));
+    }
+    indented_weak(ui, &shape_text(t));
+}
+
+/// A weak, wrapping line under a tensor link.
+fn indented_weak(ui: &mut egui::Ui, text: &str) {
+    egui::Frame::NONE
+        .inner_margin(egui::Margin {
+            left: 14,
+            ..Default::default()
+        })
+        .show(ui, |ui| {
+            ui.add(egui::Label::new(egui::RichText::new(text).weak()).wrap())
+        });
+}
+
+fn node_ui(ui: &mut egui::Ui, model: &Model, n: usize, out: &mut Vec<Command>) {
+    let info = node_info(model, n);
+    let node = &model.graph.nodes[n];
+    ui.heading(&info.op);
+    ui.label(egui::RichText::new(&info.name).strong());
+    if !info.domain.is_empty() {
+        ui.label(format!("domain {}", info.domain));
+    }
+    let scope = node.scope();
+    if !scope.is_empty() {
+        ui.weak(format!("scope {}", scope.join("/")));
+    }
+    ui.separator();
+    ui.strong("Attributes");
+    if info.attributes.is_empty() {
+        ui.weak("none");
+    }
+    egui::Grid::new("attrs").num_columns(2).striped(true).show(ui, |ui| {
+        for (k, v) in &info.attributes {
+            ui.label(k);
+            ui.label(v);
+            ui.end_row();
+        }
+    });
+    ui.separator();
+    ui.strong("Inputs");
+    let consumers = model.graph.consumers();
+    for (t, v) in info.inputs.iter().zip(&node.inputs) {
+        let Some(v) = *v else {
+            ui.weak("(omitted)");
+            continue;
+        };
+        let val = &model.graph.values[v];
+        let weight = val.constant.is_some() || val.producer.is_some_and(|p| model.graph.nodes[p].op == "Constant");
+        if ui
+            .link(&t.name)
+            .on_hover_text(if weight {
+                "Show this weight"
+            } else {
+                "Go to the producer"
+            })
+            .clicked()
+        {
+            out.push(match val.producer {
+                Some(p) if !weight => Command::Reveal(Selection::Node(p)),
+                _ => Command::Reveal(Selection::Value(v)),
+            });
+        }
+        indented_weak(ui, &shape_text(t));
+        if weight {
+            indented_weak(ui, "weight");
+        }
+    }
+    ui.strong("Outputs");
+    for (t, v) in info.outputs.iter().zip(&node.outputs) {
+        let Some(v) = *v else { continue };
+        if ui.link(&t.name).on_hover_text("Show this tensor").clicked() {
+            out.push(Command::Reveal(Selection::Value(v)));
+        }
+        indented_weak(ui, &shape_text(t));
+        for &c in &consumers[v] {
+            let cn = &model.graph.nodes[c];
+            ui.horizontal(|ui| {
+                ui.weak("  →");
+                if ui
+                    .link(format!("{} ({})", cn.label(), cn.op))
+                    .on_hover_text("Go to this consumer")
+                    .clicked()
+                {
+                    out.push(Command::Reveal(Selection::Node(c)));
+                }
+            });
+        }
+    }
+    if node.op == "Constant"
+        && let Some(&Some(v)) = node.outputs.first()
+        && let Some(t) = constant_of(model, v)
+    {
+        ui.separator();
+        stats_ui(ui, &WeightStats::of(&t));
+    }
+}
+
+fn value_ui(ui: &mut egui::Ui, model: &Model, v: ValueId, stats: Option<&WeightStats>, out: &mut Vec<Command>) {
+    let t = value_info(model, v);
+    let val = &model.graph.values[v];
+    ui.heading(if stats.is_some() { "Weight" } else { "Tensor" });
+    ui.label(egui::RichText::new(&t.name).strong());
+    ui.label(shape_text(&t));
+    if let Some(p) = val.producer {
+        let pn = &model.graph.nodes[p];
+        ui.horizontal(|ui| {
+            ui.label("producer");
+            if ui.link(format!("{} ({})", pn.label(), pn.op)).clicked() {
+                out.push(Command::Reveal(Selection::Node(p)));
+            }
+        });
+    } else if model.graph.inputs.contains(&v) && val.constant.is_none() {
+        ui.label("graph input");
+    }
+    let consumers = model.graph.consumers();
+    for &c in &consumers[v] {
+        let cn = &model.graph.nodes[c];
+        ui.horizontal(|ui| {
+            ui.label("consumer");
+            if ui.link(format!("{} ({})", cn.label(), cn.op)).clicked() {
+                out.push(Command::Reveal(Selection::Node(c)));
+            }
+        });
+    }
+    if let Some(s) = stats {
+        ui.separator();
+        stats_ui(ui, s);
+    }
+}
+
+fn stats_ui(ui: &mut egui::Ui, s: &WeightStats) {
+    egui::Grid::new("weight_stats")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            for (k, v) in [
+                ("count", s.count.to_string()),
+                ("min", format!("{:.6}", s.min)),
+                ("max", format!("{:.6}", s.max)),
+                ("mean", format!("{:.6}", s.mean)),
+                ("std", format!("{:.6}", s.std)),
+            ] {
+                ui.label(k);
+                ui.label(v);
+                ui.end_row();
+            }
+            if s.non_finite > 0 {
+                ui.label("non-finite");
+                ui.label(s.non_finite.to_string());
+                ui.end_row();
+            }
+        });
+    if !s.histogram.is_empty() {
+        let bars: Vec<Bar> = s
+            .histogram
+            .iter()
+            .map(|&(x, c)| Bar::new(x, c as f64).width(s.bin_width * 0.95))
+            .collect();
+        Plot::new("weight_histogram")
+            .height(130.0)
+            .allow_drag(false)
+            .allow_zoom(false)
+            .allow_scroll(false)
+            .show_y(false)
+            .show(ui, |p| p.bar_chart(BarChart::new("values", bars)));
+    }
+    ui.label(format!(
+        "first values: {}",
+        s.first.iter().map(|x| format!("{x:.4}")).collect::<Vec<_>>().join(", ")
+    ));
+}

@@ -1,0 +1,61 @@
+//! The shared harness: fixed size and scale, light theme, a model opened and laid out.
+#![allow(dead_code)]
+
+use egui_kittest::Harness;
+use npu_studio::studio::commands::Command;
+use npu_studio::studio::{Settings, Studio};
+use std::path::{Path, PathBuf};
+
+pub const SIZE: [f32; 2] = [1400.0, 860.0];
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn sample() -> PathBuf {
+    repo().join("assets/models/sample_cnn.onnx")
+}
+
+/// A PP-OCR model fetched by `scripts/fetch_models.py` (run by the README's test command).
+pub fn ppocr(which: &str) -> PathBuf {
+    let p = repo().join(format!("data/models/ppocr_{which}.onnx"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `python3 scripts/fetch_models.py`",
+        p.display()
+    );
+    p
+}
+
+pub fn harness<'a>(settings: Settings) -> Harness<'a, Studio> {
+    Harness::builder()
+        .with_size(SIZE)
+        .with_pixels_per_point(1.0)
+        .build_ui_state(|ui, st: &mut Studio| st.ui(ui), Studio::new(settings))
+}
+
+/// Steps frames until background jobs are done (and a few more so the UI settles).
+pub fn settle(h: &mut Harness<'_, Studio>) {
+    for _ in 0..3000 {
+        h.step();
+        if !h.state().busy() {
+            for _ in 0..3 {
+                h.step();
+            }
+            if !h.state().busy() {
+                return;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    panic!("the studio stayed busy: {}", h.state().status);
+}
+
+pub fn open<'a>(path: &Path) -> Harness<'a, Studio> {
+    let mut h = harness(Settings::default());
+    h.state_mut().send(Command::Open(path.to_path_buf()));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "error: {:?}", h.state().error);
+    assert!(h.state().loaded.is_some(), "no model after opening {}", path.display());
+    h
+}
