@@ -4,19 +4,9 @@
 
 mod common;
 
-use common::{open, ppocr, repo, sample, settle};
+use common::{node, open, ppocr, repo, sample, settle};
 use egui_kittest::SnapshotOptions;
 use npu_studio::studio::commands::{Command, Selection};
-
-fn node(h: &egui_kittest::Harness<'_, npu_studio::studio::Studio>, name: &str) -> usize {
-    let l = h.state().loaded.as_ref().expect("loaded");
-    l.model
-        .graph
-        .nodes
-        .iter()
-        .position(|n| n.name == name)
-        .unwrap_or_else(|| panic!("no node {name}"))
-}
 
 #[test]
 fn sample_model_light_and_dark() {
@@ -67,4 +57,38 @@ fn readme_screenshots() {
     h.state_mut().send(Command::Select(Some(Selection::Value(weight))));
     settle(&mut h);
     h.snapshot_options("studio_ppocr_det", &shots);
+}
+
+#[test]
+fn png_export_writes_the_canvas() {
+    let mut h = open(&sample());
+    let out = std::env::temp_dir().join(format!("npu-studio-view-{}.png", std::process::id()));
+    h.state_mut().send(Command::Export(
+        npu_studio::studio::commands::ExportFormat::Png,
+        Some(out.clone()),
+    ));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let img = image::open(&out).expect("a PNG was written").to_rgba8();
+    let _ = std::fs::remove_file(&out);
+    let canvas = h.state().canvas_rect;
+    // The canvas edges fall between pixels: allow one pixel either way.
+    assert!(
+        (img.width() as f32 - canvas.width()).abs() <= 1.0,
+        "{} vs {}",
+        img.width(),
+        canvas.width()
+    );
+    assert!(
+        (img.height() as f32 - canvas.height()).abs() <= 1.0,
+        "{} vs {}",
+        img.height(),
+        canvas.height()
+    );
+    let first = *img.get_pixel(0, 0);
+    let differing = img.pixels().filter(|p| **p != first).count();
+    assert!(
+        differing > 1000,
+        "the export shows the graph ({differing} non-background pixels)"
+    );
 }

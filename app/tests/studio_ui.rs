@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{open, ppocr, sample, settle};
+use common::{node, open, ppocr, sample, settle};
 use egui_kittest::kittest::Queryable;
 use npu_studio::graph::scene::BoxKind;
 use npu_studio::info::node_info;
@@ -293,5 +293,85 @@ fn every_ppocr_node_is_selectable_and_matches_info_json() {
                 assert!(has(&h, &text), "{which}: {name} lacks '{text}' for {tn}");
             }
         }
+    }
+}
+
+/// A click of the primary button at a screen position, then one frame.
+fn click_at(h: &mut egui_kittest::Harness<'_, npu_studio::studio::Studio>, pos: egui::Pos2) {
+    clicks_at(h, pos, 1);
+}
+
+/// `n` quick clicks (a double click when 2) in one frame.
+fn clicks_at(h: &mut egui_kittest::Harness<'_, npu_studio::studio::Studio>, pos: egui::Pos2, n: usize) {
+    h.event(egui::Event::PointerMoved(pos));
+    for pressed in [true, false].repeat(n) {
+        h.event(egui::Event::PointerButton {
+            pos,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+    }
+    h.step();
+}
+
+fn screen_of(h: &egui_kittest::Harness<'_, npu_studio::studio::Studio>, box_index: usize) -> egui::Pos2 {
+    let st = h.state();
+    let r = st.loaded.as_ref().expect("loaded").scene.boxes[box_index].rect;
+    let xf = npu_studio::studio::canvas::Xf::new(st.canvas_rect, &st.view);
+    // A point inside the card's header (a frame's handle is its header too).
+    xf.pos(r.center_top() + egui::vec2(0.0, 8.0))
+}
+
+#[test]
+fn clicking_cards_selects_and_double_clicking_a_scope_toggles_it() {
+    let mut h = open(&sample());
+    // Click the stem conv's card.
+    let (item_box, n) = {
+        let l = h.state().loaded.as_ref().expect("loaded");
+        let n = l
+            .model
+            .graph
+            .nodes
+            .iter()
+            .position(|n| n.name == "/backbone/stem/conv")
+            .expect("node");
+        (l.scene.item_box[l.doc.node_item[n].expect("card")], n)
+    };
+    h.state_mut().send(Command::Reveal(Selection::Node(n)));
+    settle(&mut h);
+    h.state_mut().send(Command::Select(None));
+    settle(&mut h);
+    let canvas = h.state().canvas_rect;
+    let p = screen_of(&h, item_box);
+    click_at(&mut h, p);
+    settle(&mut h);
+    assert_eq!(h.state().selection, Some(Selection::Node(n)));
+    assert_eq!(h.state().canvas_rect, canvas, "the inspector kept its width");
+    // Clicking empty canvas clears the selection.
+    let empty = h.state().canvas_rect.left_top() + egui::vec2(5.0, 5.0);
+    click_at(&mut h, empty);
+    settle(&mut h);
+    assert_eq!(h.state().selection, None);
+    // Double-clicking the stem's frame header collapses it; double-clicking the box expands it.
+    let stem = {
+        let l = h.state().loaded.as_ref().expect("loaded");
+        l.doc
+            .scopes
+            .iter()
+            .position(|s| s.path == "backbone/stem")
+            .expect("scope")
+    };
+    for expect_collapsed in [true, false] {
+        let b = h.state().loaded.as_ref().expect("loaded").scene.scope_box[&stem];
+        let p = screen_of(&h, b);
+        // Let half a second pass so the earlier clicks do not make this a triple click.
+        h.run_steps(30);
+        clicks_at(&mut h, p, 2);
+        settle(&mut h);
+        let l = h.state().loaded.as_ref().expect("loaded");
+        assert_eq!(l.collapsed.contains(&stem), expect_collapsed);
+        let kind = l.scene.boxes[l.scene.scope_box[&stem]].kind;
+        assert_eq!(matches!(kind, BoxKind::Collapsed(_)), expect_collapsed, "{kind:?}");
     }
 }

@@ -151,6 +151,8 @@ pub struct GraphDoc {
     pub node_item: Vec<Option<ItemId>>,
     /// Cards per model node (`None` for hidden constants).
     pub item_of_node: HashMap<NodeId, ItemId>,
+    /// Consumers of every value (`Graph::consumers`), kept for the inspector and search.
+    pub consumers: Vec<Vec<NodeId>>,
 }
 
 pub const CARD_MIN_WIDTH: f32 = 96.0;
@@ -466,6 +468,7 @@ impl GraphDoc {
             scopes,
             node_item,
             item_of_node,
+            consumers,
         };
         doc.dissolve_trivial_scopes();
         doc

@@ -33,7 +33,7 @@ pub fn model(n: usize) -> Model {
         let name = format!("/stage{a}/block{b}/unit{c}/op{d}");
         let last = *outputs.last().unwrap_or(&0);
         let k = i % 40;
-        let (op, inputs): (&str, Vec<usize>) = if k < 8 && outputs.len() > 1 && i + 9 < n {
+        let (op, inputs): (&str, Vec<usize>) = if k < 8 && i >= 40 && i + 9 < n {
             // A four-way parallel block (as in Inception or Q/K/V projections).
             if k == 0 {
                 fork = last;
@@ -41,7 +41,7 @@ pub fn model(n: usize) -> Model {
             let input = if k < 4 { fork } else { heads[k % 4] };
             heads[k % 4] = g.values.len();
             (["Conv", "Relu"][k / 4], vec![input])
-        } else if k == 8 && outputs.len() > 8 {
+        } else if k == 8 && i >= 40 {
             ("Concat", heads.to_vec())
         } else if let Some(br) = pending_branch.take() {
             ("Add", vec![last, br])

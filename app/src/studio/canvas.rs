@@ -99,24 +99,26 @@ pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui) {
     let xf = Xf::new(rect, &st.view);
     // Selection and scope toggling.
     let hovered = resp.hover_pos().and_then(|p| scene.hit(xf.graph(p)));
+    // A click counts where the pointer last interacted, even when a tooltip covers it.
+    let pressed_on = ui
+        .input(|i| i.pointer.interact_pos())
+        .filter(|p| rect.contains(*p))
+        .and_then(|p| scene.hit(xf.graph(p)));
     if resp.double_clicked() {
-        if let Some(b) = hovered
+        if let Some(b) = pressed_on
             && let BoxKind::Collapsed(s) | BoxKind::Frame(s) = scene.boxes[b].kind
         {
             st.send(Command::ToggleScope(s));
         }
     } else if resp.clicked() {
-        let sel = hovered.map(|b| match scene.boxes[b].kind {
+        let sel = pressed_on.map(|b| match scene.boxes[b].kind {
             BoxKind::Item(i) => selection_of_item(&doc, i),
             BoxKind::Collapsed(s) | BoxKind::Frame(s) => Selection::Scope(s),
         });
         st.send(Command::Select(sel));
     }
     let hl = Highlights {
-        selected_box: st
-            .selection
-            .and_then(|s| st.rect_of(s))
-            .and_then(|r| scene.boxes.iter().position(|b| b.rect == r)),
+        selected_box: st.selection.and_then(|s| st.box_of(s)),
         hits: st.search.hit_boxes(&doc, &scene),
     };
     paint(&painter, &scene, &doc, &model, &xf, &st.theme, &hl);

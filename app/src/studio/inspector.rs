@@ -16,6 +16,8 @@ const FIRST_VALUES: usize = 12;
 #[derive(Default)]
 pub struct InspectorState {
     stats: Option<(ValueId, Arc<WeightStats>)>,
+    /// The model's properties, computed once per model.
+    info: Option<Arc<crate::info::InfoReport>>,
 }
 
 /// Statistics of a constant tensor, computed in f64.
@@ -108,42 +110,53 @@ fn shape_text(t: &IoInfo) -> String {
 }
 
 pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui) {
-    egui::ScrollArea::vertical().id_salt("inspector_scroll").show(ui, |ui| {
-        let Some(l) = &st.loaded else {
-            ui.heading("Inspector");
-            ui.label("No model open");
-            return;
-        };
-        let model = l.model.clone();
-        let doc = l.doc.clone();
-        let path = l.path.clone();
-        let warnings = l.warnings.clone();
-        let mut out = Vec::new();
-        match st.selection {
-            None => model_ui(ui, &model, &path, &warnings, &mut out),
-            Some(Selection::Node(n)) => node_ui(ui, &model, n, &mut out),
-            Some(Selection::Value(v)) => {
-                let stats = weight_stats_cached(&mut st.inspector, &model, v);
-                value_ui(ui, &model, v, stats.as_deref(), &mut out);
-            }
-            Some(Selection::Scope(s)) => {
-                let sc = &doc.scopes[s];
-                ui.heading("Scope");
-                ui.label(egui::RichText::new(&sc.path).strong());
-                ui.label(format!("{} nodes", sc.total_items));
-                let collapsed = l.collapsed.contains(&s);
-                if ui
-                    .button(if collapsed { "Expand scope" } else { "Collapse scope" })
-                    .clicked()
-                {
-                    out.push(Command::ToggleScope(s));
+    // The panel keeps its width whatever is selected, so the canvas never jumps.
+    egui::ScrollArea::vertical()
+        .id_salt("inspector_scroll")
+        .auto_shrink(false)
+        .show(ui, |ui| {
+            let Some(l) = &st.loaded else {
+                ui.heading("Inspector");
+                ui.label("No model open");
+                return;
+            };
+            let model = l.model.clone();
+            let doc = l.doc.clone();
+            let path = l.path.clone();
+            let warnings = l.warnings.clone();
+            let mut out = Vec::new();
+            match st.selection {
+                None => {
+                    let info = st
+                        .inspector
+                        .info
+                        .get_or_insert_with(|| Arc::new(model_info(&model, &path, false)))
+                        .clone();
+                    model_ui(ui, &model, &info, &path, &warnings, &mut out);
+                }
+                Some(Selection::Node(n)) => node_ui(ui, &model, &doc.consumers, n, &mut out),
+                Some(Selection::Value(v)) => {
+                    let stats = weight_stats_cached(&mut st.inspector, &model, v);
+                    value_ui(ui, &model, &doc.consumers, v, stats.as_deref(), &mut out);
+                }
+                Some(Selection::Scope(s)) => {
+                    let sc = &doc.scopes[s];
+                    ui.heading("Scope");
+                    ui.label(egui::RichText::new(&sc.path).strong());
+                    ui.label(format!("{} nodes", sc.total_items));
+                    let collapsed = l.collapsed.contains(&s);
+                    if ui
+                        .button(if collapsed { "Expand scope" } else { "Collapse scope" })
+                        .clicked()
+                    {
+                        out.push(Command::ToggleScope(s));
+                    }
                 }
             }
-        }
-        for c in out {
-            st.send(c);
-        }
-    });
+            for c in out {
+                st.send(c);
+            }
+        });
 }
 
 fn weight_stats_cached(state: &mut InspectorState, model: &Model, v: ValueId) -> Option<Arc<WeightStats>> {
@@ -158,8 +171,14 @@ fn weight_stats_cached(state: &mut InspectorState, model: &Model, v: ValueId) ->
     Some(s)
 }
 
-fn model_ui(ui: &mut egui::Ui, model: &Model, path: &std::path::Path, warnings: &[String], out: &mut Vec<Command>) {
-    let r = model_info(model, path, false);
+fn model_ui(
+    ui: &mut egui::Ui,
+    model: &Model,
+    r: &crate::info::InfoReport,
+    path: &std::path::Path,
+    warnings: &[String],
+    out: &mut Vec<Command>,
+) {
     ui.heading("Model properties");
     egui::Grid::new("model_props")
         .num_columns(2)
@@ -243,7 +262,7 @@ fn indented_weak(ui: &mut egui::Ui, text: &str) {
         });
 }
 
-fn node_ui(ui: &mut egui::Ui, model: &Model, n: usize, out: &mut Vec<Command>) {
+fn node_ui(ui: &mut egui::Ui, model: &Model, consumers: &[Vec<usize>], n: usize, out: &mut Vec<Command>) {
     let info = node_info(model, n);
     let node = &model.graph.nodes[n];
     ui.heading(&info.op);
@@ -269,7 +288,6 @@ fn node_ui(ui: &mut egui::Ui, model: &Model, n: usize, out: &mut Vec<Command>) {
     });
     ui.separator();
     ui.strong("Inputs");
-    let consumers = model.graph.consumers();
     for (t, v) in info.inputs.iter().zip(&node.inputs) {
         let Some(v) = *v else {
             ui.weak("(omitted)");
@@ -326,7 +344,14 @@ fn node_ui(ui: &mut egui::Ui, model: &Model, n: usize, out: &mut Vec<Command>) {
     }
 }
 
-fn value_ui(ui: &mut egui::Ui, model: &Model, v: ValueId, stats: Option<&WeightStats>, out: &mut Vec<Command>) {
+fn value_ui(
+    ui: &mut egui::Ui,
+    model: &Model,
+    consumers: &[Vec<usize>],
+    v: ValueId,
+    stats: Option<&WeightStats>,
+    out: &mut Vec<Command>,
+) {
     let t = value_info(model, v);
     let val = &model.graph.values[v];
     ui.heading(if stats.is_some() { "Weight" } else { "Tensor" });
@@ -343,7 +368,6 @@ fn value_ui(ui: &mut egui::Ui, model: &Model, v: ValueId, stats: Option<&WeightS
     } else if model.graph.inputs.contains(&v) && val.constant.is_none() {
         ui.label("graph input");
     }
-    let consumers = model.graph.consumers();
     for &c in &consumers[v] {
         let cn = &model.graph.nodes[c];
         ui.horizontal(|ui| {

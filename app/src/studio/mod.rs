@@ -183,6 +183,7 @@ impl Studio {
         egui::Panel::right("inspector")
             .resizable(true)
             .default_size(330.0)
+            .size_range(240.0..=720.0)
             .show(ui, |ui| inspector::inspector_ui(self, ui));
         egui::CentralPanel::no_frame().show(ui, |ui| canvas::canvas_ui(self, ui));
         self.windows_ui(&ctx);
@@ -574,30 +575,29 @@ impl Studio {
     }
 
     /// The box that shows a selection in the current scene.
-    pub fn rect_of(&self, s: Selection) -> Option<egui::Rect> {
+    pub fn box_of(&self, s: Selection) -> Option<usize> {
         let l = self.loaded.as_ref()?;
-        let b = match s {
+        match s {
             Selection::Node(n) => l.doc.node_item.get(n).copied().flatten().map(|i| l.scene.item_box[i]),
             Selection::Scope(sc) => l.scene.scope_box.get(&sc).copied(),
-            Selection::Value(v) => {
-                let g = &l.model.graph;
-                g.values[v]
-                    .producer
-                    .and_then(|p| l.doc.node_item[p])
-                    .or_else(|| {
-                        l.doc
-                            .items
-                            .iter()
-                            .position(|it| it.kind == crate::graph::doc::ItemKind::Input(v))
-                    })
-                    .or_else(|| {
-                        let c = g.consumers();
-                        c[v].iter().find_map(|&n| l.doc.node_item[n])
-                    })
-                    .map(|i| l.scene.item_box[i])
-            }
-        }?;
-        l.scene.boxes.get(b).map(|b| b.rect)
+            Selection::Value(v) => l.model.graph.values[v]
+                .producer
+                .and_then(|p| l.doc.node_item[p])
+                .or_else(|| {
+                    l.doc
+                        .items
+                        .iter()
+                        .position(|it| it.kind == crate::graph::doc::ItemKind::Input(v))
+                })
+                .or_else(|| l.doc.consumers[v].iter().find_map(|&n| l.doc.node_item[n]))
+                .map(|i| l.scene.item_box[i]),
+        }
+    }
+
+    /// The rectangle (graph units) of the box that shows a selection.
+    pub fn rect_of(&self, s: Selection) -> Option<egui::Rect> {
+        let l = self.loaded.as_ref()?;
+        l.scene.boxes.get(self.box_of(s)?).map(|b| b.rect)
     }
 
     fn selection_rect(&self) -> Option<egui::Rect> {
@@ -833,7 +833,9 @@ fn scope_tree_ui(
         ui.horizontal(|ui| row(ui, out));
     } else {
         let id = ui.make_persistent_id(("scope", s));
-        egui::collapsing_header::CollapsingState::load_with_default_open(ui.ctx(), id, sc.depth <= 1)
+        // Small trees start open at the top level; large ones start closed.
+        let open = sc.depth <= 1 && doc.scopes.len() <= 200;
+        egui::collapsing_header::CollapsingState::load_with_default_open(ui.ctx(), id, open)
             .show_header(ui, |ui| row(ui, out))
             .body(|ui| {
                 for &c in &sc.children {

@@ -31,6 +31,7 @@ pub fn harness<'a>(settings: Settings) -> Harness<'a, Studio> {
     Harness::builder()
         .with_size(SIZE)
         .with_pixels_per_point(1.0)
+        .with_step_dt(1.0 / 60.0)
         .build_ui_state(|ui, st: &mut Studio| st.ui(ui), Studio::new(settings))
 }
 
@@ -58,4 +59,15 @@ pub fn open<'a>(path: &Path) -> Harness<'a, Studio> {
     assert!(h.state().error.is_none(), "error: {:?}", h.state().error);
     assert!(h.state().loaded.is_some(), "no model after opening {}", path.display());
     h
+}
+
+/// Index of the node with this name in the open model.
+pub fn node(h: &Harness<'_, Studio>, name: &str) -> usize {
+    let l = h.state().loaded.as_ref().expect("a model is open");
+    l.model
+        .graph
+        .nodes
+        .iter()
+        .position(|n| n.name == name)
+        .unwrap_or_else(|| panic!("no node {name}"))
 }
