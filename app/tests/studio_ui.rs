@@ -39,13 +39,7 @@ fn search_selects_a_node_and_the_inspector_shows_it() {
     assert!(has(&h, "1 of 4"));
     let st = h.state();
     let l = st.loaded.as_ref().expect("loaded");
-    let n = l
-        .model
-        .graph
-        .nodes
-        .iter()
-        .position(|n| n.name == "/backbone/stage4/se/fc1")
-        .expect("node");
+    let n = node(&h, "/backbone/stage4/se/fc1");
     let info = node_info(&l.model, n);
     // Inspector: op, name, every input and output with dtype and shape.
     assert!(has(&h, &info.op) && has(&h, &info.name));
@@ -69,15 +63,7 @@ fn search_selects_a_node_and_the_inspector_shows_it() {
 #[test]
 fn tensor_links_jump_to_producer_and_weights_show_statistics() {
     let mut h = open(&sample());
-    let n = {
-        let l = h.state().loaded.as_ref().expect("loaded");
-        l.model
-            .graph
-            .nodes
-            .iter()
-            .position(|n| n.name == "/backbone/stage2/pw/conv")
-            .expect("node")
-    };
+    let n = node(&h, "/backbone/stage2/pw/conv");
     h.state_mut().send(Command::Reveal(Selection::Node(n)));
     settle(&mut h);
     // The data input links to its producer.
@@ -163,13 +149,7 @@ fn scopes_collapse_and_expand_from_the_outline() {
     h.key_press(egui::Key::Enter);
     settle(&mut h);
     let l = h.state().loaded.as_ref().expect("loaded");
-    let n = l
-        .model
-        .graph
-        .nodes
-        .iter()
-        .position(|n| n.name == "/backbone/stage3/pw/conv")
-        .expect("node");
+    let n = node(&h, "/backbone/stage3/pw/conv");
     let item = l.doc.node_item[n].expect("card");
     assert!(
         matches!(l.scene.boxes[l.scene.item_box[item]].kind, BoxKind::Item(_)),
@@ -329,13 +309,7 @@ fn clicking_cards_selects_and_double_clicking_a_scope_toggles_it() {
     // Click the stem conv's card.
     let (item_box, n) = {
         let l = h.state().loaded.as_ref().expect("loaded");
-        let n = l
-            .model
-            .graph
-            .nodes
-            .iter()
-            .position(|n| n.name == "/backbone/stem/conv")
-            .expect("node");
+        let n = node(&h, "/backbone/stem/conv");
         (l.scene.item_box[l.doc.node_item[n].expect("card")], n)
     };
     h.state_mut().send(Command::Reveal(Selection::Node(n)));
