@@ -1,8 +1,26 @@
 #!/usr/bin/env bash
-# Runs every test: fetches the real models, images and ONNX node tests into data/, runs
-# cargo test, then checks the CLI against onnxruntime on the real models.
+# Runs every test: installs the system packages the studio's rendered tests need (when
+# missing), fetches the real models, images and ONNX node tests into data/, runs cargo
+# test, then checks the CLI against onnxruntime on the real models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# System packages: Mesa's software Vulkan/GL for the studio's rendered snapshot tests, and
+# Xvfb + ImageMagick for screenshots of the real window.
+apt_packages="mesa-vulkan-drivers libvulkan1 libegl1 libegl-mesa0 libgl1 libglx-mesa0 libgl1-mesa-dri \
+  libxkbcommon-x11-0 libxcursor1 libxi6 libxrandr2 libx11-xcb1 libwayland-client0 xvfb xauth imagemagick"
+missing=""
+if command -v dpkg >/dev/null && command -v apt-get >/dev/null; then
+  for p in $apt_packages; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+  done
+fi
+if [ -n "$missing" ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
+fi
+
 python3 -m pip install --quiet --disable-pip-version-check -r scripts/requirements.txt
 python3 scripts/fetch_models.py
 python3 scripts/fetch_onnx_node_tests.py
