@@ -5,7 +5,7 @@ with skip connections every 5 nodes and a four-way parallel block every 40 nodes
 app/src/graph/synthetic.rs. Weights are tiny so the file stays small.
 
 Usage: python3 bench/make_large_graph.py N OUT.onnx
-Then:  npu-studio bench-layout --synthetic '' OUT.onnx
+Then:  npu-studio bench-layout --synthetic 0 OUT.onnx
 """
 import sys
 

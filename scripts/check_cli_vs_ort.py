@@ -35,5 +35,38 @@ for kind in ("det", "cls", "rec"):
             ok = err / top <= 1e-4
             print(f"{kind} {f}: max|err|/max|ref| = {err / top:.2e} {'ok' if ok else 'FAIL'}")
         failures += 0 if ok else 1
+# Models written back by our ONNX writer (tests/tests/export_round_trip.rs writes them to
+# data/exported/) must load in onnxruntime and give the original's outputs.
+import glob
+
+import onnx
+from onnx import numpy_helper
+
+exported = sorted(glob.glob(os.path.join(ROOT, "data", "exported", "*.onnx")))
+if len(exported) < 8:
+    print(f"expected 8 models in data/exported (cargo test writes them), found {len(exported)}")
+    failures += 1
+for path in exported:
+    name = os.path.basename(path)[: -len(".onnx")]
+    ours = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    if name.startswith("ppocr_"):
+        orig_path = os.path.join(ROOT, "data", "models", name + ".onnx")
+        feeds = {ours.get_inputs()[0].name: np.load(os.path.join(ROOT, "data", "inputs", name[6:] + "_chelsea.npy"))}
+    else:
+        orig_path = os.path.join(ROOT, "data", "real", name, "model.onnx")
+        feeds = {}
+        pbs = sorted(glob.glob(os.path.join(ROOT, "data", "real", name, "test_data_set_0", "input_*.pb")))
+        for i, pb in enumerate(pbs):
+            t = onnx.TensorProto()
+            with open(pb, "rb") as f:
+                t.ParseFromString(f.read())
+            feeds[ours.get_inputs()[i].name] = numpy_helper.to_array(t)
+    orig = ort.InferenceSession(orig_path, providers=["CPUExecutionProvider"])
+    want = orig.run(None, feeds)
+    got = ours.run(None, feeds)
+    err = max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max()) for a, b in zip(want, got))
+    ok = err == 0.0
+    print(f"exported {name}: onnxruntime on our file vs the original: max|err| = {err:.2e} {'ok' if ok else 'FAIL'}")
+    failures += 0 if ok else 1
 print(f"cli-vs-onnxruntime: {'all match' if failures == 0 else f'{failures} mismatches'}")
 sys.exit(1 if failures else 0)

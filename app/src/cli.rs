@@ -69,7 +69,7 @@ enum Command {
     /// painting frames while panning, on synthetic DAGs and on the given model files.
     BenchLayout {
         models: Vec<PathBuf>,
-        /// Sizes of synthetic DAGs to time (comma-separated; empty for none).
+        /// Sizes of synthetic DAGs to time (comma-separated; 0 for none).
         #[arg(long, value_delimiter = ',', default_value = "10000,50000")]
         synthetic: Vec<usize>,
         #[arg(long)]
@@ -249,7 +249,7 @@ fn info(path: &Path, json: bool, nodes: bool, shapes: &[String]) -> Result<()> {
 fn bench_layout(models: &[PathBuf], synthetic: &[usize], json: bool) -> Result<()> {
     use crate::bench_layout as bl;
     let mut all = Vec::new();
-    for &n in synthetic {
+    for &n in synthetic.iter().filter(|&&n| n > 0) {
         let b = bl::synthetic(n);
         if !json {
             bl::print(&b);

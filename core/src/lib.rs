@@ -1,6 +1,7 @@
 //! NPU Studio core: everything from model import to the FP32 reference executor, with no
 //! GUI dependency. The app and the CLI talk to this crate only.
 
+pub mod export;
 pub mod import;
 pub mod ir;
 pub mod progress;

@@ -7,32 +7,13 @@ use crate::graph::doc::{CARD_HEADER, CARD_LINE, CARD_PAD, GraphDoc};
 use crate::graph::scene::{BoxKind, FRAME_HEADER, Scene};
 use npu_core::ir::Model;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 
-/// Writes `bytes` to `path` through a temporary file in the same folder, so a crash never
-/// leaves a half-written file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map_or_else(|| "export".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+/// Writes a file atomically (temporary file, then rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    npu_core::export::write_atomic(path, bytes).map_err(|e| e.to_string())
 }
 
 fn esc(s: &str) -> String {
@@ -242,10 +223,12 @@ impl ExportState {
             return;
         };
         let Ok(img) = rx.try_recv() else { return };
-        let r = png_bytes(&img, *rect, *ppp).and_then(|b| write_atomic(path, &b).map_err(|e| e.to_string()));
+        let r = png_bytes(&img, *rect, *ppp)
+            .map_err(|e| format!("{}: {e}", path.display()))
+            .and_then(|b| write_atomic(path, &b));
         match r {
             Ok(()) => *status = format!("Exported the view to {}", path.display()),
-            Err(e) => *error = Some(format!("Could not write {}: {e}", path.display())),
+            Err(e) => *error = Some(format!("Could not write the view: {e}")),
         }
         self.waiting = None;
     }

@@ -401,7 +401,7 @@ impl Studio {
                 let svg = export::svg(&l.doc, &l.model, &l.scene, visible, &self.theme, self.selection);
                 match export::write_atomic(&path, svg.as_bytes()) {
                     Ok(()) => self.status = format!("Exported the view to {}", path.display()),
-                    Err(e) => self.error = Some(format!("Could not write {}: {e}", path.display())),
+                    Err(e) => self.error = Some(format!("Could not write the view: {e}")),
                 }
             }
             ExportFormat::Png => {

@@ -33,6 +33,12 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
         })
         .collect();
     for n in order {
+        // Subgraphs first: an If's outputs take their types from its branches.
+        for a in g.nodes[n].attrs.values_mut() {
+            if let Attr::Graph(sub) = a {
+                infer_graph(sub, opset, report);
+            }
+        }
         let node = g.nodes[n].clone();
         let ins: Vec<Option<(Option<DType>, Option<Shape>)>> = node
             .inputs
@@ -104,11 +110,6 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
                 {
                     v.shape.clone_from(sh);
                 }
-            }
-        }
-        for a in g.nodes[n].attrs.values_mut() {
-            if let Attr::Graph(sub) = a {
-                infer_graph(sub, opset, report);
             }
         }
     }
@@ -586,6 +587,36 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(i0.0, None); n]
         }
         "LSTM" => vec![(i0.0, None), (i0.0, None), (i0.0, None)],
+        "If" => (0..node.outputs.len())
+            .map(|k| {
+                let branch = |name: &str| {
+                    node.attr_graph(name).and_then(|g| {
+                        g.outputs
+                            .get(k)
+                            .map(|&v| (g.values[v].dtype, g.values[v].shape.clone()))
+                    })
+                };
+                let (a, b) = (branch("then_branch"), branch("else_branch"));
+                let dtype = a.as_ref().and_then(|x| x.0).or_else(|| b.as_ref().and_then(|x| x.0));
+                // The shape is known only when both branches agree on it.
+                let shape = match (a.and_then(|x| x.1), b.and_then(|x| x.1)) {
+                    (Some(x), Some(y)) if x == y => Some(x),
+                    _ => None,
+                };
+                (dtype, shape)
+            })
+            .collect(),
+        "ConstantOfShape" => {
+            let dtype = match node.attr("value") {
+                Some(Attr::Tensor(c)) => c.dtype,
+                _ => DType::F32,
+            };
+            let shape = known(0)
+                .and_then(Tensor::as_i64_vec)
+                .map(|d| d.iter().map(|&x| Dim::Fixed(x.max(0) as usize)).collect());
+            vec![(Some(dtype), shape)]
+        }
+        "Loop" | "Scan" => vec![(None, None); node.outputs.len()],
         _ => vec![(i0.0, None); node.outputs.len()],
     }
 }
