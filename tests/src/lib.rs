@@ -9,6 +9,19 @@ pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("data")
 }
 
+/// The exported real models under `data/real/` (one folder each), sorted.
+pub fn real_model_dirs() -> Vec<PathBuf> {
+    let root = data_dir().join("real");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", root.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
 /// Element-wise comparison with numpy's `allclose` rule (`|a - b| <= atol + rtol * |b|`);
 /// NaNs compare equal to NaNs. Returns a description of the first mismatch.
 pub fn compare(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {

@@ -9,7 +9,7 @@ use ndarray_npy::ReadNpyExt;
 use npu_core::import::onnx::load;
 use npu_core::ir::{Model, Tensor};
 use npu_core::sim::Executor;
-use npu_tests::{data_dir, read_pb_set};
+use npu_tests::{data_dir, read_pb_set, real_model_dirs};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -72,13 +72,7 @@ fn ppocr_models_round_trip() {
 
 #[test]
 fn exported_models_with_subgraphs_round_trip() {
-    let root = data_dir().join("real");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", root.display()))
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    dirs.sort();
+    let dirs = real_model_dirs();
     assert!(dirs.len() >= 5, "expected the 5 exported models");
     for dir in dirs {
         let src = dir.join("model.onnx");

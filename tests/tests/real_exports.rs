@@ -7,7 +7,7 @@
 use npu_core::import::onnx::load;
 use npu_core::ir::Tensor;
 use npu_core::sim::Executor;
-use npu_tests::{data_dir, max_rel_err, read_pb_set};
+use npu_tests::{max_rel_err, read_pb_set, real_model_dirs};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -53,13 +53,7 @@ fn check_model(dir: &Path) -> (usize, f64) {
 
 #[test]
 fn exported_models_match_onnxruntime() {
-    let root = data_dir().join("real");
-    let mut models: Vec<_> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", root.display()))
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    models.sort();
+    let models = real_model_dirs();
     let mut total = 0;
     for dir in &models {
         let (sets, worst) = check_model(dir);

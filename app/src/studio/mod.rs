@@ -467,6 +467,8 @@ impl Studio {
         self.settings.recent.retain(|p| p != &o.path);
         self.settings.recent.insert(0, o.path.clone());
         self.settings.recent.truncate(RECENT_MAX);
+        // A layout still running belongs to the previous model: its result is dropped.
+        self.layout_job = None;
         self.selection = None;
         self.search = search::Search::default();
         self.inspector = inspector::InspectorState::default();
