@@ -22,6 +22,16 @@ pub fn real_model_dirs() -> Vec<PathBuf> {
     dirs
 }
 
+/// Feeds for a model: its graph inputs, in order, named.
+pub fn feeds(model: &npu_core::ir::Model, inputs: Vec<Tensor>) -> std::collections::HashMap<String, Tensor> {
+    let g = &model.graph;
+    g.inputs
+        .iter()
+        .zip(inputs)
+        .map(|(&i, t)| (g.values[i].name.clone(), t))
+        .collect()
+}
+
 /// Element-wise comparison with numpy's `allclose` rule (`|a - b| <= atol + rtol * |b|`);
 /// NaNs compare equal to NaNs. Returns a description of the first mismatch.
 pub fn compare(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {

@@ -9,7 +9,7 @@ use ndarray_npy::ReadNpyExt;
 use npu_core::import::onnx::load;
 use npu_core::ir::{Model, Tensor};
 use npu_core::sim::Executor;
-use npu_tests::{data_dir, read_pb_set, real_model_dirs};
+use npu_tests::{data_dir, feeds, read_pb_set, real_model_dirs};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -78,13 +78,7 @@ fn exported_models_with_subgraphs_round_trip() {
         let src = dir.join("model.onnx");
         let (model, _) = load(&src).expect("model");
         let inputs = read_pb_set(&dir.join("test_data_set_0"), "input").expect("inputs");
-        let g = &model.graph;
-        let feeds: HashMap<String, Tensor> = g
-            .inputs
-            .iter()
-            .zip(inputs)
-            .map(|(&i, t)| (g.values[i].name.clone(), t))
-            .collect();
+        let feeds = feeds(&model, inputs);
         let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
         round_trip(&src, &name, &feeds);
     }

@@ -5,10 +5,8 @@
 //! layout under `data/real/`.
 
 use npu_core::import::onnx::load;
-use npu_core::ir::Tensor;
 use npu_core::sim::Executor;
-use npu_tests::{max_rel_err, read_pb_set, real_model_dirs};
-use std::collections::HashMap;
+use npu_tests::{feeds, max_rel_err, read_pb_set, real_model_dirs};
 use std::path::Path;
 
 /// Runs every test set of one model; returns (sets, worst max|err|/max|ref|).
@@ -29,12 +27,7 @@ fn check_model(dir: &Path) -> (usize, f64) {
         let inputs = read_pb_set(set, "input").expect("inputs");
         let want = read_pb_set(set, "output").expect("outputs");
         assert_eq!(inputs.len(), g.inputs.len(), "{}: input count", set.display());
-        let feeds: HashMap<String, Tensor> = g
-            .inputs
-            .iter()
-            .zip(inputs)
-            .map(|(&i, t)| (g.values[i].name.clone(), t))
-            .collect();
+        let feeds = feeds(&model, inputs);
         let outs = exec.run(&feeds).unwrap_or_else(|e| panic!("{}: {e}", set.display()));
         assert_eq!(outs.len(), want.len(), "{}: output count", set.display());
         for ((name, got), want) in outs.iter().zip(&want) {
