@@ -7,7 +7,7 @@
 
 use super::doc::{GraphDoc, ItemId, ScopeId};
 use super::layout::{self, Params};
-use egui::{Pos2, Rect, Vec2, pos2, vec2};
+use egui::{Pos2, Rect, Vec2, vec2};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -341,13 +341,6 @@ impl Scene {
             }
         }
         frame
-    }
-
-    pub fn point_near(&self, p: Pos2) -> Pos2 {
-        pos2(
-            p.x.clamp(self.bounds.min.x, self.bounds.max.x),
-            p.y.clamp(self.bounds.min.y, self.bounds.max.y),
-        )
     }
 }
 

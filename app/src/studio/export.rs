@@ -1,11 +1,9 @@
 //! Export of the current view: SVG written from the scene, PNG from a screenshot of the
 //! canvas. Files are written atomically (temporary file, then rename).
 
-use super::commands::Selection;
 use super::theme::Theme;
 use crate::graph::doc::{CARD_HEADER, CARD_LINE, CARD_PAD, GraphDoc};
 use crate::graph::scene::{BoxKind, FRAME_HEADER, Scene};
-use npu_core::ir::Model;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,15 +32,7 @@ fn stroke(c: egui::Color32, w: f32) -> String {
 }
 
 /// The part of the scene inside `view` (graph units) as a standalone SVG document.
-pub fn svg(
-    doc: &GraphDoc,
-    model: &Model,
-    scene: &Scene,
-    view: egui::Rect,
-    theme: &Theme,
-    sel: Option<Selection>,
-) -> String {
-    let _ = (model, sel);
+pub fn svg(doc: &GraphDoc, scene: &Scene, view: egui::Rect, theme: &Theme) -> String {
     let view = if view.is_finite() && view.area() > 0.0 {
         view
     } else {

@@ -398,7 +398,7 @@ impl Studio {
         match format {
             ExportFormat::Svg => {
                 let visible = canvas::visible_graph_rect(self.canvas_rect, &self.view);
-                let svg = export::svg(&l.doc, &l.model, &l.scene, visible, &self.theme, self.selection);
+                let svg = export::svg(&l.doc, &l.scene, visible, &self.theme);
                 match export::write_atomic(&path, svg.as_bytes()) {
                     Ok(()) => self.status = format!("Exported the view to {}", path.display()),
                     Err(e) => self.error = Some(format!("Could not write the view: {e}")),
