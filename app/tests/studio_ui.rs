@@ -349,3 +349,76 @@ fn clicking_cards_selects_and_double_clicking_a_scope_toggles_it() {
         assert_eq!(matches!(kind, BoxKind::Collapsed(_)), expect_collapsed, "{kind:?}");
     }
 }
+
+fn wheel(h: &egui_kittest::Harness<'_, npu_studio::studio::Studio>, delta: egui::Vec2, modifiers: egui::Modifiers) {
+    h.event(egui::Event::MouseWheel {
+        unit: egui::MouseWheelUnit::Point,
+        delta,
+        phase: egui::TouchPhase::Move,
+        source: egui::MouseWheelSource::Wheel,
+        modifiers,
+    });
+}
+
+#[test]
+fn drag_and_scroll_pan_and_ctrl_scroll_zooms_about_the_pointer() {
+    let mut h = open(&sample());
+    let c = h.state().canvas_rect.center();
+    // Drag right and down by (100, 50) screen points: the view moves the other way.
+    let before = h.state().view;
+    h.event(egui::Event::PointerMoved(c));
+    h.event(egui::Event::PointerButton {
+        pos: c,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.step();
+    for k in 1..=10 {
+        h.event(egui::Event::PointerMoved(c + egui::vec2(10.0, 5.0) * k as f32));
+        h.step();
+    }
+    h.event(egui::Event::PointerButton {
+        pos: c + egui::vec2(100.0, 50.0),
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: egui::Modifiers::NONE,
+    });
+    settle(&mut h);
+    let moved = (before.center - h.state().view.center) * before.zoom;
+    assert!(
+        (moved - egui::vec2(100.0, 50.0)).length() < 1.0,
+        "drag moved the view by {moved:?}"
+    );
+    // Plain scroll pans.
+    let before = h.state().view;
+    h.event(egui::Event::PointerMoved(c));
+    wheel(&h, egui::vec2(0.0, -120.0), egui::Modifiers::NONE);
+    h.run_steps(40);
+    assert!(
+        h.state().view.center.y > before.center.y + 10.0,
+        "scrolling down pans down"
+    );
+    assert_eq!(h.state().view.zoom, before.zoom);
+    // Ctrl+scroll zooms in, keeping the graph point under the pointer in place.
+    let p = c + egui::vec2(120.0, -80.0);
+    h.event(egui::Event::PointerMoved(p));
+    h.step();
+    let st = h.state();
+    let under = npu_studio::studio::canvas::Xf::new(st.canvas_rect, &st.view).graph(p);
+    let z0 = st.view.zoom;
+    wheel(&h, egui::vec2(0.0, 120.0), egui::Modifiers::CTRL);
+    h.run_steps(40);
+    let st = h.state();
+    assert!(
+        st.view.zoom > z0 * 1.05,
+        "ctrl+scroll zooms in: {z0} → {}",
+        st.view.zoom
+    );
+    let still = npu_studio::studio::canvas::Xf::new(st.canvas_rect, &st.view).graph(p);
+    assert!(
+        (still - under).length() < 1.0,
+        "the point under the pointer moved by {:?}",
+        still - under
+    );
+}
