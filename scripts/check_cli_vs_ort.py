@@ -68,5 +68,81 @@ for path in exported:
     ok = err == 0.0
     print(f"exported {name}: onnxruntime on our file vs the original: max|err| = {err:.2e} {'ok' if ok else 'FAIL'}")
     failures += 0 if ok else 1
+# Optimized models: `npu-studio optimize` on the PP-OCR models, as a user would run it, and
+# the real exports that tests/tests/optimize_real.rs optimizes into data/optimized/. Both the
+# optimized file and the original run in onnxruntime with its own graph optimizations off,
+# so the difference measured is ours. It must be within 1e-5 of max|ref|, or within four times
+# what onnxruntime's own optimizer (ORT_ENABLE_ALL against ORT_DISABLE_ALL) moves the same
+# output on the same input: folding BatchNorm and scales into weights rounds differently,
+# and PP-OCR det and rec amplify rounding beyond 1e-5.
+import json
+
+
+def session(path, optimize):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def rel(want, got):
+    """max|err| / max|ref|; outputs that are all ~0 (no text in the photo) give max|err|."""
+    err = max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max()) for a, b in zip(want, got))
+    top = max(float(np.abs(np.asarray(a, np.float64)).max()) for a in want)
+    return err / top if top >= 1e-3 else err
+
+
+def check_optimized(label, orig_path, opt_path, feed_list):
+    global failures
+    plain, tuned, ours = session(orig_path, False), session(orig_path, True), session(opt_path, False)
+    for tag, feeds in feed_list:
+        want = plain.run(None, feeds)
+        floor = rel(want, tuned.run(None, feeds))
+        err = rel(want, ours.run(None, feeds))
+        tol = max(1e-5, 4 * floor)
+        ok = err <= tol
+        print(
+            f"optimized {label} {tag}: max|err|/max|ref| = {err:.2e} "
+            f"(onnxruntime's own optimizer: {floor:.2e}, limit {tol:.1e}) {'ok' if ok else 'FAIL'}"
+        )
+        failures += 0 if ok else 1
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for kind in ("det", "cls", "rec"):
+        model = os.path.join(ROOT, "data", "models", f"ppocr_{kind}.onnx")
+        out = os.path.join(tmp, f"ppocr_{kind}.opt.onnx")
+        log = os.path.join(tmp, f"ppocr_{kind}.log.json")
+        subprocess.run([BIN, "optimize", model, "--out", out, "--log", log], check=True, capture_output=True)
+        with open(log) as f:
+            summary = json.load(f)
+        if not summary["converged"] or summary["steps"] != len(summary["log"]) or summary["nodes_after"] >= summary["nodes_before"]:
+            print(f"optimized ppocr_{kind}: unexpected log summary {summary['nodes_before']} -> {summary['nodes_after']}")
+            failures += 1
+        iname = session(model, False).get_inputs()[0].name
+        inputs = sorted(f for f in os.listdir(os.path.join(ROOT, "data", "inputs")) if f.startswith(kind + "_"))
+        feeds = [(f, {iname: np.load(os.path.join(ROOT, "data", "inputs", f))}) for f in inputs]
+        check_optimized(f"ppocr_{kind}", model, out, feeds)
+optimized = sorted(glob.glob(os.path.join(ROOT, "data", "optimized", "*.onnx")))
+real_optimized = [p for p in optimized if not os.path.basename(p).startswith("ppocr_")]
+if len(real_optimized) < 5:
+    print(f"expected 5 optimized real exports in data/optimized (cargo test writes them), found {len(real_optimized)}")
+    failures += 1
+for path in real_optimized:
+    name = os.path.basename(path)[: -len(".onnx")]
+    orig_path = os.path.join(ROOT, "data", "real", name, "model.onnx")
+    names = [i.name for i in session(orig_path, False).get_inputs()]
+    feed_list = []
+    for case in sorted(glob.glob(os.path.join(ROOT, "data", "real", name, "test_data_set_*"))):
+        feeds = {}
+        for i, pb in enumerate(sorted(glob.glob(os.path.join(case, "input_*.pb")))):
+            t = onnx.TensorProto()
+            with open(pb, "rb") as f:
+                t.ParseFromString(f.read())
+            feeds[names[i]] = numpy_helper.to_array(t)
+        feed_list.append((os.path.basename(case), feeds))
+    check_optimized(name, orig_path, path, feed_list)
 print(f"cli-vs-onnxruntime: {'all match' if failures == 0 else f'{failures} mismatches'}")
 sys.exit(1 if failures else 0)

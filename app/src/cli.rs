@@ -1,4 +1,4 @@
-//! Subcommands: `info`, `run`, `bench`, `bench-layout`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
+//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -75,6 +75,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Runs the graph-optimization passes to a fixed point and writes the result as ONNX.
+    ///
+    /// Passes (in the order they run each round): fold-constants, dead-code, cse,
+    /// remove-noops, merge-reshape-transpose, fold-batchnorm, fold-bias, normalize-gemm,
+    /// recognize-patterns, fuse-activation, pool-rewrite.
+    Optimize {
+        model: PathBuf,
+        /// The optimized model (ONNX), written atomically.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only these passes (comma-separated; default: all).
+        #[arg(long, value_delimiter = ',')]
+        passes: Vec<String>,
+        /// Write the pass log (one entry per applied rewrite) as JSON.
+        #[arg(long, value_name = "FILE.json")]
+        log: Option<PathBuf>,
+        /// Print the summary as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Measures FP32 latency: median and min over `--runs` runs after `--warmup` runs.
     Bench {
         model: PathBuf,
@@ -119,6 +139,13 @@ pub fn main() -> Result<()> {
             synthetic,
             json,
         }) => bench_layout(&models, &synthetic, json),
+        Some(Command::Optimize {
+            model,
+            out,
+            passes,
+            log,
+            json,
+        }) => optimize(&model, &out, &passes, log.as_deref(), json),
         Some(Command::Bench {
             model,
             inputs,
@@ -130,6 +157,108 @@ pub fn main() -> Result<()> {
             profile,
         }) => bench(&model, &inputs, &shapes, threads, runs, warmup, json, profile),
     }
+}
+
+/// What `optimize` reports (printed with `--json`, and the head of the `--log` file).
+#[derive(Serialize)]
+struct OptimizeSummary {
+    model: String,
+    out: String,
+    passes: Vec<String>,
+    rounds: usize,
+    converged: bool,
+    steps: usize,
+    nodes_before: usize,
+    nodes_after: usize,
+    ops_before: BTreeMap<String, usize>,
+    ops_after: BTreeMap<String, usize>,
+    /// Applied rewrites per `pass/rule`.
+    rewrites: BTreeMap<String, usize>,
+}
+
+fn optimize(path: &Path, out: &Path, passes: &[String], log: Option<&Path>, json: bool) -> Result<()> {
+    use npu_core::passes;
+    let model = load(path)?;
+    let selected = if passes.is_empty() {
+        passes::all_passes()
+    } else {
+        passes::select(passes).map_err(anyhow::Error::msg)?
+    };
+    let names: Vec<String> = selected.iter().map(|p| p.name().to_owned()).collect();
+    let opts = passes::Options {
+        passes: selected,
+        ..passes::Options::default()
+    };
+    let result = passes::optimize(&model, &opts).with_context(|| format!("optimizing {}", path.display()))?;
+    result
+        .model
+        .validate()
+        .with_context(|| format!("the optimized graph of {} is invalid", path.display()))?;
+    npu_core::export::onnx::save(&result.model, out)?;
+    let mut rewrites = BTreeMap::new();
+    for e in &result.log {
+        *rewrites.entry(format!("{}/{}", e.pass, e.rule)).or_insert(0) += 1;
+    }
+    let summary = OptimizeSummary {
+        model: path.display().to_string(),
+        out: out.display().to_string(),
+        passes: names,
+        rounds: result.rounds,
+        converged: result.converged,
+        steps: result.patches.len(),
+        nodes_before: model.graph.nodes.len(),
+        nodes_after: result.model.graph.nodes.len(),
+        ops_before: passes::op_counts(&model),
+        ops_after: passes::op_counts(&result.model),
+        rewrites,
+    };
+    if let Some(log_path) = log {
+        #[derive(Serialize)]
+        struct LogFile<'a> {
+            #[serde(flatten)]
+            summary: &'a OptimizeSummary,
+            log: &'a [passes::LogEntry],
+        }
+        let text = serde_json::to_string_pretty(&LogFile {
+            summary: &summary,
+            log: &result.log,
+        })?;
+        npu_core::export::write_atomic(log_path, text.as_bytes())?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(());
+    }
+    println!(
+        "{}: {} nodes → {} nodes in {} rewrites, {} rounds{}",
+        path.display(),
+        summary.nodes_before,
+        summary.nodes_after,
+        summary.steps,
+        summary.rounds,
+        if summary.converged {
+            ""
+        } else {
+            " (round limit reached)"
+        }
+    );
+    let ops: std::collections::BTreeSet<&String> = summary.ops_before.keys().chain(summary.ops_after.keys()).collect();
+    println!("  {:<30} {:>7} {:>7}", "op", "before", "after");
+    for op in ops {
+        let (b, a) = (
+            summary.ops_before.get(op).copied().unwrap_or(0),
+            summary.ops_after.get(op).copied().unwrap_or(0),
+        );
+        if b != a {
+            println!("  {op:<30} {b:>7} {a:>7}");
+        }
+    }
+    println!("  rewrites:");
+    for (rule, n) in &summary.rewrites {
+        println!("  {rule:<40} {n:>6}");
+    }
+    println!("wrote {}", out.display());
+    Ok(())
 }
 
 fn load(path: &Path) -> Result<Model> {

@@ -4,5 +4,6 @@
 pub mod export;
 pub mod import;
 pub mod ir;
+pub mod passes;
 pub mod progress;
 pub mod sim;

@@ -6,9 +6,10 @@ use crate::import::onnx::proto::{
     self, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
     TensorShapeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
 };
-use crate::ir::{Attr, Constant, DType, Dim, Graph, Model, Tensor, Value, ValueKind};
+use crate::ir::{Attr, Constant, DType, Dim, Graph, Model, Node, Tensor, Value, ValueKind};
 use bytes::Bytes;
 use prost::Message;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The model as ONNX protobuf bytes.
@@ -28,8 +29,96 @@ pub fn save(model: &Model, path: &Path) -> Result<(), ExportError> {
     write_atomic(path, &bytes)
 }
 
+/// Rewrites the few fused forms onnxruntime cannot run as one node into their ONNX
+/// equivalents: FusedConv with a SiLU activation becomes Conv + QuickGelu(alpha 1), and
+/// HardSwish below opset 14 (where it does not exist) becomes HardSigmoid(1/6, 0.5) · x.
+/// Returns `None` when nothing needs rewriting.
+pub fn lowered(model: &Model) -> Option<Model> {
+    let opset = model.opset();
+    let needs = |n: &Node| {
+        (n.op == "FusedConv" && n.attr_s("activation") == Some("Silu"))
+            || (n.op == "HardSwish" && n.domain.is_empty() && opset < 14)
+    };
+    if !model.graph.nodes.iter().any(needs) {
+        return None;
+    }
+    let mut m = model.clone();
+    let g = &mut m.graph;
+    let old = std::mem::take(&mut g.nodes);
+    for mut n in old {
+        if !needs(&n) {
+            let id = g.nodes.len();
+            for &o in n.outputs.iter().flatten() {
+                g.values[o].producer = Some(id);
+            }
+            g.nodes.push(n);
+            continue;
+        }
+        let Some(Some(out)) = n.outputs.first().copied() else {
+            continue;
+        };
+        let mut mid = g.values[out].clone();
+        mid.name = format!("{}:pre_activation", g.values[out].name);
+        mid.producer = Some(g.nodes.len());
+        let mid_id = g.values.len();
+        g.values.push(mid);
+        let name = n.name.clone();
+        let (first, second) = if n.op == "FusedConv" {
+            n.op = "Conv".into();
+            n.domain.clear();
+            n.attrs.remove("activation");
+            n.attrs.remove("activation_params");
+            n.outputs = vec![Some(mid_id)];
+            let mut act = Node {
+                name: format!("{name}/silu"),
+                op: "QuickGelu".into(),
+                domain: crate::sim::ops::MICROSOFT.into(),
+                inputs: vec![Some(mid_id)],
+                outputs: vec![Some(out)],
+                attrs: BTreeMap::new(),
+                origin: n.origin.clone(),
+            };
+            act.attrs.insert("alpha".into(), Attr::Float(1.0));
+            (n, act)
+        } else {
+            let x = n.input(0);
+            let mut hs = Node {
+                name: format!("{name}/hardsigmoid"),
+                op: "HardSigmoid".into(),
+                domain: String::new(),
+                inputs: vec![x],
+                outputs: vec![Some(mid_id)],
+                attrs: BTreeMap::new(),
+                origin: n.origin.clone(),
+            };
+            hs.attrs.insert("alpha".into(), Attr::Float(1.0 / 6.0));
+            hs.attrs.insert("beta".into(), Attr::Float(0.5));
+            let mul = Node {
+                name,
+                op: "Mul".into(),
+                domain: String::new(),
+                inputs: vec![x, Some(mid_id)],
+                outputs: vec![Some(out)],
+                attrs: BTreeMap::new(),
+                origin: n.origin,
+            };
+            (hs, mul)
+        };
+        g.values[out].producer = Some(g.nodes.len() + 1);
+        g.nodes.push(first);
+        g.nodes.push(second);
+    }
+    Some(m)
+}
+
 fn model_proto(model: &Model) -> ModelProto {
-    let m = &model.meta;
+    let lowered = lowered(model);
+    let model = lowered.as_ref().unwrap_or(model);
+    let mut m = model.meta.clone();
+    if model.graph.nodes.iter().any(|n| n.domain == crate::sim::ops::MICROSOFT) {
+        m.opsets.entry(crate::sim::ops::MICROSOFT.into()).or_insert(1);
+    }
+    let m = &m;
     ModelProto {
         ir_version: Some(m.ir_version.max(3)),
         opset_import: m

@@ -221,9 +221,11 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
         | "BatchNormalization"
         | "InstanceNormalization"
         | "Trilu"
+        | "QuickGelu"
         | "Not" => same(),
         "Dropout" => vec![i0.clone(), (Some(DType::Bool), i0.1.clone())],
         "LayerNormalization" => vec![i0.clone(), (Some(DType::F32), None), (Some(DType::F32), None)],
+        "SimplifiedLayerNormalization" => vec![i0.clone(), (Some(DType::F32), None)],
         "IsNaN" | "IsInf" => vec![(Some(DType::Bool), i0.1)],
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Max" | "Min" | "Sum" | "Mean" | "Where" | "Equal" | "Less"
         | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" => {
@@ -248,7 +250,7 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(d, i0.1)]
         }
         "DequantizeLinear" => vec![(dt(1), i0.1)],
-        "Conv" | "MaxPool" | "AveragePool" | "LpPool" => {
+        "Conv" | "FusedConv" | "MaxPool" | "AveragePool" | "LpPool" => {
             let Some(x) = i0.1.clone() else {
                 return vec![(i0.0, None)];
             };
@@ -285,7 +287,7 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             }
             let same_pad = node.attr_s("auto_pad").is_some_and(|a| a.starts_with("SAME"));
             let ceil = node.attr_i("ceil_mode").unwrap_or(0) != 0;
-            let c = if op == "Conv" {
+            let c = if matches!(op, "Conv" | "FusedConv") {
                 shape(1).and_then(|w| w.first().cloned()).unwrap_or_else(sym)
             } else {
                 x[1].clone()
@@ -381,7 +383,7 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             batch.push(b[b.len() - 1].clone());
             vec![(i0.0, Some(batch))]
         }
-        "Gemm" => {
+        "Gemm" | "FusedGemm" => {
             let (Some(a), Some(b)) = (i0.1.clone(), shape(1)) else {
                 return vec![(i0.0, None)];
             };

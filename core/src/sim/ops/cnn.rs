@@ -565,7 +565,9 @@ fn conv(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, 
     let geo = geometry(node, &x.shape()[2..], &kernel, false)?;
     let group = node.attr_i("group").unwrap_or(1).max(1) as usize;
     let b = bias.as_ref().map(|b| b.iter().copied().collect::<Vec<f32>>());
-    let r = conv2d(&x, &wt, b.as_deref(), group, &geo, ctx.threads, None)?;
+    // com.microsoft FusedConv carries its activation in attributes; Conv has none.
+    let act = super::elementwise::Activation::from_attrs(node)?;
+    let r = conv2d(&x, &wt, b.as_deref(), group, &geo, ctx.threads, act)?;
     Ok(f32_as(xt.dtype(), r))
 }
 
@@ -852,7 +854,7 @@ fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
 /// Dispatches the CNN family; `None` if `op` is not one of them.
 pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
     let r = match op {
-        "Conv" => conv(node, inputs, ctx).map(|t| vec![t]),
+        "Conv" | "FusedConv" => conv(node, inputs, ctx).map(|t| vec![t]),
         "ConvTranspose" => conv_transpose(node, inputs, ctx).map(|t| vec![t]),
         "MaxPool" | "AveragePool" | "LpPool" => (|| {
             let xt = input(inputs, 0)?;

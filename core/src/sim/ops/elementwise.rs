@@ -162,6 +162,9 @@ pub enum Activation {
     HardSigmoid(f32, f32),
     HardSwish,
     Sigmoid,
+    Tanh,
+    /// `x · sigmoid(x)` (SiLU, Swish).
+    Silu,
 }
 
 impl Activation {
@@ -180,7 +183,30 @@ impl Activation {
             Self::HardSigmoid(a, b) => (a * x + b).clamp(0.0, 1.0),
             Self::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
             Self::Sigmoid => sigmoid(x),
+            Self::Tanh => x.tanh(),
+            Self::Silu => x * sigmoid(x),
         }
+    }
+
+    /// The activation named by a fused node's `activation` and `activation_params`
+    /// attributes (com.microsoft `FusedConv`/`FusedGemm`, plus `Silu`).
+    pub fn from_attrs(node: &Node) -> Result<Option<Self>, String> {
+        let Some(name) = node.attr_s("activation") else {
+            return Ok(None);
+        };
+        let p = node.attr_floats("activation_params").unwrap_or(&[]);
+        let at = |i: usize, d: f32| p.get(i).copied().unwrap_or(d);
+        Ok(Some(match name {
+            "Relu" => Self::Relu,
+            "Clip" => Self::Clip(at(0, f32::MIN), at(1, f32::MAX)),
+            "LeakyRelu" => Self::LeakyRelu(at(0, 0.01)),
+            "HardSigmoid" => Self::HardSigmoid(at(0, 0.2), at(1, 0.5)),
+            "HardSwish" => Self::HardSwish,
+            "Sigmoid" => Self::Sigmoid,
+            "Tanh" => Self::Tanh,
+            "Silu" => Self::Silu,
+            other => return Err(format!("activation '{other}' is not supported")),
+        }))
     }
 }
 
@@ -287,6 +313,12 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         "Gelu" => {
             let t = node.attr_s("approximate") == Some("tanh");
             float_unary(x, |v| gelu(v, t), |v| gelu64(v, t))
+        }
+        // com.microsoft QuickGelu: x · sigmoid(alpha · x); alpha = 1 is SiLU.
+        "QuickGelu" => {
+            let a = node.attr_f("alpha").unwrap_or(1.702);
+            let a64 = f64::from(a);
+            float_unary(x, |v| v * sigmoid(a * v), |v| v / (1.0 + (-a64 * v).exp()))
         }
         "Abs" => match x {
             Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => unary!(x, |v| v.abs()),

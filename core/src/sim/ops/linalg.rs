@@ -359,6 +359,15 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
     let r = match op {
         "MatMul" => matmul(inputs, ctx),
         "Gemm" => gemm_op(node, inputs, ctx),
+        // com.microsoft FusedGemm: Gemm, then the activation named in its attributes.
+        "FusedGemm" => gemm_op(node, inputs, ctx).and_then(|mut y| {
+            if let Some(act) = super::elementwise::Activation::from_attrs(node)?
+                && let Tensor::F32(a) = &mut y
+            {
+                a.mapv_inplace(|v| act.apply(v));
+            }
+            Ok(y)
+        }),
         _ => return None,
     };
     Some(r.map(|t| vec![t]))

@@ -138,10 +138,27 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Xor",
 ];
 
+/// onnxruntime's contrib ops (domain `com.microsoft`) that the executor runs: the fused
+/// forms the optimizer writes.
+pub const MICROSOFT_OPS: &[&str] = &["FusedConv", "FusedGemm", "Gelu", "QuickGelu"];
+
+/// Contrib ops onnxruntime registers in the default domain.
+pub const DEFAULT_DOMAIN_CONTRIB_OPS: &[&str] = &["SimplifiedLayerNormalization"];
+
+/// The domain of onnxruntime's contrib ops.
+pub const MICROSOFT: &str = "com.microsoft";
+
 /// Whether the executor runs `op` of `domain` at this opset.
 pub fn is_supported(domain: &str, op: &str, _opset: i64) -> bool {
-    (domain.is_empty() || domain == "ai.onnx")
-        && (SUPPORTED_OPS.contains(&op) || containers::CONTAINER_OPS.contains(&op))
+    match domain {
+        "" | "ai.onnx" => {
+            SUPPORTED_OPS.contains(&op)
+                || containers::CONTAINER_OPS.contains(&op)
+                || DEFAULT_DOMAIN_CONTRIB_OPS.contains(&op)
+        }
+        MICROSOFT => MICROSOFT_OPS.contains(&op),
+        _ => false,
+    }
 }
 
 /// Runs one tensor node (container ops and If run through [`containers::eval`]).

@@ -127,7 +127,9 @@ fn instance_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     )])
 }
 
-fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+/// LayerNormalization, or with `rms` SimplifiedLayerNormalization (RMSNorm: no mean is
+/// subtracted and there is no bias; outputs Y and the inverse RMS).
+fn layer_norm(node: &Node, inputs: &[Option<&Tensor>], rms: bool) -> OpResult {
     let xt = input(inputs, 0)?;
     let x = xt.to_f32();
     let r = x.ndim();
@@ -143,7 +145,7 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
         .iter()
         .copied()
         .collect::<Vec<f32>>();
-    let bi = match opt_input(inputs, 2) {
+    let bi = match opt_input(inputs, 2).filter(|_| !rms) {
         Some(b) => {
             let b = b.to_f32();
             b.broadcast(IxDyn(norm_shape))
@@ -163,7 +165,11 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
         .zip(xd.par_chunks(inner.max(1)))
         .zip(means.par_iter_mut().zip(invs.par_iter_mut()))
         .for_each(|((o, s), (mo, io))| {
-            let mean = s.iter().map(|&v| f64::from(v)).sum::<f64>() / inner as f64;
+            let mean = if rms {
+                0.0
+            } else {
+                s.iter().map(|&v| f64::from(v)).sum::<f64>() / inner as f64
+            };
             let var = s.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / inner as f64;
             let inv = 1.0 / (var + eps).sqrt();
             for (k, (d, &v)) in o.iter_mut().zip(s).enumerate() {
@@ -183,6 +189,9 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
             .map(Tensor::F32)
             .map_err(|e| e.to_string())
     };
+    if rms {
+        return Ok(vec![y, mk(invs)?]);
+    }
     Ok(vec![y, mk(means)?, mk(invs)?])
 }
 
@@ -379,7 +388,8 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
     Some(match op {
         "BatchNormalization" => batch_norm(node, inputs),
         "InstanceNormalization" => instance_norm(node, inputs),
-        "LayerNormalization" => layer_norm(node, inputs),
+        "LayerNormalization" => layer_norm(node, inputs, false),
+        "SimplifiedLayerNormalization" => layer_norm(node, inputs, true),
         "Softmax" => softmax(node, inputs, ctx, false),
         "LogSoftmax" => softmax(node, inputs, ctx, true),
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"

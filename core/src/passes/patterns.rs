@@ -1,0 +1,432 @@
+//! Recognition of decomposed LayerNorm, RMSNorm, GELU, SiLU and HardSwish into single ops.
+//!
+//! Exporters write these as chains of element-wise ops and reductions; each matcher starts
+//! at one distinctive node, walks the chain, and checks that every value inside the chain
+//! is read only inside it.
+
+use super::{Cx, Pass, f32_tensor};
+use crate::ir::{Attr, Node, NodeId, ValueId};
+use crate::sim::ops::MICROSOFT;
+
+pub struct RecognizePatterns;
+
+impl Pass for RecognizePatterns {
+    fn name(&self) -> &'static str {
+        "recognize-patterns"
+    }
+    fn about(&self) -> &'static str {
+        "Decomposed LayerNorm, RMSNorm, GELU, SiLU (x·sigmoid(x)) and HardSwish (x·relu6(x+3)/6) become single ops"
+    }
+    fn run(&self, cx: &mut Cx<'_>) {
+        for (id, n) in cx.nodes() {
+            if !n.domain.is_empty() {
+                continue;
+            }
+            match n.op.as_str() {
+                "Div" | "Mul" => {
+                    norm(cx, id, n);
+                }
+                "Erf" => gelu(cx, id, n),
+                "Sigmoid" => silu(cx, id, n),
+                "Clip" => hardswish_clip(cx, id, n),
+                "HardSigmoid" => hardswish_hardsigmoid(cx, id, n),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Whether a scalar constant is within a relative 1e-5 of `want`.
+fn near(cx: &Cx<'_>, v: Option<ValueId>, want: f64) -> bool {
+    cx.scalar(v)
+        .is_some_and(|x| (x - want).abs() <= 1e-5 * want.abs().max(1e-12))
+}
+
+/// For a binary op node `n` of type `op` reading `v`, the other input.
+fn other(n: &Node, op: &str, v: ValueId) -> Option<ValueId> {
+    if n.op != op || !n.domain.is_empty() || n.inputs.len() != 2 {
+        return None;
+    }
+    match (n.input(0), n.input(1)) {
+        (Some(a), Some(b)) if a == v => Some(b),
+        (Some(a), Some(b)) if b == v && matches!(op, "Add" | "Mul") => Some(a),
+        _ => None,
+    }
+}
+
+/// The single consumer of the node's only output.
+fn next<'g>(cx: &Cx<'g>, n: &Node) -> Option<(NodeId, &'g Node, ValueId)> {
+    let out = cx.out(n)?;
+    let (id, c) = cx.sole_consumer(out)?;
+    Some((id, c, out))
+}
+
+/// Emits `nodes` replaced by one node `op(inputs)` writing `out`.
+#[allow(clippy::too_many_arguments)]
+fn emit(
+    cx: &mut Cx<'_>,
+    rule: &'static str,
+    nodes: &[NodeId],
+    op: &str,
+    domain: &str,
+    inputs: Vec<Option<ValueId>>,
+    out: ValueId,
+    attrs: Vec<(&str, Attr)>,
+    consts: Vec<(String, crate::ir::Tensor, usize)>,
+) -> bool {
+    // Every value made inside the chain must be read only inside it.
+    let last = *nodes.last().unwrap_or(&0);
+    for &k in nodes {
+        for &o in cx.g.nodes[k].outputs.iter().flatten() {
+            if o != out && !cx.used_only_by(o, nodes) {
+                return false;
+            }
+        }
+    }
+    let mut p = cx.patch(rule);
+    let mut inputs = inputs;
+    for (name, t, slot) in consts {
+        let v = p.constant(name, &t);
+        inputs[slot] = Some(v);
+    }
+    let mut node = cx.node(cx.g.nodes[last].name.clone(), op, inputs, vec![Some(out)], nodes);
+    node.domain = domain.into();
+    for (k, a) in attrs {
+        node.attrs.insert(k.into(), a);
+    }
+    p.remove.extend_from_slice(nodes);
+    p.nodes.push(node);
+    cx.emit(p)
+}
+
+/// Whether a ReduceMean reduces only the last axis of `x`, keeping dims.
+fn mean_last(cx: &Cx<'_>, n: &Node, x: ValueId) -> bool {
+    if n.op != "ReduceMean" || n.input(0) != Some(x) || n.attr_i("keepdims").unwrap_or(1) == 0 {
+        return false;
+    }
+    let rank = cx.g.values[x].shape.as_ref().map(Vec::len);
+    let axes = match n.attr_ints("axes") {
+        Some(a) => a.to_vec(),
+        None => match n
+            .input(1)
+            .and_then(|a| cx.constant(a))
+            .and_then(crate::ir::Tensor::as_i64_vec)
+        {
+            Some(a) => a,
+            None => return false,
+        },
+    };
+    axes.len() == 1 && (axes[0] == -1 || rank.is_some_and(|r| axes[0] == r as i64 - 1))
+}
+
+/// A per-last-dim vector from a constant, widened to f64: `[D]`, or `[1,…,1,D]` / a scalar
+/// when the rank and last dim `d` of the normalized tensor are known (then the constant
+/// cannot broadcast the output to a larger shape).
+fn last_dim_vec(cx: &Cx<'_>, v: ValueId, x_rank: Option<usize>, d: Option<usize>) -> Option<Vec<f64>> {
+    let t = cx.constant(v)?;
+    let vals: Vec<f64> = t.to_f64().iter().copied().collect();
+    let s = t.shape();
+    if vals.len() == 1 && x_rank.is_some_and(|r| s.len() <= r) {
+        return Some(vec![vals[0]; d?]);
+    }
+    let fits = match x_rank {
+        Some(r) => s.len() <= r && s.iter().rev().skip(1).all(|&k| k == 1),
+        None => s.len() == 1,
+    };
+    (fits && s.last().copied() == Some(vals.len()) && d.is_none_or(|d| d == vals.len())).then_some(vals)
+}
+
+/// LayerNorm `(x-mean)/sqrt(var+eps)·γ+β` and RMSNorm `x/sqrt(mean(x²)+eps)·γ`, anchored at
+/// the division (or the multiplication by a reciprocal).
+fn norm(cx: &mut Cx<'_>, id: NodeId, n: &Node) -> bool {
+    let (Some(num), Some(den)) = (n.input(0), n.input(1)) else {
+        return false;
+    };
+    let mut chain = vec![];
+    // den = Sqrt(Add(ReduceMean(Pow(num, 2)), eps)), or Reciprocal of it for a Mul.
+    let sqrt_out = if n.op == "Mul" {
+        let Some((rid, r)) = cx.producer_op(Some(den), "Reciprocal") else {
+            return false;
+        };
+        chain.push(rid);
+        r.input(0)
+    } else if n.op == "Div" {
+        Some(den)
+    } else {
+        return false;
+    };
+    let Some((sid, s)) = cx.producer_op(sqrt_out, "Sqrt") else {
+        return false;
+    };
+    let Some((aid, a)) = cx.producer_op(s.input(0), "Add") else {
+        return false;
+    };
+    let (var, eps) = match (cx.producer_op(a.input(0), "ReduceMean"), cx.scalar(a.input(1))) {
+        (Some(r), Some(e)) => (r, e),
+        _ => match (cx.producer_op(a.input(1), "ReduceMean"), cx.scalar(a.input(0))) {
+            (Some(r), Some(e)) => (r, e),
+            _ => return false,
+        },
+    };
+    let (vid, vnode) = var;
+    let Some((pid, pw)) = cx.producer(vnode.input(0)) else {
+        return false;
+    };
+    let squares = match pw.op.as_str() {
+        "Pow" => pw.input(0) == Some(num) && near(cx, pw.input(1), 2.0),
+        "Mul" => pw.input(0) == Some(num) && pw.input(1) == Some(num),
+        _ => false,
+    };
+    let Some(var_in) = pw.outputs.first().copied().flatten() else {
+        return false;
+    };
+    if !squares || !mean_last(cx, vnode, var_in) {
+        return false;
+    }
+    chain.extend([pid, vid, aid, sid]);
+    // LayerNorm when num = Sub(x, ReduceMean(x)); RMSNorm otherwise.
+    let centred = cx.producer_op(Some(num), "Sub").and_then(|(subid, sub)| {
+        let (x, m) = (sub.input(0)?, sub.input(1)?);
+        let (mid, mn) = cx.producer_op(Some(m), "ReduceMean")?;
+        mean_last(cx, mn, x).then_some((x, subid, mid))
+    });
+    let x = match centred {
+        Some((x, subid, mid)) => {
+            chain.extend([mid, subid]);
+            x
+        }
+        None => num,
+    };
+    chain.push(id);
+    let x_shape = cx.g.values[x].shape.as_ref();
+    let x_rank = x_shape.map(Vec::len);
+    let known_d = match x_shape.and_then(|s| s.last()) {
+        Some(crate::ir::Dim::Fixed(d)) => Some(*d),
+        _ => None,
+    };
+    let mut out = match cx.out(n) {
+        Some(o) => o,
+        None => return false,
+    };
+    // Optional ·γ, then +β (LayerNorm only).
+    let mut gamma = None;
+    let mut beta = None;
+    if let Some((mid, m)) = cx.sole_consumer(out)
+        && let Some(g) = other(m, "Mul", out)
+        && let Some(gv) = last_dim_vec(cx, g, x_rank, known_d)
+        && let Some(mo) = cx.out(m)
+    {
+        gamma = Some(gv);
+        chain.push(mid);
+        out = mo;
+        if centred.is_some()
+            && let Some((bid, b)) = cx.sole_consumer(out)
+            && let Some(bv) = other(b, "Add", out)
+            && let Some(bvals) = last_dim_vec(cx, bv, x_rank, gamma.as_ref().map(Vec::len))
+            && let Some(bo) = cx.out(b)
+        {
+            beta = Some(bvals);
+            chain.push(bid);
+            out = bo;
+        }
+    }
+    let Some(d) = known_d.or(gamma.as_ref().map(Vec::len)) else {
+        return false;
+    };
+    if cx.g.values[out].shape != cx.g.values[x].shape {
+        return false;
+    }
+    let name = &cx.g.nodes[*chain.last().unwrap_or(&id)].name;
+    let mut consts = vec![(
+        format!("{name}:scale"),
+        f32_tensor(&[d], gamma.unwrap_or_else(|| vec![1.0; d])),
+        1,
+    )];
+    let attrs = vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps as f32))];
+    if centred.is_some() {
+        consts.push((
+            format!("{name}:bias"),
+            f32_tensor(&[d], beta.unwrap_or_else(|| vec![0.0; d])),
+            2,
+        ));
+        emit(
+            cx,
+            "layernorm",
+            &chain,
+            "LayerNormalization",
+            "",
+            vec![Some(x), None, None],
+            out,
+            attrs,
+            consts,
+        )
+    } else {
+        emit(
+            cx,
+            "rmsnorm",
+            &chain,
+            "SimplifiedLayerNormalization",
+            "",
+            vec![Some(x), None],
+            out,
+            attrs,
+            consts,
+        )
+    }
+}
+
+/// GELU `x·0.5·(1+erf(x/√2))`, anchored at the Erf.
+fn gelu(cx: &mut Cx<'_>, id: NodeId, erf: &Node) {
+    let Some((did, d)) = cx.producer(erf.input(0)) else {
+        return;
+    };
+    let Some(x) = d.input(0) else { return };
+    let scaled = match d.op.as_str() {
+        "Div" => near(cx, d.input(1), std::f64::consts::SQRT_2),
+        "Mul" => near(cx, d.input(1), std::f64::consts::FRAC_1_SQRT_2),
+        _ => false,
+    };
+    if !scaled {
+        return;
+    }
+    let Some((aid, a, eo)) = next(cx, erf) else { return };
+    if other(a, "Add", eo).is_none_or(|one| !near(cx, Some(one), 1.0)) {
+        return;
+    }
+    let Some((mid, m, ao)) = next(cx, a) else { return };
+    let Some(k) = other(m, "Mul", ao) else { return };
+    let Some(mo) = cx.out(m) else { return };
+    let (chain, out) = if k == x {
+        // Mul(x, 1+erf) then Mul(·, 0.5).
+        let Some((hid, h)) = cx.sole_consumer(mo) else { return };
+        if other(h, "Mul", mo).is_none_or(|c| !near(cx, Some(c), 0.5)) {
+            return;
+        }
+        let Some(out) = cx.out(h) else { return };
+        (vec![did, id, aid, mid, hid], out)
+    } else {
+        // Mul(Mul(x, 0.5), 1+erf).
+        let Some((hid, h)) = cx.producer_op(Some(k), "Mul") else {
+            return;
+        };
+        if other(h, "Mul", x).is_none_or(|c| !near(cx, Some(c), 0.5)) {
+            return;
+        }
+        (vec![did, hid, id, aid, mid], mo)
+    };
+    let domain = if cx.opset >= 20 { "" } else { MICROSOFT };
+    emit(cx, "gelu", &chain, "Gelu", domain, vec![Some(x)], out, vec![], vec![]);
+}
+
+/// SiLU `x·sigmoid(x)`, anchored at the Sigmoid; written as com.microsoft QuickGelu with
+/// alpha 1, which onnxruntime runs.
+fn silu(cx: &mut Cx<'_>, id: NodeId, s: &Node) {
+    let Some(x) = s.input(0) else { return };
+    let Some((mid, m, so)) = next(cx, s) else { return };
+    if other(m, "Mul", so) != Some(x) {
+        return;
+    }
+    let Some(out) = cx.out(m) else { return };
+    emit(
+        cx,
+        "silu",
+        &[id, mid],
+        "QuickGelu",
+        MICROSOFT,
+        vec![Some(x)],
+        out,
+        vec![("alpha", Attr::Float(1.0))],
+        vec![],
+    );
+}
+
+/// The bounds of a Clip (inputs from opset 11, attributes before).
+fn clip_bounds(cx: &Cx<'_>, n: &Node) -> Option<(f64, f64)> {
+    if n.inputs.len() > 1 || cx.opset >= 11 {
+        Some((cx.scalar(n.input(1))?, cx.scalar(n.input(2))?))
+    } else {
+        Some((f64::from(n.attr_f("min")?), f64::from(n.attr_f("max")?)))
+    }
+}
+
+/// HardSwish `x·relu6(x+3)/6`, anchored at the Clip.
+fn hardswish_clip(cx: &mut Cx<'_>, id: NodeId, c: &Node) {
+    if clip_bounds(cx, c) != Some((0.0, 6.0)) {
+        return;
+    }
+    let Some((aid, a)) = cx.producer_op(c.input(0), "Add") else {
+        return;
+    };
+    let x = match (a.input(0), a.input(1)) {
+        (Some(x), k) if near(cx, k, 3.0) => x,
+        (k, Some(x)) if near(cx, k, 3.0) => x,
+        _ => return,
+    };
+    let Some((m1id, m1, co)) = next(cx, c) else { return };
+    let Some(m1o) = cx.out(m1) else { return };
+    let div6 = |n: &Node, v: ValueId| match n.op.as_str() {
+        "Div" => n.input(0) == Some(v) && near(cx, n.input(1), 6.0),
+        "Mul" => other(n, "Mul", v).is_some_and(|k| near(cx, Some(k), 1.0 / 6.0)),
+        _ => false,
+    };
+    let (m2id, out) = if other(m1, "Mul", co) == Some(x) {
+        // x·clip, then /6.
+        let Some((m2id, m2)) = cx.sole_consumer(m1o) else {
+            return;
+        };
+        if !div6(m2, m1o) {
+            return;
+        }
+        let Some(out) = cx.out(m2) else { return };
+        (m2id, out)
+    } else if div6(m1, co) {
+        // clip/6, then ·x.
+        let Some((m2id, m2)) = cx.sole_consumer(m1o) else {
+            return;
+        };
+        if other(m2, "Mul", m1o) != Some(x) {
+            return;
+        }
+        let Some(out) = cx.out(m2) else { return };
+        (m2id, out)
+    } else {
+        return;
+    };
+    emit(
+        cx,
+        "hardswish",
+        &[aid, id, m1id, m2id],
+        "HardSwish",
+        "",
+        vec![Some(x)],
+        out,
+        vec![],
+        vec![],
+    );
+}
+
+/// HardSwish written as `x·HardSigmoid(x, 1/6, 0.5)`.
+fn hardswish_hardsigmoid(cx: &mut Cx<'_>, id: NodeId, h: &Node) {
+    let alpha = f64::from(h.attr_f("alpha").unwrap_or(0.2));
+    let beta = f64::from(h.attr_f("beta").unwrap_or(0.5));
+    if (alpha - 1.0 / 6.0).abs() > 1e-6 || (beta - 0.5).abs() > 1e-6 {
+        return;
+    }
+    let Some(x) = h.input(0) else { return };
+    let Some((mid, m, ho)) = next(cx, h) else { return };
+    if other(m, "Mul", ho) != Some(x) {
+        return;
+    }
+    let Some(out) = cx.out(m) else { return };
+    emit(
+        cx,
+        "hardswish",
+        &[id, mid],
+        "HardSwish",
+        "",
+        vec![Some(x)],
+        out,
+        vec![],
+        vec![],
+    );
+}
