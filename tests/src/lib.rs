@@ -9,17 +9,21 @@ pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("data")
 }
 
-/// The exported real models under `data/real/` (one folder each), sorted.
-pub fn real_model_dirs() -> Vec<PathBuf> {
-    let root = data_dir().join("real");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", root.display()))
+/// The sub-folders of `dir`, sorted.
+pub fn sub_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", dir.display()))
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.is_dir())
         .collect();
     dirs.sort();
     dirs
+}
+
+/// The exported real models under `data/real/` (one folder each), sorted.
+pub fn real_model_dirs() -> Vec<PathBuf> {
+    sub_dirs(&data_dir().join("real"))
 }
 
 /// Feeds for a model: its graph inputs, in order, named.

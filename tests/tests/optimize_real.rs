@@ -9,7 +9,7 @@ use ndarray_npy::ReadNpyExt;
 use npu_core::ir::{Model, Tensor};
 use npu_core::passes::{Optimized, Options, op_counts, optimize};
 use npu_core::sim::Executor;
-use npu_tests::{data_dir, feeds, max_rel_err, read_pb_set, real_model_dirs};
+use npu_tests::{data_dir, feeds, max_rel_err, read_pb_set, real_model_dirs, sub_dirs};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -161,13 +161,7 @@ fn real_exports_optimize_and_agree() {
             Executor::new(&o.model, 2).expect("plan optimized"),
             Executor::new(&back, 2).expect("plan written file"),
         ];
-        let mut sets: Vec<_> = std::fs::read_dir(&dir)
-            .expect("case folder")
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect();
-        sets.sort();
+        let sets = sub_dirs(&dir);
         for set in &sets {
             let inputs = read_pb_set(set, "input").expect("inputs");
             let feeds = feeds(&model, inputs);

@@ -6,7 +6,7 @@
 
 use npu_core::import::onnx::load;
 use npu_core::sim::Executor;
-use npu_tests::{feeds, max_rel_err, read_pb_set, real_model_dirs};
+use npu_tests::{feeds, max_rel_err, read_pb_set, real_model_dirs, sub_dirs};
 use std::path::Path;
 
 /// Runs every test set of one model; returns (sets, worst max|err|/max|ref|).
@@ -15,13 +15,7 @@ fn check_model(dir: &Path) -> (usize, f64) {
     model.validate().unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let exec = Executor::new(&model, 2).expect("plan");
     let g = &model.graph;
-    let mut sets: Vec<_> = std::fs::read_dir(dir)
-        .expect("case folder")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    sets.sort();
+    let sets = sub_dirs(dir);
     let mut worst = 0f64;
     for set in &sets {
         let inputs = read_pb_set(set, "input").expect("inputs");

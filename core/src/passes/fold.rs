@@ -6,9 +6,17 @@ use crate::ir::{Attr, Constant, Node, Tensor};
 use crate::sim::{OpCtx, ops};
 use std::collections::HashMap;
 
-/// Ops never folded: control flow, containers, and ops whose result is not a function of
-/// their inputs.
-const NOT_FOLDED: &[&str] = &["If", "Loop", "Scan", "Dropout", "Constant"];
+/// Ops never folded: control flow, ops whose result is not a function of their inputs, and
+/// Q/DQ pairs (folding them would throw away a quantized model's integer weights).
+const NOT_FOLDED: &[&str] = &[
+    "If",
+    "Loop",
+    "Scan",
+    "Dropout",
+    "Constant",
+    "QuantizeLinear",
+    "DequantizeLinear",
+];
 
 /// A folded result may be at most this many elements larger than its inputs (a Tile or an
 /// Expand of a constant stays a node instead of becoming a large initializer).

@@ -402,7 +402,19 @@ pub fn apply(g: &mut Graph, p: &Patch) -> Result<(), PatchError> {
     let base = g.values.len();
     let map = |v: ValueId| if v >= NEW { base + (v - NEW) } else { v };
     let in_range = |v: ValueId, len: usize| v < len;
-    g.values.extend(p.values.iter().cloned());
+    // New values get names no value has yet (a node rewritten twice makes `conv:W` twice).
+    let mut names: HashSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
+    for v in &p.values {
+        let mut v = v.clone();
+        let mut k = 1;
+        let stem = v.name.clone();
+        while names.contains(&v.name) {
+            v.name = format!("{stem}_{k}");
+            k += 1;
+        }
+        names.insert(v.name.clone());
+        g.values.push(v);
+    }
     let nv = g.values.len();
     for &n in &p.remove {
         let node = g.nodes.get(n).ok_or_else(|| err(format!("node #{n} does not exist")))?;

@@ -358,6 +358,10 @@ fn bias_and_scale_fold_into_conv_and_gemm() {
     );
     assert_eq!(count(&o.model, "Add"), 1);
     assert_eq!(count(&o.model, "Mul"), 0);
+    // The first conv was rewritten twice without dead-code: value names stay unique.
+    let g = &o.model.graph;
+    let names: std::collections::HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names.len(), g.values.len());
 }
 
 #[test]
