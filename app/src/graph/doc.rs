@@ -35,16 +35,19 @@ impl Family {
     pub fn of(op: &str) -> Self {
         match op {
             "Conv" | "ConvTranspose" | "ConvInteger" | "QLinearConv" | "MatMul" | "Gemm" | "MatMulInteger"
-            | "QLinearMatMul" | "LSTM" | "GRU" | "RNN" | "Einsum" | "Attention" => Self::Conv,
+            | "QLinearMatMul" | "LSTM" | "GRU" | "RNN" | "Einsum" | "Attention" | "FusedConv" | "FusedGemm" => {
+                Self::Conv
+            }
             "Relu" | "LeakyRelu" | "PRelu" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "Elu" | "Selu"
             | "Celu" | "Softplus" | "Softsign" | "Gelu" | "Mish" | "Clip" | "Softmax" | "LogSoftmax"
-            | "ThresholdedRelu" | "Erf" => Self::Activation,
+            | "ThresholdedRelu" | "Erf" | "QuickGelu" => Self::Activation,
             "BatchNormalization"
             | "InstanceNormalization"
             | "LayerNormalization"
             | "GroupNormalization"
             | "LpNormalization"
             | "RMSNormalization"
+            | "SimplifiedLayerNormalization"
             | "MeanVarianceNormalization"
             | "Dropout" => Self::Normalization,
             "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool" | "LpPool" | "GlobalLpPool"
@@ -187,8 +190,8 @@ pub fn dims_string(shape: Option<&[Dim]>) -> String {
 /// Input names of common ops, as the ONNX schema calls them.
 fn input_label(op: &str, i: usize) -> String {
     let names: &[&str] = match op {
-        "Conv" | "ConvTranspose" => &["X", "W", "B"],
-        "Gemm" => &["A", "B", "C"],
+        "Conv" | "ConvTranspose" | "FusedConv" => &["X", "W", "B"],
+        "Gemm" | "FusedGemm" => &["A", "B", "C"],
         "MatMul" => &["A", "B"],
         "BatchNormalization" => &["X", "scale", "B", "mean", "var"],
         "InstanceNormalization" | "LayerNormalization" => &["X", "scale", "B"],
@@ -216,6 +219,10 @@ fn ints(v: &[i64]) -> String {
 /// The few attributes worth showing on a card.
 fn key_attrs(node: &npu_core::ir::Node) -> Vec<String> {
     let mut out = Vec::new();
+    // A fused activation (com.microsoft FusedConv/FusedGemm) first: it is what changed.
+    if let Some(act) = node.attr_s("activation") {
+        out.push(format!("+ {act}"));
+    }
     let all_one = |v: &[i64]| v.iter().all(|&x| x == 1);
     if let Some(k) = node.attr_ints("kernel_shape") {
         out.push(format!("kernel {}", ints(k)));

@@ -56,11 +56,40 @@ pub fn visible_graph_rect(canvas: Rect, view: &ViewState) -> Rect {
 pub struct Highlights {
     pub selected_box: Option<usize>,
     pub hits: HashSet<usize>,
+    /// Optimizer view: boxes of nodes a rewrite removed, made or rewrote, and boxes linked
+    /// to the selection in the other pane.
+    pub removed: HashSet<usize>,
+    pub rewritten: HashSet<usize>,
+    pub linked: HashSet<usize>,
+}
+
+/// What the user did in a pane this frame.
+#[derive(Default)]
+pub struct PaneEvents {
+    /// A click: on a box, or on empty canvas (`Some(None)`).
+    pub clicked: Option<Option<usize>>,
+    pub double_clicked: Option<usize>,
 }
 
 pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui) {
-    let rect = ui.available_rect_before_wrap();
-    let resp = ui.allocate_rect(rect, Sense::click_and_drag());
+    let full = ui.available_rect_before_wrap();
+    ui.allocate_rect(full, Sense::hover());
+    let compare = st.optimizer.after.is_some() && st.loaded.is_some();
+    let rect = if compare {
+        Rect::from_min_max(full.min, pos2(full.center().x - 1.0, full.max.y))
+    } else {
+        full
+    };
+    main_pane(st, ui, rect);
+    if compare {
+        let right = Rect::from_min_max(pos2(full.center().x + 1.0, full.min.y), full.max);
+        super::optimize::after_pane_ui(st, ui, right);
+        ui.painter()
+            .vline(full.center().x, full.y_range(), Stroke::new(2.0, st.theme.card_stroke));
+    }
+}
+
+fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
     st.canvas_ready(rect);
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 0.0, st.theme.canvas);
@@ -79,50 +108,112 @@ pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui) {
     let scene = l.scene.clone();
     let doc = l.doc.clone();
     let model = l.model.clone();
-    // Pan and zoom.
+    let mut hl = Highlights {
+        selected_box: st.selection.and_then(|s| st.box_of(s)),
+        hits: st.search.hit_boxes(&doc, &scene),
+        ..Highlights::default()
+    };
+    if let Some(after) = &st.optimizer.after {
+        // Only a node's own card: a folded Constant shares its consumer's card.
+        let boxes = |nodes: &mut dyn Iterator<Item = usize>| -> HashSet<usize> {
+            nodes
+                .filter_map(|n| {
+                    doc.node_item
+                        .get(n)
+                        .copied()
+                        .flatten()
+                        .filter(|&i| doc.items[i].kind == ItemKind::Node(n))
+                })
+                .map(|i| scene.item_box[i])
+                .collect()
+        };
+        hl.removed = boxes(&mut after.removed_before.iter().copied());
+        hl.rewritten = boxes(&mut after.rewritten_before.iter().copied());
+        hl.linked = boxes(&mut after.linked_before(st.optimizer.after_selected).into_iter());
+    }
+    let events = pane_ui(
+        ui,
+        rect,
+        ui.scope_id().with("main_canvas"),
+        &scene,
+        &doc,
+        &model,
+        &mut st.view,
+        &st.theme,
+        &hl,
+    );
+    if let Some(b) = events.double_clicked
+        && let BoxKind::Collapsed(s) | BoxKind::Frame(s) = scene.boxes[b].kind
+    {
+        st.send(Command::ToggleScope(s));
+    } else if let Some(hit) = events.clicked {
+        let sel = hit.map(|b| match scene.boxes[b].kind {
+            BoxKind::Item(i) => selection_of_item(&doc, i),
+            BoxKind::Collapsed(s) | BoxKind::Frame(s) => Selection::Scope(s),
+        });
+        st.send(Command::Select(sel));
+    }
+    minimap_ui(st, ui, rect, &scene);
+    if st.optimizer.after.is_some() {
+        pane_title(
+            &painter,
+            rect,
+            &format!(
+                "Before · {} nodes · red: removed · green: rewritten · blue: linked",
+                model.graph.nodes.len()
+            ),
+            &st.theme,
+        );
+    }
+    drop_overlay(&painter, rect, hovering_files, &st.theme);
+}
+
+/// One graph pane: pans and zooms `view`, paints, shows tooltips, and reports clicks.
+#[allow(clippy::too_many_arguments)]
+pub fn pane_ui(
+    ui: &mut egui::Ui,
+    rect: Rect,
+    id: egui::Id,
+    scene: &Scene,
+    doc: &GraphDoc,
+    model: &Model,
+    view: &mut ViewState,
+    theme: &Theme,
+    hl: &Highlights,
+) -> PaneEvents {
+    let resp = ui.interact(rect, id, Sense::click_and_drag());
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(rect, 0.0, theme.canvas);
     if resp.dragged() {
-        st.view.center -= resp.drag_delta() / st.view.zoom;
+        view.center -= resp.drag_delta() / view.zoom;
     }
     if resp.hovered() {
         let (scroll, zoom_delta, pointer) =
             ui.input(|i| (i.smooth_scroll_delta, i.zoom_delta(), i.pointer.hover_pos()));
         if (zoom_delta - 1.0).abs() > 1e-4 {
             let at = pointer.unwrap_or(rect.center());
-            let xf = Xf::new(rect, &st.view);
+            let xf = Xf::new(rect, view);
             let g = xf.graph(at);
-            st.view.zoom = (st.view.zoom * zoom_delta).clamp(MIN_ZOOM, MAX_ZOOM);
-            st.view.center = g - (at - rect.center()) / st.view.zoom;
+            view.zoom = (view.zoom * zoom_delta).clamp(MIN_ZOOM, MAX_ZOOM);
+            view.center = g - (at - rect.center()) / view.zoom;
         } else if scroll != Vec2::ZERO {
-            st.view.center -= scroll / st.view.zoom;
+            view.center -= scroll / view.zoom;
         }
     }
-    let xf = Xf::new(rect, &st.view);
-    // Selection and scope toggling.
+    let xf = Xf::new(rect, view);
     let hovered = resp.hover_pos().and_then(|p| scene.hit(xf.graph(p)));
     // A click counts where the pointer last interacted, even when a tooltip covers it.
     let pressed_on = ui
         .input(|i| i.pointer.interact_pos())
         .filter(|p| rect.contains(*p))
         .and_then(|p| scene.hit(xf.graph(p)));
+    let mut events = PaneEvents::default();
     if resp.double_clicked() {
-        if let Some(b) = pressed_on
-            && let BoxKind::Collapsed(s) | BoxKind::Frame(s) = scene.boxes[b].kind
-        {
-            st.send(Command::ToggleScope(s));
-        }
+        events.double_clicked = pressed_on;
     } else if resp.clicked() {
-        let sel = pressed_on.map(|b| match scene.boxes[b].kind {
-            BoxKind::Item(i) => selection_of_item(&doc, i),
-            BoxKind::Collapsed(s) | BoxKind::Frame(s) => Selection::Scope(s),
-        });
-        st.send(Command::Select(sel));
+        events.clicked = Some(pressed_on);
     }
-    let hl = Highlights {
-        selected_box: st.selection.and_then(|s| st.box_of(s)),
-        hits: st.search.hit_boxes(&doc, &scene),
-    };
-    paint(&painter, &scene, &doc, &model, &xf, &st.theme, &hl);
-    minimap_ui(st, ui, rect, &scene);
+    paint(&painter, scene, doc, model, &xf, theme, hl);
     if let Some(b) = hovered {
         let text = match scene.boxes[b].kind {
             BoxKind::Item(i) => format!("{}\n{}", doc.items[i].title, doc.items[i].name),
@@ -136,7 +227,19 @@ pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui) {
         };
         resp.on_hover_text_at_pointer(text);
     }
-    drop_overlay(&painter, rect, hovering_files, &st.theme);
+    events
+}
+
+/// A pane's title in its top-left corner, on a backing so cards do not hide it.
+pub fn pane_title(painter: &Painter, rect: Rect, text: &str, theme: &Theme) {
+    let galley = painter.layout_no_wrap(text.to_owned(), FontId::proportional(13.0), theme.text);
+    let at = rect.min + vec2(10.0, 8.0);
+    painter.rect_filled(
+        Rect::from_min_size(at - vec2(4.0, 2.0), galley.size() + vec2(8.0, 4.0)),
+        4.0,
+        theme.minimap_fill,
+    );
+    painter.galley(at, galley, theme.text);
 }
 
 fn drop_overlay(painter: &Painter, rect: Rect, hovering: bool, theme: &Theme) {
@@ -253,7 +356,12 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
             continue;
         }
         let r = xf.rect(b.rect);
-        if tiny && hl.selected_box != Some(bi) && !hl.hits.contains(&bi) {
+        let marked = hl.selected_box == Some(bi)
+            || hl.hits.contains(&bi)
+            || hl.linked.contains(&bi)
+            || hl.rewritten.contains(&bi)
+            || hl.removed.contains(&bi);
+        if tiny && !marked {
             let c = r.center() - clip.min;
             let (cx, cy) = ((c.x / 2.0).max(0.0) as usize, (c.y / 2.0).max(0.0) as usize);
             if cx < gw && cy < gh {
@@ -265,8 +373,14 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
         }
         let outline = if hl.selected_box == Some(bi) {
             Some(theme.selected)
+        } else if hl.linked.contains(&bi) {
+            Some(theme.linked)
         } else if hl.hits.contains(&bi) {
             Some(theme.search_hit)
+        } else if hl.rewritten.contains(&bi) {
+            Some(theme.rewritten)
+        } else if hl.removed.contains(&bi) {
+            Some(theme.removed)
         } else {
             None
         };
@@ -299,6 +413,9 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
                 }
             }
             BoxKind::Frame(_) => {}
+        }
+        if hl.removed.contains(&bi) {
+            painter.rect_filled(r, 4.0 * z, theme.removed_fade);
         }
         if let Some(c) = outline {
             painter.rect_stroke(r.expand(2.0), 6.0 * z + 2.0, Stroke::new(2.5, c), StrokeKind::Outside);

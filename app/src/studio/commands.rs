@@ -45,6 +45,10 @@ pub enum Command {
     Export(ExportFormat, Option<PathBuf>),
     SetDarkTheme(bool),
     ToggleHelp,
+    /// Show or hide the graph optimizer panel.
+    ToggleOptimizer,
+    /// Run the enabled optimizer passes on the open model.
+    RunOptimizer,
     CancelJobs,
     DismissError,
 }

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod export;
 pub mod inspector;
 pub mod jobs;
+pub mod optimize;
 pub mod search;
 pub mod theme;
 
@@ -104,6 +105,7 @@ pub struct Studio {
     pub status: String,
     pub error: Option<String>,
     pub show_help: bool,
+    pub optimizer: optimize::OptimizerState,
     commands: Vec<Command>,
     open_job: Option<Job<Opened>>,
     layout_job: Option<Job<Relaid>>,
@@ -135,6 +137,7 @@ impl Studio {
             status: "Open a model: File › Open…, drop a file here, or pass one on the command line".into(),
             error: None,
             show_help: false,
+            optimizer: optimize::OptimizerState::default(),
             commands: Vec::new(),
             open_job: None,
             layout_job: None,
@@ -154,7 +157,11 @@ impl Studio {
 
     /// True while a model is opening, a layout runs or a dialog is open.
     pub fn busy(&self) -> bool {
-        self.open_job.is_some() || self.layout_job.is_some() || self.dialog_job.is_some() || self.export.pending()
+        self.open_job.is_some()
+            || self.layout_job.is_some()
+            || self.dialog_job.is_some()
+            || self.export.pending()
+            || self.optimizer.busy()
     }
 
     /// Draws one frame.
@@ -176,6 +183,9 @@ impl Studio {
         egui::Panel::top("menu_bar").show(ui, |ui| self.menu_ui(ui));
         egui::Panel::top("tool_bar").show(ui, |ui| search::toolbar_ui(self, ui));
         egui::Panel::bottom("status_bar").show(ui, |ui| self.status_ui(ui));
+        if self.optimizer.open {
+            egui::Panel::bottom("optimizer").show(ui, |ui| optimize::panel_ui(self, ui));
+        }
         egui::Panel::left("outline")
             .resizable(true)
             .default_size(230.0)
@@ -230,6 +240,9 @@ impl Studio {
             return;
         }
         let pressed = |k: Key| ctx.input(|i| i.key_pressed(k) && !i.modifiers.command);
+        if pressed(Key::O) {
+            self.send(Command::ToggleOptimizer);
+        }
         if pressed(Key::F1) || pressed(Key::Questionmark) {
             self.send(Command::ToggleHelp);
         }
@@ -326,6 +339,11 @@ impl Studio {
                 self.theme = Theme::new(dark);
             }
             Command::ToggleHelp => self.show_help = !self.show_help,
+            Command::ToggleOptimizer => self.optimizer.open = !self.optimizer.open,
+            Command::RunOptimizer => {
+                self.optimizer.open = true;
+                optimize::start(self);
+            }
             Command::CancelJobs => {
                 for p in [
                     self.open_job.as_ref().map(|j| &j.progress),
@@ -336,6 +354,7 @@ impl Studio {
                 {
                     p.cancel.cancel();
                 }
+                self.optimizer.cancel();
             }
             Command::DismissError => self.error = None,
         }
@@ -413,6 +432,7 @@ impl Studio {
     }
 
     fn poll_jobs(&mut self) {
+        optimize::poll(self);
         if let Some(r) = self.open_job.as_ref().and_then(Job::poll) {
             self.open_job = None;
             match r {
@@ -472,6 +492,7 @@ impl Studio {
         self.selection = None;
         self.search = search::Search::default();
         self.inspector = inspector::InspectorState::default();
+        self.optimizer.reset();
         self.loaded = Some(Loaded {
             path: o.path,
             model: o.model,
@@ -674,6 +695,17 @@ impl Studio {
                     self.send(Command::SetDarkTheme(dark));
                 }
             });
+            ui.menu_button("Optimize", |ui| {
+                if ui.button("Graph optimizer…").clicked() {
+                    self.send(Command::ToggleOptimizer);
+                }
+                if ui
+                    .add_enabled(self.loaded.is_some(), egui::Button::new("Run all enabled passes"))
+                    .clicked()
+                {
+                    self.send(Command::RunOptimizer);
+                }
+            });
             ui.menu_button("Help", |ui| {
                 if ui.button("Keyboard shortcuts").clicked() {
                     self.send(Command::ToggleHelp);
@@ -786,6 +818,7 @@ impl Studio {
 /// Keyboard shortcuts, shown in the help window.
 pub const SHORTCUTS: &[(&str, &str)] = &[
     ("Ctrl+O", "open a model"),
+    ("O", "show or hide the graph optimizer"),
     ("Ctrl+F", "search nodes, ops and tensors"),
     ("Enter / Shift+Enter", "next / previous match (in the search box)"),
     ("N / Shift+N", "next / previous match"),

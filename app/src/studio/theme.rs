@@ -27,6 +27,12 @@ pub struct Theme {
     pub minimap_view: Color32,
     pub error: Color32,
     pub drop_overlay: Color32,
+    /// Optimizer view: nodes a rewrite removed, nodes it made or rewrote, and the nodes
+    /// linked (through origin ids) to the selection in the other pane.
+    pub removed: Color32,
+    pub removed_fade: Color32,
+    pub rewritten: Color32,
+    pub linked: Color32,
     families: [Color32; 10],
 }
 
@@ -56,6 +62,10 @@ impl Theme {
             minimap_view: rgb(255, 140, 0),
             error: rgb(200, 30, 30),
             drop_overlay: Color32::from_rgba_unmultiplied(60, 120, 220, 60),
+            removed: rgb(210, 40, 40),
+            removed_fade: Color32::from_rgba_unmultiplied(248, 249, 251, 150),
+            rewritten: rgb(20, 150, 80),
+            linked: rgb(30, 110, 230),
             families: [
                 rgb(51, 102, 170),  // conv / matmul
                 rgb(180, 60, 50),   // activation
@@ -92,6 +102,10 @@ impl Theme {
             minimap_view: rgb(255, 165, 40),
             error: rgb(255, 100, 100),
             drop_overlay: Color32::from_rgba_unmultiplied(60, 120, 220, 70),
+            removed: rgb(240, 90, 80),
+            removed_fade: Color32::from_rgba_unmultiplied(24, 26, 30, 160),
+            rewritten: rgb(70, 200, 120),
+            linked: rgb(90, 160, 255),
             families: [
                 rgb(66, 120, 200),
                 rgb(200, 80, 70),
