@@ -358,6 +358,7 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
 /// the nodes linked to the selection in the "before" pane outlined in blue.
 pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
     let theme = st.theme.clone();
+    let main_zoom = st.view.zoom;
     let before_sel = match st.selection {
         Some(Selection::Node(n)) => Some(n),
         _ => None,
@@ -365,12 +366,24 @@ pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
     let Some(pane) = &mut st.optimizer.after else { return };
     pane.rect = rect;
     if !pane.fitted && rect.width() > 1.0 {
+        // The zoom of the "before" pane, the graph's first input at the top.
         let b = pane.scene.bounds;
-        let fit = (rect.width() / b.width().max(1.0)).min(rect.height() / b.height().max(1.0)) * 0.92;
-        pane.view = ViewState {
-            center: b.center(),
-            zoom: fit.clamp(super::canvas::MIN_ZOOM, 1.0),
+        let zoom = main_zoom.clamp(super::canvas::MIN_ZOOM, super::canvas::MAX_ZOOM);
+        let top = pane
+            .doc
+            .items
+            .iter()
+            .position(|it| matches!(it.kind, ItemKind::Input(_)))
+            .map_or(b.center_top(), |i| {
+                pane.scene.boxes[pane.scene.item_box[i]].rect.center_top()
+            });
+        let half = rect.height() / (2.0 * zoom);
+        let center = if b.height() * zoom <= rect.height() {
+            b.center()
+        } else {
+            egui::pos2(top.x, top.y + half - 30.0 / zoom)
         };
+        pane.view = ViewState { center, zoom };
         pane.fitted = true;
     }
     let hl = Highlights {
