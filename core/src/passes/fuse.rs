@@ -194,7 +194,7 @@ impl Pass for FoldBias {
         "fold-bias"
     }
     fn about(&self) -> &'static str {
-        "A per-channel constant Add (bias) or Mul (scale) after Conv or Gemm is folded into its weights and bias"
+        "A per-channel constant Add (bias) or Mul (scale) after Conv, ConvTranspose or Gemm is folded into its weights and bias"
     }
     fn run(&self, cx: &mut Cx<'_>) {
         for (id, n) in cx.nodes() {
@@ -203,7 +203,7 @@ impl Pass for FoldBias {
             }
             let Some(y) = cx.out(n) else { continue };
             for (xi, ci) in [(0, 1), (1, 0)] {
-                let Some(p) = weighted(cx, n.input(xi), &["Conv", "Gemm"]) else {
+                let Some(p) = weighted(cx, n.input(xi), &["Conv", "ConvTranspose", "Gemm"]) else {
                     continue;
                 };
                 let Some(k) = n.input(ci).and_then(|c| cx.constant(c)) else {
@@ -221,6 +221,8 @@ impl Pass for FoldBias {
                 let (rule, scale, shift) = match (n.op.as_str(), p.node.op.as_str()) {
                     ("Add", "Conv") => ("conv-add", vec![1.0; channels], k),
                     ("Mul", "Conv") => ("conv-mul", k, vec![0.0; channels]),
+                    ("Add", "ConvTranspose") => ("convtranspose-add", vec![1.0; channels], k),
+                    ("Mul", "ConvTranspose") => ("convtranspose-mul", k, vec![0.0; channels]),
                     ("Add", _) => ("gemm-add", vec![1.0; channels], k),
                     _ => ("gemm-mul", k, vec![0.0; channels]),
                 };

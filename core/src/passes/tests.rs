@@ -348,11 +348,21 @@ fn bias_and_scale_fold_into_conv_and_gemm() {
     let x2 = b.input("x2", &[1, 3, 5, 5]);
     let conv2 = b.node("Conv", &[x2, w2], vec![]);
     let y3 = b.node("Add", &[conv2, full], vec![]);
-    let m = b.finish(&[y1, y2, y3]);
+    // ConvTranspose + bias, as PP-OCR det's head has it.
+    let wt = b.random("wt", &[3, 2, 2, 2]);
+    let ct = b.node(
+        "ConvTranspose",
+        &[x, wt],
+        vec![("group", Attr::Int(1)), ("strides", ints(&[2, 2]))],
+    );
+    let tb = b.random("tb", &[2, 1, 1]);
+    let y4 = b.node("Add", &[ct, tb], vec![]);
+    let m = b.finish(&[y1, y2, y3, y4]);
     let o = check(&m, &["fold-bias"]);
+    assert!(rules(&o).contains(&"fold-bias/convtranspose-add".to_owned()));
     assert_eq!(
         rules(&o).iter().filter(|r| r.starts_with("fold-bias/")).count(),
-        3,
+        4,
         "{:?}",
         rules(&o)
     );
