@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """FP32 latency of npu-studio vs onnxruntime on the same model, input and thread count.
 
-Usage: python3 bench/compare_ort.py [--runs N] [--rounds N] [--threads 1,2] [--binary target/release/npu-studio]
+Usage: python3 bench/compare_ort.py [--runs N] [--rounds N] [--threads 1,2] [--optimize] [--binary target/release/npu-studio]
 
 Runs the PP-OCR det (1x3x736x736), rec (1x3x48x320) and cls (1x3x48x192) models from
 data/models (see scripts/fetch_models.py) on a real image, prints median latencies and
 the ratio npu-studio / onnxruntime (lower is better; 1.0 = parity), and the same for the
 fastest run of each. The engines take turns (--rounds), so that a slow spell of a shared
-machine falls on both.
+machine falls on both. onnxruntime runs with its default graph optimizations; with
+--optimize, npu-studio runs its own graph-optimization passes first too (`bench --optimize`).
 """
 import argparse
 import json
@@ -47,12 +48,12 @@ def ort_times(sess, name, x, runs, warmup):
     return times
 
 
-def our_times(binary, model, name, xfile, threads, runs, warmup):
-    out = subprocess.run(
-        [binary, "bench", model, "--input", f"{name}={xfile}", "--threads", str(threads),
-         "--runs", str(runs), "--warmup", str(warmup), "--json"],
-        check=True, capture_output=True, text=True,
-    )
+def our_times(binary, model, name, xfile, threads, runs, warmup, optimize):
+    cmd = [binary, "bench", model, "--input", f"{name}={xfile}", "--threads", str(threads),
+           "--runs", str(runs), "--warmup", str(warmup), "--json"]
+    if optimize:
+        cmd.append("--optimize")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["times_ms"]
 
 
@@ -64,7 +65,10 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "npu-studio"))
     ap.add_argument("--models", default="det,rec,cls")
+    ap.add_argument("--optimize", action="store_true", help="npu-studio optimizes the graph first")
     args = ap.parse_args()
+    print(f"onnxruntime {ort.__version__}, default graph optimizations; npu-studio "
+          f"{'with' if args.optimize else 'without'} its graph optimizer")
     wanted = args.models.split(",")
     print(
         f"{'model':6} {'threads':>7} {'onnxruntime ms':>15} {'npu-studio ms':>14} {'ratio':>7}"
@@ -82,7 +86,7 @@ def main():
             # Alternate the engines so that a slow spell of the machine hits both alike.
             for _ in range(args.rounds):
                 o += ort_times(sess, name, x, args.runs, args.warmup)
-                n += our_times(args.binary, model, name, xpath, t, args.runs, args.warmup)
+                n += our_times(args.binary, model, name, xpath, t, args.runs, args.warmup, args.optimize)
             o_med, n_med = float(np.median(o)), float(np.median(n))
             o_min, n_min = float(np.min(o)), float(np.min(n))
             print(

@@ -27,5 +27,6 @@ python3 scripts/fetch_onnx_node_tests.py
 cargo test --workspace --release -- --nocapture
 cargo build --release -p npu-studio
 python3 scripts/check_cli_vs_ort.py
+python3 scripts/check_fusions_ort.py
 # The real window, as a user starts it, under Xvfb.
 scripts/screenshot_window.sh assets/models/sample_cnn.onnx target/window.png 8

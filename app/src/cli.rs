@@ -114,6 +114,10 @@ enum Command {
         /// Also print the time spent per op type (one extra run).
         #[arg(long)]
         profile: bool,
+        /// Run the graph-optimization passes first (onnxruntime optimizes its graph by
+        /// default too); the time they take is not counted.
+        #[arg(long)]
+        optimize: bool,
     },
 }
 
@@ -155,7 +159,8 @@ pub fn main() -> Result<()> {
             warmup,
             json,
             profile,
-        }) => bench(&model, &inputs, &shapes, threads, runs, warmup, json, profile),
+            optimize,
+        }) => bench(&model, &inputs, &shapes, threads, runs, warmup, json, profile, optimize),
     }
 }
 
@@ -567,6 +572,8 @@ struct BenchReport {
     runs: usize,
     warmup: usize,
     threads: usize,
+    /// Whether the graph-optimization passes ran first (`--optimize`).
+    optimized: bool,
     /// Every timed run, in order.
     times_ms: Vec<f64>,
 }
@@ -580,8 +587,14 @@ fn bench(
     warmup: usize,
     json: bool,
     profile: bool,
+    optimize: bool,
 ) -> Result<()> {
-    let model = load(path)?;
+    let mut model = load(path)?;
+    if optimize {
+        model = npu_core::passes::optimize(&model, &npu_core::passes::Options::default())
+            .with_context(|| format!("optimizing {}", path.display()))?
+            .model;
+    }
     let mut feeds = parse_inputs(inputs)?;
     let shape_map: HashMap<String, Vec<usize>> = shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?;
     for &i in &model.graph.inputs {
@@ -688,14 +701,22 @@ fn bench(
         runs,
         warmup,
         threads,
+        optimized: optimize,
         times_ms: times.clone(),
     };
     if json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         println!(
-            "{}: median {:.2} ms, min {:.2} ms, mean {:.2} ms ({} runs, {} warmup, {} threads)",
-            r.model, r.median_ms, r.min_ms, r.mean_ms, r.runs, r.warmup, r.threads
+            "{}: median {:.2} ms, min {:.2} ms, mean {:.2} ms ({} runs, {} warmup, {} threads{})",
+            r.model,
+            r.median_ms,
+            r.min_ms,
+            r.mean_ms,
+            r.runs,
+            r.warmup,
+            r.threads,
+            if r.optimized { ", optimized graph" } else { "" }
         );
     }
     Ok(())

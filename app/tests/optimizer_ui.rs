@@ -4,42 +4,17 @@
 
 mod common;
 
-use common::{open, ppocr, repo, sample, settle};
+use common::{click_at, open, ppocr, repo, sample, settle};
 use egui_kittest::SnapshotOptions;
 use egui_kittest::kittest::Queryable;
 use npu_core::passes::{self, op_counts};
 use npu_studio::studio::commands::{Command, Selection};
 
-fn press(h: &mut egui_kittest::Harness<'_, npu_studio::studio::Studio>, key: egui::Key) {
-    for pressed in [true, false] {
-        h.event(egui::Event::Key {
-            key,
-            physical_key: None,
-            pressed,
-            repeat: false,
-            modifiers: egui::Modifiers::NONE,
-        });
-    }
-    h.step();
-}
-
-fn click_at(h: &mut egui_kittest::Harness<'_, npu_studio::studio::Studio>, pos: egui::Pos2) {
-    h.event(egui::Event::PointerMoved(pos));
-    for pressed in [true, false] {
-        h.event(egui::Event::PointerButton {
-            pos,
-            button: egui::PointerButton::Primary,
-            pressed,
-            modifiers: egui::Modifiers::NONE,
-        });
-    }
-    h.step();
-}
-
 #[test]
 fn run_step_and_link_before_and_after() {
     let mut h = open(&sample());
-    press(&mut h, egui::Key::O);
+    h.key_press(egui::Key::O);
+    h.step();
     assert!(h.state().optimizer.open, "O opens the optimizer panel");
     // Turn one pass off, then run.
     h.get_by_label("fuse-activation").click();

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{node, open, ppocr, sample, settle};
+use common::{click_at, clicks_at, node, open, ppocr, sample, settle};
 use egui_kittest::kittest::Queryable;
 use npu_studio::graph::scene::BoxKind;
 use npu_studio::info::node_info;
@@ -274,25 +274,6 @@ fn every_ppocr_node_is_selectable_and_matches_info_json() {
             }
         }
     }
-}
-
-/// A click of the primary button at a screen position, then one frame.
-fn click_at(h: &mut egui_kittest::Harness<'_, npu_studio::studio::Studio>, pos: egui::Pos2) {
-    clicks_at(h, pos, 1);
-}
-
-/// `n` quick clicks (a double click when 2) in one frame.
-fn clicks_at(h: &mut egui_kittest::Harness<'_, npu_studio::studio::Studio>, pos: egui::Pos2, n: usize) {
-    h.event(egui::Event::PointerMoved(pos));
-    for pressed in [true, false].repeat(n) {
-        h.event(egui::Event::PointerButton {
-            pos,
-            button: egui::PointerButton::Primary,
-            pressed,
-            modifiers: egui::Modifiers::NONE,
-        });
-    }
-    h.step();
 }
 
 fn screen_of(h: &egui_kittest::Harness<'_, npu_studio::studio::Studio>, box_index: usize) -> egui::Pos2 {

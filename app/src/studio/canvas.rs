@@ -114,18 +114,8 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         ..Highlights::default()
     };
     if let Some(after) = &st.optimizer.after {
-        // Only a node's own card: a folded Constant shares its consumer's card.
         let boxes = |nodes: &mut dyn Iterator<Item = usize>| -> HashSet<usize> {
-            nodes
-                .filter_map(|n| {
-                    doc.node_item
-                        .get(n)
-                        .copied()
-                        .flatten()
-                        .filter(|&i| doc.items[i].kind == ItemKind::Node(n))
-                })
-                .map(|i| scene.item_box[i])
-                .collect()
+            nodes.filter_map(|n| own_card_box(&doc, &scene, n)).collect()
         };
         hl.removed = boxes(&mut after.removed_before.iter().copied());
         hl.rewritten = boxes(&mut after.rewritten_before.iter().copied());
@@ -166,6 +156,14 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         );
     }
     drop_overlay(&painter, rect, hovering_files, &st.theme);
+}
+
+/// The box of a node's own card: `None` for a Constant folded into its consumer's card
+/// and for a node hidden in a collapsed scope (marks on the scope box would mislead).
+pub fn own_card_box(doc: &GraphDoc, scene: &Scene, n: usize) -> Option<usize> {
+    let i = doc.node_item.get(n).copied().flatten()?;
+    let b = *scene.item_box.get(i)?;
+    (doc.items[i].kind == ItemKind::Node(n) && scene.boxes[b].kind == BoxKind::Item(i)).then_some(b)
 }
 
 /// One graph pane: pans and zooms `view`, paints, shows tooltips, and reports clicks.

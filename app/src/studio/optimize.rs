@@ -3,7 +3,7 @@
 //! made or rewrote are outlined in both, and selecting a node in one pane outlines the
 //! nodes it is linked to in the other through the origin ids every new node keeps.
 
-use super::canvas::{Highlights, pane_ui};
+use super::canvas::{Highlights, own_card_box, pane_ui};
 use super::commands::{Command, Selection};
 use super::jobs::Job;
 use super::{Studio, ViewState};
@@ -30,6 +30,8 @@ pub struct AfterPane {
     pub model: Arc<Model>,
     pub doc: Arc<GraphDoc>,
     pub scene: Arc<Scene>,
+    builder: SceneBuilder,
+    collapsed: HashSet<crate::graph::doc::ScopeId>,
     pub view: ViewState,
     /// Screen rectangle of the pane in the last frame.
     pub rect: Rect,
@@ -50,12 +52,20 @@ impl AfterPane {
         let mut rewritten_before = HashSet::new();
         for (k, n) in model.graph.nodes.iter().enumerate() {
             kept.extend(n.origin.iter().copied());
+            // Unchanged: one origin with the same op, attributes and input names (a new
+            // weight gets a new name).
+            let names = |g: &npu_core::ir::Graph, node: &npu_core::ir::Node| -> Vec<String> {
+                node.inputs
+                    .iter()
+                    .map(|v| v.map_or_else(String::new, |v| g.values[v].name.clone()))
+                    .collect()
+            };
             let same = match n.origin.as_slice() {
-                [o] => original
-                    .graph
-                    .nodes
-                    .get(*o)
-                    .is_some_and(|b| b.op == n.op && b.inputs.len() == n.inputs.len()),
+                [o] => original.graph.nodes.get(*o).is_some_and(|b| {
+                    b.op == n.op
+                        && b.attrs.keys().eq(n.attrs.keys())
+                        && names(&original.graph, b) == names(&model.graph, n)
+                }),
                 _ => false,
             };
             if !same {
@@ -70,12 +80,15 @@ impl AfterPane {
         } else {
             HashSet::new()
         };
-        let scene = Arc::new(SceneBuilder::new(doc.clone()).build(&collapsed));
+        let mut builder = SceneBuilder::new(doc.clone());
+        let scene = Arc::new(builder.build(&collapsed));
         Ok(Self {
             step,
             model: Arc::new(model),
             doc,
             scene,
+            builder,
+            collapsed,
             view: ViewState::default(),
             rect: Rect::NOTHING,
             fitted: false,
@@ -103,12 +116,17 @@ impl AfterPane {
     fn boxes(&self, nodes: impl IntoIterator<Item = NodeId>) -> HashSet<usize> {
         nodes
             .into_iter()
-            .filter_map(|n| {
-                let i = self.doc.node_item.get(n).copied().flatten()?;
-                (self.doc.items[i].kind == ItemKind::Node(n)).then_some(i)
-            })
-            .map(|i| self.scene.item_box[i])
+            .filter_map(|n| own_card_box(&self.doc, &self.scene, n))
             .collect()
+    }
+
+    /// Collapses or expands a scope of this pane and lays it out again.
+    fn toggle_scope(&mut self, s: crate::graph::doc::ScopeId) {
+        if !self.collapsed.remove(&s) {
+            self.collapsed.insert(s);
+        }
+        self.builder.invalidate(s);
+        self.scene = Arc::new(self.builder.build(&self.collapsed));
     }
 }
 
@@ -223,8 +241,8 @@ pub fn set_step(st: &mut Studio, step: usize) {
         return;
     };
     let step = step.min(run.patches.len());
-    st.optimizer.step = step;
     if st.optimizer.after.as_ref().is_some_and(|a| a.step == step) {
+        st.optimizer.step = step;
         return;
     }
     match AfterPane::new(&l.model, &run.patches, step) {
@@ -235,6 +253,7 @@ pub fn set_step(st: &mut Studio, step: usize) {
             }
             st.optimizer.after_selected = None;
             st.optimizer.after = Some(pane);
+            st.optimizer.step = step;
         }
         Err(e) => st.error = Some(format!("Replaying the optimization failed: {e}")),
     }
@@ -413,7 +432,12 @@ pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         model.graph.nodes.len()
     );
     super::canvas::pane_title(&ui.painter_at(rect), rect, &title, &theme);
-    if let Some(hit) = events.clicked {
+    if let Some(b) = events.double_clicked
+        && let BoxKind::Collapsed(s) | BoxKind::Frame(s) = scene.boxes[b].kind
+        && let Some(pane) = &mut st.optimizer.after
+    {
+        pane.toggle_scope(s);
+    } else if let Some(hit) = events.clicked {
         let node = hit.and_then(|b| match scene.boxes[b].kind {
             BoxKind::Item(i) => match doc.items[i].kind {
                 ItemKind::Node(n) => Some(n),

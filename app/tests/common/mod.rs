@@ -71,3 +71,22 @@ pub fn node(h: &Harness<'_, Studio>, name: &str) -> usize {
         .position(|n| n.name == name)
         .unwrap_or_else(|| panic!("no node {name}"))
 }
+
+/// A click of the primary button at a screen position, then one frame.
+pub fn click_at(h: &mut Harness<'_, Studio>, pos: egui::Pos2) {
+    clicks_at(h, pos, 1);
+}
+
+/// `n` quick clicks (a double click when 2) in one frame.
+pub fn clicks_at(h: &mut Harness<'_, Studio>, pos: egui::Pos2, n: usize) {
+    h.event(egui::Event::PointerMoved(pos));
+    for pressed in [true, false].repeat(n) {
+        h.event(egui::Event::PointerButton {
+            pos,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+    }
+    h.step();
+}

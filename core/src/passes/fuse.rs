@@ -51,6 +51,13 @@ fn weighted<'g>(cx: &Cx<'g>, v: Option<ValueId>, ops: &[&str]) -> Option<Produce
 /// Output channels of a producer and the channel each weight element feeds.
 fn channel_of(p: &Producer<'_>) -> Option<(usize, Box<dyn Fn(usize) -> usize>)> {
     let s = p.w.shape().to_vec();
+    let rank_ok = match p.node.op.as_str() {
+        "Conv" | "ConvTranspose" => s.len() >= 3,
+        _ => s.len() == 2,
+    };
+    if !rank_ok {
+        return None;
+    }
     match p.node.op.as_str() {
         "Conv" => {
             let per: usize = s[1..].iter().product();
@@ -292,13 +299,21 @@ impl Pass for FuseActivation {
             if p.op == "Gemm" && !matches!(act, "Relu" | "LeakyRelu" | "Sigmoid" | "Tanh" | "HardSigmoid") {
                 continue;
             }
+            // onnxruntime's fused kernels are float32 only.
+            if cx.g.values[pout].dtype != Some(crate::ir::DType::F32) {
+                continue;
+            }
             let mut node = p.clone();
             node.op = if p.op == "Conv" { "FusedConv" } else { "FusedGemm" }.into();
             node.domain = MICROSOFT.into();
             node.outputs = vec![Some(y)];
             node.origin = cx.origin(&[pid, id]);
             node.attrs.insert("activation".into(), Attr::String(act.into()));
-            if !params.is_empty() {
+            if p.op == "Gemm" {
+                for (k, v) in ["activation_alpha", "activation_beta"].iter().zip(&params) {
+                    node.attrs.insert((*k).into(), Attr::Float(*v));
+                }
+            } else if !params.is_empty() {
                 node.attrs.insert("activation_params".into(), Attr::Floats(params));
             }
             let rule = match act {

@@ -61,6 +61,17 @@ fn next<'g>(cx: &Cx<'g>, n: &Node) -> Option<(NodeId, &'g Node, ValueId)> {
     Some((id, c, out))
 }
 
+/// `x·f(x)`: for a node `f` reading `x`, the Mul of `x` by its output that alone reads
+/// it. Returns `x`, the Mul and the Mul's output.
+fn times_input(cx: &Cx<'_>, f: &Node) -> Option<(ValueId, NodeId, ValueId)> {
+    let x = f.input(0)?;
+    let (mid, m, fo) = next(cx, f)?;
+    if other(m, "Mul", fo) != Some(x) {
+        return None;
+    }
+    Some((x, mid, cx.out(m)?))
+}
+
 /// Emits `nodes` replaced by one node `op(inputs)` writing `out`.
 #[allow(clippy::too_many_arguments)]
 fn emit(
@@ -74,6 +85,28 @@ fn emit(
     attrs: Vec<(&str, Attr)>,
     consts: Vec<(String, crate::ir::Tensor, usize)>,
 ) -> bool {
+    // The chain must not broadcast its input to a higher rank (a constant of shape
+    // [1,1,1] added to a [N,D] tensor does): the single op would keep the input's rank.
+    let rank = |v: ValueId| cx.g.values[v].shape.as_ref().map(Vec::len);
+    let Some(x) = inputs.first().copied().flatten() else {
+        return false;
+    };
+    let keeps_rank = match (rank(x), rank(out)) {
+        (Some(a), Some(b)) => a == b,
+        // Unknown ranks (dynamic reshapes): safe when every constant the chain reads is
+        // a scalar, or a vector where a ReduceMean over the last axis proves rank ≥ 1.
+        _ => {
+            let const_ranks = nodes
+                .iter()
+                .flat_map(|&k| cx.g.nodes[k].inputs.iter().flatten())
+                .filter_map(|&v| cx.constant(v).map(|t| t.shape().len()));
+            let reduces = nodes.iter().any(|&k| cx.g.nodes[k].op == "ReduceMean");
+            const_ranks.into_iter().all(|r| r == 0 || (r == 1 && reduces))
+        }
+    };
+    if !keeps_rank {
+        return false;
+    }
     // Every value made inside the chain must be read only inside it.
     let last = *nodes.last().unwrap_or(&0);
     for &k in nodes {
@@ -198,6 +231,10 @@ fn norm(cx: &mut Cx<'_>, id: NodeId, n: &Node) -> bool {
         None => num,
     };
     chain.push(id);
+    // The scale and bias are written as float32, so only float32 norms are rewritten.
+    if cx.g.values[x].dtype != Some(crate::ir::DType::F32) {
+        return false;
+    }
     let x_shape = cx.g.values[x].shape.as_ref();
     let x_rank = x_shape.map(Vec::len);
     let known_d = match x_shape.and_then(|s| s.last()) {
@@ -321,12 +358,9 @@ fn gelu(cx: &mut Cx<'_>, id: NodeId, erf: &Node) {
 /// SiLU `x·sigmoid(x)`, anchored at the Sigmoid; written as com.microsoft QuickGelu with
 /// alpha 1, which onnxruntime runs.
 fn silu(cx: &mut Cx<'_>, id: NodeId, s: &Node) {
-    let Some(x) = s.input(0) else { return };
-    let Some((mid, m, so)) = next(cx, s) else { return };
-    if other(m, "Mul", so) != Some(x) {
+    let Some((x, mid, out)) = times_input(cx, s) else {
         return;
-    }
-    let Some(out) = cx.out(m) else { return };
+    };
     emit(
         cx,
         "silu",
@@ -412,12 +446,9 @@ fn hardswish_hardsigmoid(cx: &mut Cx<'_>, id: NodeId, h: &Node) {
     if (alpha - 1.0 / 6.0).abs() > 1e-6 || (beta - 0.5).abs() > 1e-6 {
         return;
     }
-    let Some(x) = h.input(0) else { return };
-    let Some((mid, m, ho)) = next(cx, h) else { return };
-    if other(m, "Mul", ho) != Some(x) {
+    let Some((x, mid, out)) = times_input(cx, h) else {
         return;
-    }
-    let Some(out) = cx.out(m) else { return };
+    };
     emit(
         cx,
         "hardswish",

@@ -81,6 +81,10 @@ impl Pass for MergeReshapeTranspose {
                     let (Some(x), Some(out_shape)) = (first.input(0), cx.shape(Some(y))) else {
                         continue;
                     };
+                    // A 0 in the new shape would mean "copy the input's dim" (empty tensors).
+                    if out_shape.contains(&0) {
+                        continue;
+                    }
                     let mut p = cx.patch("reshape-reshape");
                     let dims: Vec<i64> = out_shape.iter().map(|&d| d as i64).collect();
                     let t = Tensor::I64(
@@ -237,7 +241,10 @@ impl Pass for PoolRewrite {
             }
             match n.op.as_str() {
                 "AveragePool" => {
-                    let Some(k) = n.attr_ints("kernel_shape").filter(|k| k.len() == 2) else {
+                    let Some(k) = n
+                        .attr_ints("kernel_shape")
+                        .filter(|k| k.len() == 2 && k.iter().all(|&d| (1..=64).contains(&d)))
+                    else {
                         continue;
                     };
                     let pads = n.attr_ints("pads").unwrap_or(&[0, 0, 0, 0]);

@@ -519,11 +519,26 @@ fn activations_fuse_into_conv_and_gemm() {
     let bw = b.random("bw", &[6, 3]);
     let gemm = b.node("Gemm", &[a, bw], vec![]);
     outs.push(b.node("Relu", &[gemm], vec![]));
+    // FusedGemm carries its parameters as activation_alpha/activation_beta.
+    let bw2 = b.random("bw2", &[6, 3]);
+    let gemm2 = b.node("Gemm", &[a, bw2], vec![]);
+    outs.push(b.node(
+        "HardSigmoid",
+        &[gemm2],
+        vec![("alpha", Attr::Float(0.3)), ("beta", Attr::Float(0.4))],
+    ));
     let m = b.finish(&outs);
     let o = check(&m, &["fuse-activation"]);
     assert_eq!(count(&o.model, "FusedConv"), 7);
-    assert_eq!(count(&o.model, "FusedGemm"), 1);
-    assert_eq!(o.model.graph.nodes.len(), 8);
+    assert_eq!(count(&o.model, "FusedGemm"), 2);
+    assert_eq!(o.model.graph.nodes.len(), 9);
+    let hs = o
+        .model
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.attr_s("activation") == Some("HardSigmoid") && n.op == "FusedGemm");
+    assert_eq!(hs.and_then(|n| n.attr_f("activation_beta")), Some(0.4));
 }
 
 #[test]

@@ -188,13 +188,23 @@ impl Activation {
         }
     }
 
-    /// The activation named by a fused node's `activation` and `activation_params`
-    /// attributes (com.microsoft `FusedConv`/`FusedGemm`, plus `Silu`).
+    /// The activation named by a fused node's attributes (com.microsoft `FusedConv` with
+    /// `activation_params`, `FusedGemm` with `activation_alpha`/`activation_beta`; plus `Silu`).
     pub fn from_attrs(node: &Node) -> Result<Option<Self>, String> {
         let Some(name) = node.attr_s("activation") else {
             return Ok(None);
         };
-        let p = node.attr_floats("activation_params").unwrap_or(&[]);
+        // FusedConv lists the parameters in `activation_params`; FusedGemm names them
+        // `activation_alpha` and `activation_beta`.
+        let gemm_params: Vec<f32> = ["activation_alpha", "activation_beta"]
+            .iter()
+            .map_while(|k| node.attr_f(k))
+            .collect();
+        let p = if node.op == "FusedGemm" {
+            gemm_params.as_slice()
+        } else {
+            node.attr_floats("activation_params").unwrap_or(&[])
+        };
         let at = |i: usize, d: f32| p.get(i).copied().unwrap_or(d);
         Ok(Some(match name {
             "Relu" => Self::Relu,
