@@ -126,3 +126,16 @@ pub fn max_rel_err(got: &Tensor, want: &Tensor) -> f64 {
     let max_err = g.iter().zip(w.iter()).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
     if max_err == 0.0 { 0.0 } else { max_err / max_ref }
 }
+
+/// ‖got − want‖₂ / ‖want‖₂, in f64 (0 when both are all zeros).
+pub fn l2_rel_err(got: &Tensor, want: &Tensor) -> f64 {
+    let (g, w) = (got.to_f64(), want.to_f64());
+    let norm_ref = w.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let norm_err = g
+        .iter()
+        .zip(w.iter())
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum::<f64>()
+        .sqrt();
+    if norm_err == 0.0 { 0.0 } else { norm_err / norm_ref }
+}

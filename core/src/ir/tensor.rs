@@ -234,6 +234,14 @@ impl Tensor {
         }
     }
 
+    /// The elements as f32: borrowed when the tensor already is f32, converted otherwise.
+    pub fn f32_cow(&self) -> ndarray::CowArray<'_, f32, IxDyn> {
+        match self {
+            Self::F32(a) => a.view().into(),
+            other => other.to_f32().into(),
+        }
+    }
+
     /// Converts every element to f32 (small types decoded, integers converted).
     pub fn to_f32(&self) -> ArrayD<f32> {
         match self {

@@ -383,6 +383,22 @@ fn apply(step: Step, pos: usize, o: &Operand<'_>, chunk: &mut [f32], base: usize
                         chunk.iter_mut().zip(s).for_each(|(v, &q)| *v = f(q, *v));
                     }
                 }
+                Operand::PerRun(vals, run) => {
+                    // One scalar per run: split the tile where the channel changes.
+                    let (run, n) = ((*run).max(1), chunk.len());
+                    let mut k = 0;
+                    while k < n {
+                        let i = base + k;
+                        let q = vals[(i / run) % vals.len()];
+                        let end = (k + run - i % run).min(n);
+                        if pos == 0 {
+                            chunk[k..end].iter_mut().for_each(|v| *v = f(*v, q));
+                        } else {
+                            chunk[k..end].iter_mut().for_each(|v| *v = f(q, *v));
+                        }
+                        k = end;
+                    }
+                }
                 _ => {
                     for (k, v) in chunk.iter_mut().enumerate() {
                         let q = o.get(base + k);

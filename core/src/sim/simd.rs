@@ -49,3 +49,50 @@ macro_rules! simd_dispatch {
         }
     };
 }
+
+/// `e^x` in float32 without a library call (Cephes' `expf`: range reduction by ln 2 and a
+/// degree-6 polynomial, within 2 ulp), so loops over it vectorize. Saturates to 0 below
+/// −87.3 (no subnormals) and to `f32::MAX`-scale above 88.7; NaN stays NaN.
+#[inline(always)]
+pub fn exp_approx(x: f32) -> f32 {
+    const LO: f32 = -87.336_55;
+    const HI: f32 = 88.722_83;
+    // 1.5·2²³: adding and subtracting it rounds to the nearest integer.
+    const ROUND: f32 = 12_582_912.0;
+    let under = x < LO;
+    let x = if x > HI { HI } else { x };
+    let x = if x < LO { LO } else { x };
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let y = p * r * r + r + 1.0;
+    // 2ⁿ built from its exponent bits (n is in −126..=128; 128 overflows to +inf as expf).
+    let scale = f32::from_bits(((n as i32 + 127).clamp(0, 255) as u32) << 23);
+    if under { 0.0 } else { y * scale }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_approx;
+
+    #[test]
+    fn exp_approx_is_within_two_ulp_of_exp() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (got, want) = (f64::from(exp_approx(x)), f64::from(x).exp());
+            worst = worst.max((got - want).abs() / want);
+            x += 0.001_37;
+        }
+        assert!(worst < 2.5e-7, "worst relative error {worst:e}");
+        assert_eq!(exp_approx(-100.0), 0.0);
+        assert_eq!(exp_approx(0.0), 1.0);
+        assert!(exp_approx(89.0).is_infinite());
+        assert!(exp_approx(f32::NAN).is_nan());
+    }
+}

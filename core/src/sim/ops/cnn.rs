@@ -265,11 +265,13 @@ fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: 
             let n = w.min(wp.saturating_sub(pw));
             pad[r * wp + pw..r * wp + pw + n].copy_from_slice(&src[..n]);
         } else {
-            for (ix, &v) in src.iter().enumerate() {
-                let p = ix + pw;
-                let j = p / sw;
-                if j < wp {
-                    pad[(p % sw) * phase + r * wp + j] = v;
+            // Phase q holds padded columns j·sw + q, i.e. input columns j·sw + q − pw.
+            for q in 0..sw {
+                let j0 = pw.saturating_sub(q).div_ceil(sw);
+                let j1 = wp.min((w + pw).saturating_sub(q).div_ceil(sw));
+                let row = &mut pad[q * phase + r * wp..][..wp];
+                for j in j0..j1 {
+                    row[j] = src[j * sw + q - pw];
                 }
             }
         }
@@ -443,8 +445,8 @@ fn lift_geometry(g: Geometry) -> Geometry {
 
 /// Conv with optional bias; `act` is applied in the output loop when given.
 pub fn conv2d(
-    x: &ArrayD<f32>,
-    wt: &ArrayD<f32>,
+    x: &ndarray::ArrayViewD<'_, f32>,
+    wt: &ndarray::ArrayViewD<'_, f32>,
     bias: Option<&[f32]>,
     group: usize,
     geo: &Geometry,
@@ -551,8 +553,8 @@ fn kernel_of(node: &Node, wshape: &[usize]) -> Vec<usize> {
 
 fn conv(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
     let xt = input(inputs, 0)?;
-    let x = xt.to_f32();
-    let wt = input(inputs, 1)?.to_f32();
+    let x = xt.f32_cow();
+    let wt = input(inputs, 1)?.f32_cow();
     let bias = opt_input(inputs, 2).map(Tensor::to_f32);
     if x.ndim() < 3 || x.ndim() > 4 || wt.ndim() != x.ndim() {
         return Err(format!(
@@ -567,14 +569,14 @@ fn conv(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, 
     let b = bias.as_ref().map(|b| b.iter().copied().collect::<Vec<f32>>());
     // com.microsoft FusedConv carries its activation in attributes; Conv has none.
     let act = super::elementwise::Activation::from_attrs(node)?;
-    let r = conv2d(&x, &wt, b.as_deref(), group, &geo, ctx.threads, act)?;
+    let r = conv2d(&x.view(), &wt.view(), b.as_deref(), group, &geo, ctx.threads, act)?;
     Ok(f32_as(xt.dtype(), r))
 }
 
 fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
     let xt = input(inputs, 0)?;
-    let x = xt.to_f32();
-    let wt = input(inputs, 1)?.to_f32();
+    let x = xt.f32_cow();
+    let wt = input(inputs, 1)?.f32_cow();
     let bias = opt_input(inputs, 2).map(Tensor::to_f32);
     if x.ndim() < 3 || x.ndim() > 4 || wt.ndim() != x.ndim() {
         return Err(format!(
@@ -669,16 +671,19 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
                 for ki in 0..kh {
                     for kj in 0..kw {
                         let crow = &col[((mi * kh + ki) * kw + kj) * h * w..][..h * w];
+                        // Input columns ix with 0 ≤ ix·s + off < ow, off = kj·d − pad.
+                        let (s1, off) = (strides[1], (kj * dil[1]) as isize - pb[1] as isize);
+                        let ix0 = if off < 0 { (-off as usize).div_ceil(s1) } else { 0 };
+                        let ix1 = w.min(((ow as isize - off).max(0) as usize).div_ceil(s1));
                         for iy in 0..h {
                             let oy = (iy * strides[0] + ki * dil[0]) as isize - pb[0] as isize;
-                            if oy < 0 || oy >= oh as isize {
+                            if oy < 0 || oy >= oh as isize || ix0 >= ix1 {
                                 continue;
                             }
-                            for ix in 0..w {
-                                let ox = (ix * strides[1] + kj * dil[1]) as isize - pb[1] as isize;
-                                if ox >= 0 && ox < ow as isize {
-                                    plane[oy as usize * ow + ox as usize] += crow[iy * w + ix];
-                                }
+                            let orow = &mut plane[oy as usize * ow..][..ow];
+                            let src = &crow[iy * w..][..w];
+                            for ix in ix0..ix1 {
+                                orow[(ix as isize * s1 as isize + off) as usize] += src[ix];
                             }
                         }
                     }
@@ -828,6 +833,20 @@ fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool) -> Result<(ArrayD<f32>, Vec<i6
     ))
 }
 
+/// Sum in f64 with eight independent accumulators (one serial chain of f64 adds is
+/// latency-bound; eight lanes vectorize).
+fn sum_f64(p: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut chunks = p.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f64::from(v);
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(v)).sum();
+    acc.iter().sum::<f64>() + tail
+}
+
 fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
     if x.ndim() < 3 {
         return Err("global pooling needs an N×C×… input".into());
@@ -842,7 +861,7 @@ fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
             if max {
                 p.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             } else {
-                (p.iter().map(|&v| f64::from(v)).sum::<f64>() / plane as f64) as f32
+                (sum_f64(p) / plane as f64) as f32
             }
         })
         .collect();

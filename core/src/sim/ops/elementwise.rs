@@ -222,12 +222,8 @@ impl Activation {
 
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
+    // Branch-free so that loops over it vectorize; exp saturates instead of overflowing.
+    1.0 / (1.0 + crate::sim::simd::exp_approx(-x))
 }
 
 fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>> {

@@ -195,9 +195,50 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>], rms: bool) -> OpResult {
     Ok(vec![y, mk(means)?, mk(invs)?])
 }
 
+crate::simd_dispatch!(fn softmax_row(s: &[f32], o: &mut [f32], log: bool) => softmax_row_impl);
+
+/// (Log)softmax of one contiguous row, with eight lanes for the max and the sum so that
+/// the loops vectorize.
+#[inline(always)]
+fn softmax_row_impl<const FMA: bool>(s: &[f32], o: &mut [f32], log: bool) {
+    let mut m8 = [f32::NEG_INFINITY; 8];
+    let mut chunks = s.chunks_exact(8);
+    for c in &mut chunks {
+        for (m, &v) in m8.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let mx = chunks
+        .remainder()
+        .iter()
+        .chain(&m8)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
+    for (d, &v) in o.iter_mut().zip(s) {
+        *d = crate::sim::simd::exp_approx(v - mx);
+    }
+    let mut s8 = [0f32; 8];
+    let mut oc = o.chunks_exact(8);
+    for c in &mut oc {
+        for (a, &v) in s8.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    let sum = oc.remainder().iter().sum::<f32>() + s8.iter().sum::<f32>();
+    if log {
+        let ls = sum.ln();
+        for (d, &v) in o.iter_mut().zip(s) {
+            *d = v - mx - ls;
+        }
+    } else {
+        let inv = 1.0 / sum;
+        o.iter_mut().for_each(|d| *d *= inv);
+    }
+}
+
 fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> OpResult {
     let xt = input(inputs, 0)?;
-    let x = xt.to_f32();
+    let x = xt.f32_cow();
     let r = x.ndim();
     let default_axis = if ctx.opset < 13 { 1 } else { -1 };
     if r == 0 {
@@ -214,6 +255,13 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
     let xd = xs.as_slice().ok_or("layout")?;
     let mut out = vec![0f32; xd.len()];
     let block = len * inner;
+    if inner == 1 {
+        out.par_chunks_mut(len.max(1))
+            .zip(xd.par_chunks(len.max(1)))
+            .for_each(|(o, s)| softmax_row(s, o, log));
+        let a = ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?;
+        return Ok(vec![f32_as(xt.dtype(), a)]);
+    }
     out.par_chunks_mut(block.max(1))
         .zip(xd.par_chunks(block.max(1)))
         .for_each(|(o, s)| {

@@ -813,13 +813,21 @@ fn gather_nd<T: Clone + Default + Send + Sync>(a: &ArrayD<T>, maps: &[Vec<usize>
     let n: usize = out_shape.iter().product();
     let mut out = vec![T::default(); n];
     if n > 0 && !src.is_empty() {
-        if out_shape.len() > 1 && out_shape[0] > 1 {
+        // Leading axes of output size 1 (the batch) only offset the source; the work is
+        // split along the first axis after them.
+        let (mut k, mut base) = (0, 0);
+        while k + 1 < out_shape.len() && out_shape[k] == 1 {
+            base += maps[k][0] * is[k];
+            k += 1;
+        }
+        let src = &src[base..];
+        if out_shape.len() - k > 1 && out_shape[k] > 1 {
             use rayon::prelude::*;
-            out.par_chunks_mut(os[0]).zip(maps[0].par_iter()).for_each(|(d, &i)| {
-                rec(&src[i * is[0]..], &is[1..], &os[1..], &maps[1..], d);
+            out.par_chunks_mut(os[k]).zip(maps[k].par_iter()).for_each(|(d, &i)| {
+                rec(&src[i * is[k]..], &is[k + 1..], &os[k + 1..], &maps[k + 1..], d);
             });
         } else {
-            rec(src, &is, &os, maps, &mut out);
+            rec(src, &is[k..], &os[k..], &maps[k..], &mut out);
         }
     }
     ArrayD::from_shape_vec(IxDyn(out_shape), out)
