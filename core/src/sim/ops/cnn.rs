@@ -536,8 +536,7 @@ pub fn conv2d(
         }
     }
     if let Some(a) = act {
-        out.par_chunks_mut(1 << 14)
-            .for_each(|c| c.iter_mut().for_each(|v| *v = a.apply(*v)));
+        out.par_chunks_mut(1 << 14).for_each(|c| a.apply_slice(c));
     }
     let mut shape = vec![n, m];
     shape.extend(if x.ndim() == 3 { vec![ow] } else { vec![oh, ow] });

@@ -153,6 +153,35 @@ fn round_even<F: num_traits::Float>(x: F) -> F {
     }
 }
 
+/// `y` clamped to [0, 1] by comparisons (NaN stays NaN, and the loop vectorizes).
+#[inline(always)]
+fn unit(y: f32) -> f32 {
+    let y = if y < 0.0 { 0.0 } else { y };
+    if y > 1.0 { 1.0 } else { y }
+}
+
+crate::simd_dispatch!(fn act_slice(a: Activation, s: &mut [f32]) => act_slice_impl);
+
+#[inline(always)]
+fn act_slice_impl<const FMA: bool>(a: Activation, s: &mut [f32]) {
+    macro_rules! each {
+        ($f:expr) => {{
+            let f = $f;
+            s.iter_mut().for_each(|v| *v = f(*v))
+        }};
+    }
+    match a {
+        Activation::Relu => each!(|x: f32| x.max(0.0)),
+        Activation::Clip(lo, hi) => each!(|x: f32| x.max(lo).min(hi)),
+        Activation::LeakyRelu(al) => each!(|x: f32| if x < 0.0 { al * x } else { x }),
+        Activation::HardSigmoid(al, be) => each!(|x: f32| unit(al * x + be)),
+        Activation::HardSwish => each!(|x: f32| x * unit(x / 6.0 + 0.5)),
+        Activation::Sigmoid => each!(sigmoid),
+        Activation::Tanh => each!(|x: f32| x.tanh()),
+        Activation::Silu => each!(|x: f32| x * sigmoid(x)),
+    }
+}
+
 /// A scalar activation applied by fused kernels (Conv + Relu and the like).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
@@ -186,6 +215,12 @@ impl Activation {
             Self::Tanh => x.tanh(),
             Self::Silu => x * sigmoid(x),
         }
+    }
+
+    /// Applies the activation to every element, the variant chosen once outside the loop
+    /// so that the loop vectorizes.
+    pub fn apply_slice(self, s: &mut [f32]) {
+        act_slice(self, s);
     }
 
     /// The activation named by a fused node's attributes (com.microsoft `FusedConv` with

@@ -364,7 +364,11 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
             if let Some(act) = super::elementwise::Activation::from_attrs(node)?
                 && let Tensor::F32(a) = &mut y
             {
-                a.mapv_inplace(|v| act.apply(v));
+                if let Some(s) = a.as_slice_mut() {
+                    act.apply_slice(s);
+                } else {
+                    a.mapv_inplace(|v| act.apply(v));
+                }
             }
             Ok(y)
         }),
