@@ -49,6 +49,25 @@ pub fn sgemm(m: usize, n: usize, k: usize, a: Mat<'_>, b: Mat<'_>, c: &mut [f32]
     sgemm_scaled(m, n, k, a, b, c, accumulate, 1.0, threads);
 }
 
+/// Runs on each row segment of C right after the block holding it is computed (while it is
+/// still in cache): `(row, segment)`. Conv uses it to add the bias and apply the activation.
+pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
+
+/// [`sgemm`] with an epilogue over every row segment of the result.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_then(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    threads: usize,
+    epi: Epilogue<'_>,
+) {
+    sgemm_impl(m, n, k, a, b, c, false, 1.0, threads, Some(epi));
+}
+
 /// `c = [c +] scale · a · b`.
 pub fn sgemm_scaled(
     m: usize,
@@ -61,6 +80,22 @@ pub fn sgemm_scaled(
     scale: f32,
     threads: usize,
 ) {
+    sgemm_impl(m, n, k, a, b, c, accumulate, scale, threads, None);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sgemm_impl(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: &mut [f32],
+    accumulate: bool,
+    scale: f32,
+    threads: usize,
+    epi: Option<Epilogue<'_>>,
+) {
     assert!(
         fits(a, m, k) && fits(b, k, n) && c.len() >= m * n,
         "sgemm operands out of bounds"
@@ -71,6 +106,9 @@ pub fn sgemm_scaled(
     if k == 0 {
         if !accumulate {
             c[..m * n].fill(0.0);
+        }
+        if let Some(f) = epi {
+            c[..m * n].chunks_mut(n).enumerate().for_each(|(r, row)| f(r, row));
         }
         return;
     }
@@ -105,6 +143,11 @@ pub fn sgemm_scaled(
                         accumulate,
                         scale,
                     );
+                    if let Some(f) = epi {
+                        // SAFETY: rows lo..lo+cnt belong to this block only.
+                        let blk = std::slice::from_raw_parts_mut(out.0.add(lo * n), cnt * n);
+                        blk.chunks_mut(n).enumerate().for_each(|(r, row)| f(lo + r, row));
+                    }
                 } else {
                     gemm_raw(
                         m,
@@ -119,6 +162,12 @@ pub fn sgemm_scaled(
                         accumulate,
                         scale,
                     );
+                    if let Some(f) = epi {
+                        for r in 0..m {
+                            // SAFETY: columns lo..lo+cnt of every row belong to this block only.
+                            f(r, std::slice::from_raw_parts_mut(out.0.add(r * n + lo), cnt));
+                        }
+                    }
                 }
             }
         });
@@ -140,6 +189,9 @@ pub fn sgemm_scaled(
             scale,
         )
     };
+    if let Some(f) = epi {
+        c[..m * n].chunks_mut(n).enumerate().for_each(|(r, row)| f(r, row));
+    }
 }
 
 /// A pointer to disjoint parts of one output, shared by the workers writing them.
