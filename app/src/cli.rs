@@ -1,4 +1,4 @@
-//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
+//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -119,6 +119,55 @@ enum Command {
         #[arg(long)]
         optimize: bool,
     },
+    /// Calibrates a quantization plan (on the optimized graph) and, with `--eval`, simulates it
+    /// with fake quantization and reports per-tensor and per-output SQNR against FP32.
+    Quantize {
+        model: PathBuf,
+        /// Calibration data: a folder of .npy/.npz/.png/.jpg files, one file, or `synthetic:N`.
+        #[arg(long, value_name = "PATH")]
+        calib: String,
+        /// How images become inputs: `size=HxW;resize=stretch|letterbox|pad-right|center-crop;color=rgb|bgr;scale=1/255;mean=a,b,c;std=a,b,c;layout=nchw|nhwc`.
+        #[arg(long, value_name = "SPEC")]
+        preprocess: Option<String>,
+        /// Built-in recipe: w8a8, w8a16, w4a16, fp16.
+        #[arg(long, default_value = "w8a8")]
+        preset: String,
+        /// Calibration method (default: the preset's): minmax, moving-average, percentile[-P], mse, entropy.
+        #[arg(long, value_name = "METHOD")]
+        calibration: Option<String>,
+        /// Evaluation data (same forms as --calib): simulate the plan and report its error.
+        #[arg(long, value_name = "PATH")]
+        eval: Option<String>,
+        /// The plan (RON), written atomically.
+        #[arg(long, value_name = "PLAN.ron")]
+        out: PathBuf,
+        /// The error report (JSON): `outputs`, `tensors`.
+        #[arg(long, value_name = "FILE.json")]
+        report: Option<PathBuf>,
+        /// The per-tensor error table as CSV.
+        #[arg(long, value_name = "FILE.csv")]
+        csv: Option<PathBuf>,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Skip the empirical bias correction (a second pass over the calibration data).
+        #[arg(long)]
+        no_bias_correction: bool,
+    },
+    /// Simulates a plan and analyses it: weight-only vs activation-only error, per-layer
+    /// sweeps ranked, histograms with clipping ranges; one JSON report.
+    Analyze {
+        model: PathBuf,
+        #[arg(long, value_name = "PLAN.ron")]
+        plan: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        eval: String,
+        #[arg(long, value_name = "SPEC")]
+        preprocess: Option<String>,
+        #[arg(long, value_name = "FILE.json")]
+        report: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
 }
 
 pub fn main() -> Result<()> {
@@ -161,6 +210,39 @@ pub fn main() -> Result<()> {
             profile,
             optimize,
         }) => bench(&model, &inputs, &shapes, threads, runs, warmup, json, profile, optimize),
+        Some(Command::Quantize {
+            model,
+            calib,
+            preprocess,
+            preset,
+            calibration,
+            eval,
+            out,
+            report,
+            csv,
+            threads,
+            no_bias_correction,
+        }) => crate::cli_quant::quantize(
+            &model,
+            &calib,
+            preprocess.as_deref(),
+            &preset,
+            calibration.as_deref(),
+            eval.as_deref(),
+            &out,
+            report.as_deref(),
+            csv.as_deref(),
+            threads,
+            no_bias_correction,
+        ),
+        Some(Command::Analyze {
+            model,
+            plan,
+            eval,
+            preprocess,
+            report,
+            threads,
+        }) => crate::cli_quant::analyze(&model, &plan, &eval, preprocess.as_deref(), &report, threads),
     }
 }
 

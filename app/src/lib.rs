@@ -2,6 +2,7 @@
 
 pub mod bench_layout;
 pub mod cli;
+pub mod cli_quant;
 pub mod graph;
 pub mod info;
 pub mod studio;

@@ -6,4 +6,5 @@ pub mod import;
 pub mod ir;
 pub mod passes;
 pub mod progress;
+pub mod quant;
 pub mod sim;

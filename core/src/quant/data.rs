@@ -1,0 +1,378 @@
+//! Calibration and evaluation sets: `.npy` files (one sample for a single-input model),
+//! `.npz` files (one array per input name), images with a preprocessing spec, or synthetic
+//! data. Samples are loaded one at a time as the pass streams over them.
+
+use super::QuantError;
+use crate::ir::{Dim, Model, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// How an image becomes an input tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preprocess {
+    /// Target height and width (default: the input's fixed dims).
+    pub size: Option<(usize, usize)>,
+    pub resize: Resize,
+    pub bgr: bool,
+    /// Multiplies the 0–255 pixel values first.
+    pub scale: f32,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+    pub nhwc: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resize {
+    /// To the target size, aspect ratio ignored.
+    Stretch,
+    /// Keep the aspect ratio, pad centred (pad value 0 after normalization).
+    Letterbox,
+    /// Keep the aspect ratio, fit the height, pad (or cut) on the right (text recognizers).
+    PadRight,
+    /// Resize the short side, crop the centre.
+    CenterCrop,
+}
+
+impl Default for Preprocess {
+    fn default() -> Self {
+        Self {
+            size: None,
+            resize: Resize::Stretch,
+            bgr: false,
+            scale: 1.0 / 255.0,
+            mean: [0.0; 3],
+            std: [1.0; 3],
+            nhwc: false,
+        }
+    }
+}
+
+impl Preprocess {
+    /// Parses `key=value` pairs separated by `;`: `size=HxW`, `resize=stretch|letterbox|pad-right|center-crop`,
+    /// `color=rgb|bgr`, `scale=F` (or `1/255`), `mean=a,b,c`, `std=a,b,c`, `layout=nchw|nhwc`.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let mut p = Self::default();
+        for part in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("preprocessing: `{part}` is not key=value"))?;
+            let bad = |what: &str| format!("preprocessing: {k}: {what}, got `{v}`");
+            let num = |s: &str| -> Result<f32, String> {
+                if let Some((a, b)) = s.split_once('/') {
+                    let (a, b): (f32, f32) = (a.trim().parse().map_err(|_| bad("a number"))?, b.trim().parse().map_err(|_| bad("a number"))?);
+                    return Ok(a / b);
+                }
+                s.trim().parse().map_err(|_| bad("a number"))
+            };
+            let triple = |s: &str| -> Result<[f32; 3], String> {
+                let v: Vec<f32> = s.split(',').map(num).collect::<Result<_, _>>()?;
+                match v.as_slice() {
+                    [a] => Ok([*a; 3]),
+                    [a, b, c] => Ok([*a, *b, *c]),
+                    _ => Err(bad("one or three numbers")),
+                }
+            };
+            match k.trim() {
+                "size" => {
+                    let (h, w) = v.split_once('x').ok_or_else(|| bad("HxW"))?;
+                    p.size = Some((h.parse().map_err(|_| bad("HxW"))?, w.parse().map_err(|_| bad("HxW"))?));
+                }
+                "resize" => {
+                    p.resize = match v {
+                        "stretch" => Resize::Stretch,
+                        "letterbox" => Resize::Letterbox,
+                        "pad-right" => Resize::PadRight,
+                        "center-crop" => Resize::CenterCrop,
+                        _ => return Err(bad("stretch, letterbox, pad-right or center-crop")),
+                    }
+                }
+                "color" => {
+                    p.bgr = match v {
+                        "rgb" => false,
+                        "bgr" => true,
+                        _ => return Err(bad("rgb or bgr")),
+                    }
+                }
+                "scale" => p.scale = num(v)?,
+                "mean" => p.mean = triple(v)?,
+                "std" => {
+                    p.std = triple(v)?;
+                    if p.std.contains(&0.0) {
+                        return Err(bad("non-zero values"));
+                    }
+                }
+                "layout" => {
+                    p.nhwc = match v {
+                        "nchw" => false,
+                        "nhwc" => true,
+                        _ => return Err(bad("nchw or nhwc")),
+                    }
+                }
+                _ => return Err(format!("preprocessing: unknown key `{k}` (size, resize, color, scale, mean, std, layout)")),
+            }
+        }
+        Ok(p)
+    }
+
+    /// Decodes and preprocesses one image file into a `1×3×H×W` (or `1×H×W×3`) tensor.
+    pub fn load_image(&self, path: &Path, input_shape: Option<&[Dim]>) -> Result<Tensor, String> {
+        let (h, w) = match (self.size, input_shape) {
+            (Some(s), _) => s,
+            (None, Some(dims)) if dims.len() == 4 => {
+                let (hd, wd) = if self.nhwc { (&dims[1], &dims[2]) } else { (&dims[2], &dims[3]) };
+                match (hd, wd) {
+                    (Dim::Fixed(h), Dim::Fixed(w)) => (*h, *w),
+                    _ => return Err("the model input has dynamic height or width: give size=HxW".into()),
+                }
+            }
+            _ => return Err("give size=HxW in the preprocessing spec".into()),
+        };
+        let img = image::ImageReader::open(path)
+            .map_err(|e| e.to_string())?
+            .with_guessed_format()
+            .map_err(|e| e.to_string())?
+            .decode()
+            .map_err(|e| format!("cannot decode the image: {e}"))?
+            .to_rgb8();
+        let (iw, ih) = (img.width() as usize, img.height() as usize);
+        if iw == 0 || ih == 0 {
+            return Err("the image is empty".into());
+        }
+        use image::imageops::{FilterType, resize};
+        let fit = |rw: usize, rh: usize| resize(&img, rw.max(1) as u32, rh.max(1) as u32, FilterType::Triangle);
+        // (resized image, its offset in the target canvas)
+        let (r, ox, oy): (image::RgbImage, isize, isize) = match self.resize {
+            Resize::Stretch => (fit(w, h), 0, 0),
+            Resize::Letterbox => {
+                let s = (w as f64 / iw as f64).min(h as f64 / ih as f64);
+                let (rw, rh) = ((iw as f64 * s).round() as usize, (ih as f64 * s).round() as usize);
+                (fit(rw, rh), ((w - rw.min(w)) / 2) as isize, ((h - rh.min(h)) / 2) as isize)
+            }
+            Resize::PadRight => {
+                let rw = ((h as f64 * iw as f64 / ih as f64).ceil() as usize).min(w);
+                (fit(rw, h), 0, 0)
+            }
+            Resize::CenterCrop => {
+                let s = (w as f64 / iw as f64).max(h as f64 / ih as f64);
+                let (rw, rh) = ((iw as f64 * s).round() as usize, (ih as f64 * s).round() as usize);
+                (fit(rw, rh), -(((rw.max(w) - w) / 2) as isize), -(((rh.max(h) - h) / 2) as isize))
+            }
+        };
+        let mut out = vec![0f32; 3 * h * w];
+        // Padding is 0 after normalization (as PaddleOCR pads).
+        for y in 0..h {
+            for x in 0..w {
+                let (sx, sy) = (x as isize - ox, y as isize - oy);
+                if sx < 0 || sy < 0 || sx as u32 >= r.width() || sy as u32 >= r.height() {
+                    continue;
+                }
+                let px = r.get_pixel(sx as u32, sy as u32).0;
+                for c in 0..3 {
+                    let src = if self.bgr { 2 - c } else { c };
+                    let v = (f32::from(px[src]) * self.scale - self.mean[c]) / self.std[c];
+                    let i = if self.nhwc { (y * w + x) * 3 + c } else { c * h * w + y * w + x };
+                    out[i] = v;
+                }
+            }
+        }
+        let shape = if self.nhwc { [1, h, w, 3] } else { [1, 3, h, w] };
+        Tensor::from_f32(&shape, out).ok_or_else(|| "internal: shape".into())
+    }
+}
+
+/// Where samples come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    Files(Vec<PathBuf>),
+    /// N random samples (normal, mean 0, std 1) with the input's shape.
+    Synthetic(usize),
+}
+
+const IMAGE_EXT: &[&str] = &["png", "jpg", "jpeg"];
+
+/// Lists a calibration path: a folder (its `.npy`, `.npz` and image files, sorted), one
+/// file, or `synthetic:N`.
+pub fn source(path: &str) -> Result<Source, QuantError> {
+    if let Some(n) = path.strip_prefix("synthetic:") {
+        let n = n
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| QuantError::Data(format!("{path}: expected synthetic:N with N > 0")))?;
+        return Ok(Source::Synthetic(n));
+    }
+    let p = Path::new(path);
+    if !p.exists() {
+        return Err(QuantError::Data(format!("{path}: no such file or folder")));
+    }
+    if p.is_file() {
+        return Ok(Source::Files(vec![p.to_path_buf()]));
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+        .map_err(|e| QuantError::Data(format!("{path}: {e}")))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|f| {
+            f.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| e == "npy" || e == "npz" || IMAGE_EXT.contains(&e.to_ascii_lowercase().as_str()))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(QuantError::Data(format!(
+            "{path}: no .npy, .npz, .png or .jpg files in this folder"
+        )));
+    }
+    Ok(Source::Files(files))
+}
+
+impl Source {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Files(f) => f.len(),
+            Self::Synthetic(n) => *n,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Streams the samples, each checked against the model's inputs (dtype, rank, fixed
+    /// dims, finite values); errors name the file.
+    pub fn samples<'a>(
+        &'a self,
+        model: &'a Model,
+        pre: &'a Preprocess,
+    ) -> impl Iterator<Item = Result<(String, HashMap<String, Tensor>), QuantError>> + 'a {
+        (0..self.len()).map(move |i| match self {
+            Self::Files(f) => {
+                let p = &f[i];
+                let label = p.display().to_string();
+                load_file(p, model, pre)
+                    .and_then(|s| check(model, &s).map(|()| s))
+                    .map(|s| (label.clone(), s))
+                    .map_err(|m| QuantError::Data(format!("{label}: {m}")))
+            }
+            Self::Synthetic(_) => synthetic(model, i as u64).map(|s| (format!("synthetic sample {i}"), s)),
+        })
+    }
+}
+
+fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String, Tensor>, String> {
+    let g = &model.graph;
+    let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let only_input = || -> Result<(String, Option<Vec<Dim>>), String> {
+        match g.inputs.as_slice() {
+            [i] => Ok((g.values[*i].name.clone(), g.values[*i].shape.clone())),
+            _ => Err(format!(
+                "the model has {} inputs; use .npz files with one array per input name",
+                g.inputs.len()
+            )),
+        }
+    };
+    let mut out = HashMap::new();
+    match ext.as_str() {
+        "npy" => {
+            let (name, _) = only_input()?;
+            out.insert(name, read_npy(p)?);
+        }
+        "npz" => {
+            use ndarray_npy::NpzReader;
+            let f = std::fs::File::open(p).map_err(|e| e.to_string())?;
+            let mut z = NpzReader::new(f).map_err(|e| format!("not a readable .npz: {e}"))?;
+            for &i in &g.inputs {
+                let name = &g.values[i].name;
+                let a: ndarray::ArrayD<f32> = z
+                    .by_name(name)
+                    .or_else(|_| z.by_name(&format!("{name}.npy")))
+                    .map_err(|e| format!("no float32 array named `{name}`: {e}"))?;
+                out.insert(name.clone(), Tensor::F32(a));
+            }
+        }
+        _ => {
+            let (name, shape) = only_input()?;
+            out.insert(name, pre.load_image(p, shape.as_deref())?);
+        }
+    }
+    Ok(out)
+}
+
+fn read_npy(p: &Path) -> Result<Tensor, String> {
+    use ndarray_npy::ReadNpyExt;
+    let f = || std::fs::File::open(p).map_err(|e| e.to_string());
+    if let Ok(a) = ndarray::ArrayD::<f32>::read_npy(f()?) {
+        return Ok(Tensor::F32(a));
+    }
+    match ndarray::ArrayD::<f64>::read_npy(f()?) {
+        Ok(a) => Ok(Tensor::F32(a.mapv(|v| v as f32))),
+        Err(e) => Err(format!("not a float32/float64 .npy file: {e}")),
+    }
+}
+
+/// Checks a sample against the model's declared inputs.
+fn check(model: &Model, s: &HashMap<String, Tensor>) -> Result<(), String> {
+    let g = &model.graph;
+    for &i in &g.inputs {
+        let v = &g.values[i];
+        let t = s.get(&v.name).ok_or_else(|| format!("no tensor for input `{}`", v.name))?;
+        if let Some(shape) = &v.shape {
+            let ok = shape.len() == t.shape().len()
+                && shape.iter().zip(t.shape()).all(|(d, &n)| match d {
+                    Dim::Fixed(k) => *k == n,
+                    Dim::Sym(_) => n > 0,
+                });
+            if !ok {
+                return Err(format!(
+                    "input `{}` expects shape {}, the file holds {:?}",
+                    v.name,
+                    crate::ir::shape_string(shape),
+                    t.shape()
+                ));
+            }
+        }
+        if let Tensor::F32(a) = t
+            && let Some(k) = a.iter().position(|x| !x.is_finite())
+        {
+            return Err(format!("input `{}` holds a non-finite value at flat index {k}", v.name));
+        }
+    }
+    Ok(())
+}
+
+/// A deterministic normal sample per input (fixed dims; symbolic dims become 1).
+fn synthetic(model: &Model, seed: u64) -> Result<HashMap<String, Tensor>, QuantError> {
+    let g = &model.graph;
+    let mut out = HashMap::new();
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    for &i in &g.inputs {
+        let v = &g.values[i];
+        let shape: Vec<usize> = v
+            .shape
+            .as_ref()
+            .ok_or_else(|| QuantError::Data(format!("input `{}` has no shape for synthetic data", v.name)))?
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(k) => *k,
+                Dim::Sym(_) => 1,
+            })
+            .collect();
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = (0..n)
+            .map(|_| {
+                let (a, b) = (uniform(), uniform());
+                ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
+            })
+            .collect();
+        let t = Tensor::from_f32(&shape, data)
+            .ok_or_else(|| QuantError::Data(format!("input `{}`: bad shape", v.name)))?;
+        out.insert(v.name.clone(), t);
+    }
+    Ok(out)
+}

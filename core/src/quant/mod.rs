@@ -1,0 +1,881 @@
+//! Quantization: calibration statistics, quantization plans (per-layer precision), fake-quant
+//! simulation on the FP32 executor's kernels, and the per-tensor error report.
+//!
+//! The plan is made on the optimized graph (BatchNorm folded, activations fused into their
+//! producer), so a Conv+Relu is one layer with one output quantizer and its error is
+//! attributed to the op that runs.
+
+pub mod analysis;
+pub mod data;
+pub mod observer;
+pub mod scheme;
+
+use crate::ir::{DType, Graph, Model, Node, NodeId, Tensor, ValueId};
+use crate::progress::Progress;
+use crate::sim::OpCtx;
+use observer::{Calibration, Observer};
+use scheme::{ActFormat, Affine, ErrorStats, WeightFormat, qdq_activation, qdq_weight};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// Ops whose output keeps its input's quantization (they move or select values, never
+/// make new ones): no quantizer of their own.
+const PASS_THROUGH: &[&str] = &[
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Identity",
+    "Slice",
+    "Gather",
+    "Split",
+    "MaxPool",
+    "GlobalMaxPool",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Dropout",
+    "Expand",
+    "Tile",
+];
+
+/// Activations a target runs fused into the op before them (clamps and look-up tables).
+const FUSED_ACTIVATIONS: &[&str] = &["Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu"];
+
+/// The data input of a node that a target runs as an epilogue of its producer: an
+/// activation, or Add/Sub/Mul/Div with a scalar constant.
+fn epilogue_input(g: &Graph, node: &Node) -> Option<usize> {
+    if FUSED_ACTIVATIONS.contains(&node.op.as_str()) {
+        return Some(0);
+    }
+    if !matches!(node.op.as_str(), "Add" | "Sub" | "Mul" | "Div") || node.inputs.len() != 2 {
+        return None;
+    }
+    let scalar = |k: usize| {
+        node.input(k)
+            .and_then(|v| g.values[v].constant.as_ref())
+            .is_some_and(|c| c.shape.iter().product::<usize>() == 1)
+    };
+    match (scalar(0), scalar(1)) {
+        (false, true) => Some(0),
+        // c / x is not affine in x.
+        (true, false) if node.op != "Div" => Some(1),
+        _ => None,
+    }
+}
+
+/// A layer's precision as the user picks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayerPrecision {
+    pub weights: WeightFormat,
+    pub activations: ActFormat,
+}
+
+impl LayerPrecision {
+    pub const INT8: Self = Self {
+        weights: WeightFormat::Int8,
+        activations: ActFormat::Int8,
+    };
+    /// 8-bit weights, 16-bit activations.
+    pub const INT16: Self = Self {
+        weights: WeightFormat::Int8,
+        activations: ActFormat::Int16,
+    };
+    pub const FP16: Self = Self {
+        weights: WeightFormat::Fp16,
+        activations: ActFormat::Fp16,
+    };
+    pub const INT4: Self = Self {
+        weights: WeightFormat::Int4 { group: 32 },
+        activations: ActFormat::Int16,
+    };
+    pub const FLOAT: Self = Self {
+        weights: WeightFormat::Float,
+        activations: ActFormat::Float,
+    };
+
+    /// `int8`, `int16`, `fp16`, `int4`, `float`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "int8" => Self::INT8,
+            "int16" => Self::INT16,
+            "fp16" => Self::FP16,
+            "int4" => Self::INT4,
+            "float" => Self::FLOAT,
+            _ => return Err(format!("unknown precision `{s}` (int8, int16, fp16, int4, float)")),
+        })
+    }
+}
+
+/// Built-in recipes: the precision of every layer and the calibration method.
+pub fn preset(name: &str) -> Result<(LayerPrecision, Calibration), String> {
+    Ok(match name {
+        "w8a8" => (LayerPrecision::INT8, Calibration::Mse),
+        "w8a16" => (LayerPrecision::INT16, Calibration::Mse),
+        "w4a16" => (LayerPrecision::INT4, Calibration::Mse),
+        "fp16" => (LayerPrecision::FP16, Calibration::MinMax),
+        _ => return Err(format!("unknown preset `{name}` (w8a8, w8a16, w4a16, fp16)")),
+    })
+}
+
+/// Clipping ranges of one activation for each integer width.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ranges {
+    pub int8: (f64, f64),
+    pub int16: (f64, f64),
+}
+
+impl Ranges {
+    pub fn for_format(&self, f: ActFormat) -> (f64, f64) {
+        if f == ActFormat::Int16 { self.int16 } else { self.int8 }
+    }
+}
+
+/// A quantization plan: what `npu-studio quantize` writes (RON) and `analyze` reads.
+/// Names refer to the optimized graph, which the passes rebuild identically from the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuantPlan {
+    pub version: u32,
+    pub preset: String,
+    pub calibration: Calibration,
+    pub calibration_samples: usize,
+    /// Graph inputs' format.
+    pub inputs: ActFormat,
+    /// The preset's precision, for layers not listed in `layers`.
+    pub default: LayerPrecision,
+    /// Per-node precision (by node name), where it differs from `default`.
+    pub layers: BTreeMap<String, LayerPrecision>,
+    /// Clipping range of every quantized activation, by value name.
+    pub ranges: BTreeMap<String, Ranges>,
+    /// Per-channel shift subtracted from a layer's bias (by node name): the mean error its
+    /// quantized form makes on the calibration data (empirical bias correction).
+    #[serde(default)]
+    pub bias_correction: BTreeMap<String, Vec<f32>>,
+}
+
+impl QuantPlan {
+    pub fn precision(&self, node: &Node) -> LayerPrecision {
+        self.layers.get(&node.name).copied().unwrap_or(self.default)
+    }
+}
+
+/// Errors of the quantizer, each naming what it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum QuantError {
+    #[error("{0}")]
+    Data(String),
+    #[error("node {node} ({op}): {message}")]
+    Node { node: String, op: String, message: String },
+    #[error("tensor {name}: {message}")]
+    Tensor { name: String, message: String },
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// A model prepared for calibration and fake-quant simulation: node order, last uses,
+/// which values get a quantizer and where every value's grid comes from.
+pub struct Quantizer<'m> {
+    pub model: &'m Model,
+    order: Vec<NodeId>,
+    /// Step after which a value is no longer needed (`usize::MAX`: graph output).
+    last_use: Vec<usize>,
+    /// Values with a quantizer of their own: graph inputs and outputs of compute nodes.
+    pub quant_points: Vec<ValueId>,
+    /// For every float value, the quantizer whose grid it lies on (itself, or the input of
+    /// a pass-through chain).
+    source: Vec<Option<ValueId>>,
+    ctx: OpCtx,
+    pool: rayon::ThreadPool,
+}
+
+fn is_float(g: &Graph, v: ValueId) -> bool {
+    g.values[v].dtype.is_none_or(|d| d == DType::F32)
+}
+
+/// The weight input of a node and its output-channel axis.
+fn weight_axis(g: &Graph, node: &Node, input: usize) -> Option<usize> {
+    let v = node.input(input)?;
+    let rank = g.values[v].constant.as_ref()?.shape.len();
+    match (node.op.as_str(), input) {
+        ("Conv" | "FusedConv", 1) => Some(0),
+        ("ConvTranspose", 1) => Some(1.min(rank.saturating_sub(1))),
+        ("Gemm" | "FusedGemm", 1) => Some(if node.attr_i("transB").unwrap_or(0) != 0 { 0 } else { 1 }),
+        ("MatMul", 1) if rank >= 2 => Some(rank - 1),
+        _ => None,
+    }
+}
+
+/// A constant that is data to the op (quantized like a weight, per tensor), not a parameter
+/// such as Resize's scales, Clip's bounds or a shape.
+fn is_data_operand(node: &Node, input: usize) -> bool {
+    match node.op.as_str() {
+        "Add" | "Sub" | "Mul" | "Div" | "PRelu" | "Concat" | "Max" | "Min" => true,
+        "MatMul" => input == 0,
+        "LayerNormalization" | "InstanceNormalization" => input >= 1,
+        _ => false,
+    }
+}
+
+fn is_bias(node: &Node, input: usize) -> bool {
+    input == 2 && matches!(node.op.as_str(), "Conv" | "FusedConv" | "ConvTranspose" | "Gemm" | "FusedGemm")
+}
+
+impl<'m> Quantizer<'m> {
+    pub fn new(model: &'m Model, threads: usize) -> Result<Self, QuantError> {
+        let g = &model.graph;
+        let order = g.topo_order().map_err(|e| QuantError::Data(e.to_string()))?;
+        let mut last_use = vec![0usize; g.values.len()];
+        for (step, &n) in order.iter().enumerate() {
+            let node = &g.nodes[n];
+            if crate::sim::ops::containers::CONTAINER_OPS.contains(&node.op.as_str()) {
+                return Err(QuantError::Node {
+                    node: node.label(),
+                    op: node.op.clone(),
+                    message: "control flow is not quantized yet".into(),
+                });
+            }
+            for v in node.inputs.iter().flatten() {
+                last_use[*v] = step;
+            }
+        }
+        for &o in &g.outputs {
+            last_use[o] = usize::MAX;
+        }
+        let mut quant_points = Vec::new();
+        let mut source = vec![None; g.values.len()];
+        for &i in &g.inputs {
+            if is_float(g, i) {
+                quant_points.push(i);
+                source[i] = Some(i);
+            }
+        }
+        for &n in &order {
+            let node = &g.nodes[n];
+            let pass = PASS_THROUGH.contains(&node.op.as_str());
+            for o in node.outputs.iter().flatten() {
+                if !is_float(g, *o) || node.op == "Constant" {
+                    continue;
+                }
+                if pass {
+                    source[*o] = node.input(0).and_then(|v| source[v]);
+                } else {
+                    quant_points.push(*o);
+                    source[*o] = Some(*o);
+                }
+            }
+        }
+        // An epilogue fused into its producer: an activation (as a target fuses Conv+Relu)
+        // or a scalar affine step, alone or chained (a chain of one-input element-wise
+        // functions runs as one requantization or look-up table). The producer's output
+        // stays in the accumulator; only the end of the chain is quantized.
+        let consumers = g.consumers();
+        for &n in &order {
+            let node = &g.nodes[n];
+            let Some(pos) = epilogue_input(g, node) else { continue };
+            let Some(x) = node.input(pos) else { continue };
+            let Some(p) = g.values[x].producer else { continue };
+            let producer = &g.nodes[p];
+            if source[x] == Some(x)
+                && !PASS_THROUGH.contains(&producer.op.as_str())
+                && consumers[x].len() == 1
+                && !g.outputs.contains(&x)
+            {
+                source[x] = None;
+                quant_points.retain(|&v| v != x);
+            }
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .build()
+            .map_err(|e| QuantError::Data(e.to_string()))?;
+        Ok(Self {
+            model,
+            order,
+            last_use,
+            quant_points,
+            source,
+            ctx: OpCtx {
+                opset: model.opset(),
+                threads: threads.max(1),
+            },
+            pool,
+        })
+    }
+
+    fn graph(&self) -> &Graph {
+        &self.model.graph
+    }
+
+    /// Binds a sample's named inputs to graph input ids.
+    fn bind(&self, sample: &HashMap<String, Tensor>) -> Result<Vec<(ValueId, Tensor)>, QuantError> {
+        let g = self.graph();
+        g.inputs
+            .iter()
+            .map(|&i| {
+                let name = &g.values[i].name;
+                sample
+                    .get(name)
+                    .cloned()
+                    .map(|t| (i, t))
+                    .ok_or_else(|| QuantError::Data(format!("the sample has no tensor for input `{name}`")))
+            })
+            .collect()
+    }
+
+    /// Runs the graph node by node. `weights` replaces constants; `on_value` sees (and may
+    /// change) every value as it is made; with `keep`, every value is returned, else only
+    /// the outputs.
+    fn forward(
+        &self,
+        sample: &HashMap<String, Tensor>,
+        weights: &HashMap<ValueId, Tensor>,
+        on_value: &mut (dyn FnMut(ValueId, &mut Tensor) -> Result<(), QuantError> + Send),
+        keep: bool,
+    ) -> Result<HashMap<ValueId, Tensor>, QuantError> {
+        let g = self.graph();
+        let mut env: HashMap<ValueId, Tensor> = HashMap::new();
+        for (i, mut t) in self.bind(sample)? {
+            on_value(i, &mut t)?;
+            env.insert(i, t);
+        }
+        self.pool.install(|| -> Result<(), QuantError> {
+            for (step, &n) in self.order.iter().enumerate() {
+                let node = &g.nodes[n];
+                let ins: Vec<Option<&Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        v.and_then(|v| {
+                            weights
+                                .get(&v)
+                                .or_else(|| env.get(&v))
+                                .or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor))
+                        })
+                    })
+                    .collect();
+                let outs = crate::sim::ops::eval(node, &ins, &self.ctx).map_err(|message| QuantError::Node {
+                    node: node.label(),
+                    op: node.op.clone(),
+                    message,
+                })?;
+                for (o, mut t) in node.outputs.iter().zip(outs) {
+                    if let Some(o) = o {
+                        on_value(*o, &mut t)?;
+                        env.insert(*o, t);
+                    }
+                }
+                if !keep {
+                    for v in node.inputs.iter().flatten() {
+                        if self.last_use[*v] == step {
+                            env.remove(v);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        if !keep {
+            env.retain(|v, _| g.outputs.contains(v));
+        }
+        Ok(env)
+    }
+
+    /// Gathers statistics of every quantized activation over the samples in one streaming
+    /// pass; returns the plan with the chosen ranges.
+    pub fn calibrate(
+        &self,
+        samples: &mut dyn Iterator<Item = Result<(String, HashMap<String, Tensor>), QuantError>>,
+        total: usize,
+        preset_name: &str,
+        method: Calibration,
+        progress: &dyn Progress,
+    ) -> Result<QuantPlan, QuantError> {
+        let (default, _) = preset(preset_name).map_err(QuantError::Data)?;
+        let g = self.graph();
+        let mut obs: HashMap<ValueId, Observer> = self.quant_points.iter().map(|&v| (v, Observer::new())).collect();
+        let mut n = 0;
+        for s in samples {
+            if progress.cancelled() {
+                return Err(QuantError::Cancelled);
+            }
+            let (label, sample) = s?;
+            progress.update(n, total, &format!("calibrating on {label}"));
+            let mut see = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
+                if let (Some(o), Tensor::F32(a)) = (obs.get_mut(&v), &*t) {
+                    let data = a.as_slice_memory_order().unwrap_or(&[]);
+                    o.observe(data).map_err(|m| {
+                        QuantError::Data(format!("{label}: tensor {} {m}", g.values[v].name))
+                    })?;
+                }
+                Ok(())
+            };
+            self.forward(&sample, &HashMap::new(), &mut see, false)?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(QuantError::Data("the calibration set is empty".into()));
+        }
+        progress.update(n, total, "choosing ranges");
+        let ranges = self
+            .quant_points
+            .iter()
+            .map(|v| {
+                let o = &obs[v];
+                let r = Ranges {
+                    int8: o.range(method, 255.0, false),
+                    int16: o.range(method, 65535.0, false),
+                };
+                (g.values[*v].name.clone(), r)
+            })
+            .collect();
+        Ok(QuantPlan {
+            version: 1,
+            preset: preset_name.into(),
+            calibration: method,
+            calibration_samples: n,
+            inputs: default.activations,
+            default,
+            layers: BTreeMap::new(),
+            ranges,
+            bias_correction: BTreeMap::new(),
+        })
+    }
+
+    /// The format and range of the grid `v` lies on under `plan` (None: float).
+    fn grid(&self, plan: &QuantPlan, v: ValueId) -> Option<(ActFormat, (f64, f64))> {
+        let g = self.graph();
+        let src = self.source.get(v).copied().flatten()?;
+        let format = match g.values[src].producer {
+            Some(p) => plan.precision(&g.nodes[p]).activations,
+            None => plan.inputs,
+        };
+        let range = plan.ranges.get(&g.values[src].name)?.for_format(format);
+        Some((format, range))
+    }
+
+    /// Quantize-dequantized constants under `plan`: weights per channel (or group), biases
+    /// on the int32 grid of input scale × weight scale, other float constants per tensor.
+    pub fn quantized_weights(&self, plan: &QuantPlan) -> HashMap<ValueId, Tensor> {
+        let g = self.graph();
+        let mut out = HashMap::new();
+        for &n in &self.order {
+            let node = &g.nodes[n];
+            let prec = plan.precision(node);
+            if prec.weights == WeightFormat::Float {
+                continue;
+            }
+            for (k, v) in node.inputs.iter().enumerate() {
+                let Some(v) = *v else { continue };
+                let Some(c) = g.values[v].constant.as_ref() else { continue };
+                let Tensor::F32(a) = c.tensor() else { continue };
+                let data = a.as_standard_layout();
+                let data = data.as_slice().unwrap_or(&[]);
+                let q = if is_bias(node, k) {
+                    match plan.bias_correction.get(&node.name).filter(|c| c.len() == data.len()) {
+                        Some(c) => {
+                            let b: Vec<f32> = data.iter().zip(c).map(|(b, d)| b - d).collect();
+                            bias_qdq(self, plan, node, &b, prec)
+                        }
+                        None => bias_qdq(self, plan, node, data, prec),
+                    }
+                } else if let Some(axis) = weight_axis(g, node, k) {
+                    qdq_weight(data, &c.shape, axis, prec.weights)
+                } else if is_data_operand(node, k) {
+                    let f = match prec.weights {
+                        WeightFormat::Int4 { .. } => WeightFormat::Int8,
+                        f => f,
+                    };
+                    qdq_weight(data, &[data.len()], 1, f)
+                } else {
+                    continue;
+                };
+                if let Some(t) = Tensor::from_f32(&c.shape, q) {
+                    out.insert(v, t);
+                }
+            }
+        }
+        out
+    }
+
+    /// Empirical bias correction: for every Conv/Gemm/MatMul with a bias, the mean
+    /// per-channel error (before its fused activation) of the layer run quantized on FP32
+    /// inputs put on their grids, over the samples. Returns the shifts by node name.
+    pub fn bias_corrections(
+        &self,
+        plan: &QuantPlan,
+        samples: &mut dyn Iterator<Item = Result<(String, HashMap<String, Tensor>), QuantError>>,
+        progress: &dyn Progress,
+    ) -> Result<BTreeMap<String, Vec<f32>>, QuantError> {
+        let g = self.graph();
+        let weights = self.quantized_weights(plan);
+        let targets: Vec<NodeId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&n| {
+                let node = &g.nodes[n];
+                matches!(node.op.as_str(), "Conv" | "FusedConv" | "Gemm" | "FusedGemm")
+                    && weight_axis(g, node, 1).is_some()
+                    && node.input(2).is_some_and(|b| g.values[b].constant.is_some())
+                    && plan.precision(node).weights != WeightFormat::Float
+            })
+            .collect();
+        let mut sums: HashMap<NodeId, (Vec<f64>, f64)> = HashMap::new();
+        for s in samples {
+            if progress.cancelled() {
+                return Err(QuantError::Cancelled);
+            }
+            let (label, sample) = s?;
+            progress.update(0, 1, &format!("bias correction on {label}"));
+            let reference = self.forward(&sample, &HashMap::new(), &mut |_, _| Ok(()), true)?;
+            for &n in &targets {
+                let mut node = g.nodes[n].clone();
+                for a in ["activation", "activation_params", "activation_alpha", "activation_beta"] {
+                    node.attrs.remove(a);
+                }
+                let fetch = |v: ValueId, quant: bool| -> Option<Tensor> {
+                    if quant && let Some(w) = weights.get(&v) {
+                        return Some(w.clone());
+                    }
+                    if let Some(t) = reference.get(&v) {
+                        let mut t = t.clone();
+                        if quant && let Some((f, r)) = self.grid(plan, v) {
+                            qdq_tensor(&mut t, f, r);
+                        }
+                        return Some(t);
+                    }
+                    g.values[v].constant.as_ref().map(|c| c.tensor().clone())
+                };
+                let run = |quant: bool| -> Result<Tensor, QuantError> {
+                    let ins: Vec<Option<Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| fetch(v, quant))).collect();
+                    let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+                    let mut out = self
+                        .pool
+                        .install(|| crate::sim::ops::eval(&node, &refs, &self.ctx))
+                        .map_err(|message| QuantError::Node {
+                            node: node.label(),
+                            op: node.op.clone(),
+                            message,
+                        })?;
+                    Ok(out.swap_remove(0))
+                };
+                let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else { continue };
+                let shape = yf.shape().to_vec();
+                let (axis, channels) = if node.op.contains("Conv") {
+                    (1, shape.get(1).copied().unwrap_or(1))
+                } else {
+                    (shape.len().saturating_sub(1), shape.last().copied().unwrap_or(1))
+                };
+                let inner: usize = shape.get(axis + 1..).map_or(1, |d| d.iter().product());
+                let e = sums.entry(n).or_insert_with(|| (vec![0.0; channels], 0.0));
+                if e.0.len() != channels {
+                    continue;
+                }
+                let (yq, yf) = (yq.as_standard_layout(), yf.as_standard_layout());
+                for (i, (a, b)) in yq.iter().zip(yf.iter()).enumerate() {
+                    e.0[(i / inner.max(1)) % channels] += f64::from(*a) - f64::from(*b);
+                }
+                e.1 += (yf.len() / channels.max(1)) as f64;
+            }
+        }
+        Ok(sums
+            .into_iter()
+            .filter(|(_, (_, c))| *c > 0.0)
+            .map(|(n, (s, c))| (g.nodes[n].name.clone(), s.iter().map(|v| (v / c) as f32).collect()))
+            .collect())
+    }
+
+    /// Fake-quant simulation on the evaluation samples: every tensor's local and cumulative
+    /// error against FP32, and every output's.
+    pub fn simulate(
+        &self,
+        plan: &QuantPlan,
+        samples: &mut dyn Iterator<Item = Result<(String, HashMap<String, Tensor>), QuantError>>,
+        total: usize,
+        progress: &dyn Progress,
+    ) -> Result<Report, QuantError> {
+        let g = self.graph();
+        let t0 = std::time::Instant::now();
+        let weights = self.quantized_weights(plan);
+        let mut local: HashMap<ValueId, ErrorStats> = HashMap::new();
+        let mut cumulative: HashMap<ValueId, ErrorStats> = HashMap::new();
+        let mut n = 0;
+        for s in samples {
+            if progress.cancelled() {
+                return Err(QuantError::Cancelled);
+            }
+            let (label, sample) = s?;
+            progress.update(n, total, &format!("simulating {label}"));
+            let reference = self.forward(&sample, &HashMap::new(), &mut |_, _| Ok(()), true)?;
+            let mut fq = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
+                if self.source[v] == Some(v)
+                    && let Some((f, r)) = self.grid(plan, v)
+                {
+                    qdq_tensor(t, f, r);
+                }
+                Ok(())
+            };
+            let quant = self.forward(&sample, &weights, &mut fq, true)?;
+            for &step_node in &self.order {
+                let node = &g.nodes[step_node];
+                let float_outs: Vec<ValueId> =
+                    node.outputs.iter().flatten().copied().filter(|&o| is_float(g, o)).collect();
+                if float_outs.is_empty() || node.op == "Constant" {
+                    continue;
+                }
+                for &o in &float_outs {
+                    if let (Some(Tensor::F32(r)), Some(Tensor::F32(q))) = (reference.get(&o), quant.get(&o)) {
+                        let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
+                        cumulative.entry(o).or_default().add(
+                            r.as_slice().unwrap_or(&[]),
+                            q.as_slice().unwrap_or(&[]),
+                        );
+                    }
+                }
+                // Local: this node alone, on the FP32 inputs put on their grids.
+                let ins: Vec<Option<Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        v.and_then(|v| {
+                            if let Some(w) = weights.get(&v) {
+                                return Some(w.clone());
+                            }
+                            if let Some(t) = reference.get(&v) {
+                                let mut t = t.clone();
+                                if let Some((f, r)) = self.grid(plan, v) {
+                                    qdq_tensor(&mut t, f, r);
+                                }
+                                return Some(t);
+                            }
+                            g.values[v].constant.as_ref().map(|c| c.tensor().clone())
+                        })
+                    })
+                    .collect();
+                let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+                let outs = self
+                    .pool
+                    .install(|| crate::sim::ops::eval(node, &refs, &self.ctx))
+                    .map_err(|message| QuantError::Node {
+                        node: node.label(),
+                        op: node.op.clone(),
+                        message,
+                    })?;
+                for (o, mut t) in node.outputs.iter().zip(outs) {
+                    let Some(o) = *o else { continue };
+                    if !float_outs.contains(&o) {
+                        continue;
+                    }
+                    if self.source[o] == Some(o)
+                        && let Some((f, r)) = self.grid(plan, o)
+                    {
+                        qdq_tensor(&mut t, f, r);
+                    }
+                    if let (Some(Tensor::F32(r)), Tensor::F32(q)) = (reference.get(&o), &t) {
+                        let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
+                        local
+                            .entry(o)
+                            .or_default()
+                            .add(r.as_slice().unwrap_or(&[]), q.as_slice().unwrap_or(&[]));
+                    }
+                }
+            }
+            n += 1;
+        }
+        if n == 0 {
+            return Err(QuantError::Data("the evaluation set is empty".into()));
+        }
+        let mut tensors = Vec::new();
+        for &step_node in &self.order {
+            let node = &g.nodes[step_node];
+            for o in node.outputs.iter().flatten() {
+                let (Some(l), Some(c)) = (local.get(o), cumulative.get(o)) else { continue };
+                let prec = plan.precision(node);
+                tensors.push(TensorReport {
+                    name: g.values[*o].name.clone(),
+                    node: node.name.clone(),
+                    op: node.op.clone(),
+                    activations: self.grid(plan, *o).map_or(ActFormat::Float, |x| x.0),
+                    weights: prec.weights,
+                    sqnr_local_db: l.sqnr_db(),
+                    sqnr_cumulative_db: c.sqnr_db(),
+                    cosine: c.cosine(),
+                    max_abs_err: c.max_abs_err,
+                });
+            }
+        }
+        let outputs = g
+            .outputs
+            .iter()
+            .filter_map(|o| {
+                cumulative.get(o).map(|c| OutputReport {
+                    name: g.values[*o].name.clone(),
+                    sqnr_db: c.sqnr_db(),
+                    cosine: c.cosine(),
+                    max_abs_err: c.max_abs_err,
+                })
+            })
+            .collect();
+        let mut weight_reports = Vec::new();
+        let consumers = g.consumers();
+        let mut wids: Vec<&ValueId> = weights.keys().collect();
+        wids.sort();
+        for &v in wids {
+            let (Some(c), Tensor::F32(q)) = (g.values[v].constant.as_ref(), &weights[&v]) else { continue };
+            let r = c.tensor().to_f32();
+            let mut st = ErrorStats::default();
+            let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
+            st.add(r.as_slice().unwrap_or(&[]), q.as_slice().unwrap_or(&[]));
+            let node = consumers[v].first().map(|&n| &g.nodes[n]);
+            weight_reports.push(WeightReport {
+                name: g.values[v].name.clone(),
+                node: node.map(|n| n.name.clone()).unwrap_or_default(),
+                format: node.map_or(plan.default.weights, |n| plan.precision(n).weights),
+                elements: r.len(),
+                sqnr_db: st.sqnr_db(),
+                max_abs_err: st.max_abs_err,
+            });
+        }
+        Ok(Report {
+            weights: weight_reports,
+            preset: plan.preset.clone(),
+            calibration: plan.calibration.name(),
+            calibration_samples: plan.calibration_samples,
+            eval_samples: n,
+            seconds: t0.elapsed().as_secs_f64(),
+            outputs,
+            tensors,
+        })
+    }
+}
+
+fn qdq_tensor(t: &mut Tensor, f: ActFormat, r: (f64, f64)) {
+    if let Tensor::F32(a) = t
+        && let Some(s) = a.as_slice_memory_order_mut()
+    {
+        qdq_activation(s, f, r);
+    }
+}
+
+/// A bias on the int32 grid of (input scale × weight scale of its channel).
+fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec: LayerPrecision) -> Vec<f32> {
+    let g = q.graph();
+    let x_scale = node.input(0).and_then(|x| q.grid(plan, x)).and_then(|(f, r)| {
+        f.levels().map(|l| Affine::from_range(r.0, r.1, l).scale)
+    });
+    let (Some(xs), WeightFormat::Int8) = (x_scale, prec.weights) else {
+        return match prec.weights {
+            WeightFormat::Fp16 => bias.iter().map(|&b| half::f16::from_f32(b).to_f32()).collect(),
+            _ => bias.to_vec(),
+        };
+    };
+    let Some((w, axis)) = node
+        .input(1)
+        .and_then(|w| g.values[w].constant.as_ref().zip(weight_axis(g, node, 1)))
+    else {
+        return bias.to_vec();
+    };
+    let wt = w.tensor().to_f32();
+    let channels = w.shape.get(axis).copied().unwrap_or(1);
+    let inner: usize = w.shape[axis + 1..].iter().product();
+    let mut amax = vec![0f64; channels];
+    for (i, &v) in wt.iter().enumerate() {
+        let c = (i / inner.max(1)) % channels.max(1);
+        amax[c] = amax[c].max(f64::from(v).abs());
+    }
+    let floor = amax.iter().copied().fold(0.0, f64::max) * scheme::WEIGHT_SCALE_FLOOR;
+    amax.iter_mut().for_each(|m| *m = m.max(floor));
+    bias.iter()
+        .enumerate()
+        .map(|(c, &b)| {
+            let s = xs * amax.get(c % channels.max(1)).copied().unwrap_or(0.0) / 127.0;
+            if s > 0.0 {
+                let code = (f64::from(b) / s).round_ties_even().clamp(-2_147_483_648.0, 2_147_483_647.0);
+                (code * s) as f32
+            } else {
+                b
+            }
+        })
+        .collect()
+}
+
+/// Error of one model output.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OutputReport {
+    pub name: String,
+    /// `null` when the output is exact.
+    pub sqnr_db: Option<f64>,
+    pub cosine: f64,
+    pub max_abs_err: f64,
+}
+
+/// Error of one tensor: local (its op alone, on FP32 inputs put on their grids) and
+/// cumulative (the whole quantized model so far against FP32).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TensorReport {
+    pub name: String,
+    pub node: String,
+    pub op: String,
+    pub activations: ActFormat,
+    pub weights: WeightFormat,
+    pub sqnr_local_db: Option<f64>,
+    pub sqnr_cumulative_db: Option<f64>,
+    pub cosine: f64,
+    pub max_abs_err: f64,
+}
+
+/// Error of one quantized constant (weights, biases, other constant operands).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WeightReport {
+    pub name: String,
+    /// The first node that reads it.
+    pub node: String,
+    pub format: WeightFormat,
+    pub elements: usize,
+    pub sqnr_db: Option<f64>,
+    pub max_abs_err: f64,
+}
+
+/// The error report (`--report FILE.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub preset: String,
+    pub calibration: String,
+    pub calibration_samples: usize,
+    pub eval_samples: usize,
+    pub seconds: f64,
+    pub outputs: Vec<OutputReport>,
+    pub tensors: Vec<TensorReport>,
+    pub weights: Vec<WeightReport>,
+}
+
+impl Report {
+    /// CSV with one row per tensor.
+    pub fn to_csv(&self) -> String {
+        let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
+        let mut s = String::from("name,node,op,activations,weights,sqnr_local_db,sqnr_cumulative_db,cosine,max_abs_err\n");
+        for t in &self.tensors {
+            s.push_str(&format!(
+                "{},{},{},{:?},{:?},{},{},{:.6},{:.6e}\n",
+                csv_field(&t.name),
+                csv_field(&t.node),
+                t.op,
+                t.activations,
+                t.weights,
+                f(t.sqnr_local_db),
+                f(t.sqnr_cumulative_db),
+                t.cosine,
+                t.max_abs_err
+            ));
+        }
+        s
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
