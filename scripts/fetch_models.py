@@ -71,6 +71,13 @@ def images():
     }
     out = os.path.join(DATA, "inputs")
     os.makedirs(out, exist_ok=True)
+    # The photos themselves, for calibration from image folders.
+    from PIL import Image
+
+    img_dir = os.path.join(DATA, "images")
+    os.makedirs(img_dir, exist_ok=True)
+    for name, img in photos.items():
+        Image.fromarray(np.asarray(rgb(img), dtype=np.uint8)).save(os.path.join(img_dir, f"{name}.png"))
     for name, img in photos.items():
         img = rgb(img)
         # det: 736x736, ImageNet mean/std, BGR order as PaddleOCR feeds it.

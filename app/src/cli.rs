@@ -152,6 +152,13 @@ enum Command {
         /// Skip the empirical bias correction (a second pass over the calibration data).
         #[arg(long)]
         no_bias_correction: bool,
+        /// Automatic mixed precision: promote the fewest layers needed to reach this output
+        /// SQNR (dB) on the evaluation set (else the calibration set); prints the curve.
+        #[arg(long, value_name = "DB")]
+        target_sqnr: Option<f64>,
+        /// What --target-sqnr promotes layers to: int16, fp16 or float.
+        #[arg(long, default_value = "int16")]
+        promote_to: String,
     },
     /// Simulates a plan and analyses it: weight-only vs activation-only error, per-layer
     /// sweeps ranked, histograms with clipping ranges; one JSON report.
@@ -222,6 +229,8 @@ pub fn main() -> Result<()> {
             csv,
             threads,
             no_bias_correction,
+            target_sqnr,
+            promote_to,
         }) => crate::cli_quant::quantize(
             &model,
             &calib,
@@ -234,6 +243,8 @@ pub fn main() -> Result<()> {
             csv.as_deref(),
             threads,
             no_bias_correction,
+            target_sqnr,
+            &promote_to,
         ),
         Some(Command::Analyze {
             model,

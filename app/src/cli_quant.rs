@@ -72,6 +72,8 @@ pub fn quantize(
     csv: Option<&Path>,
     threads: usize,
     no_bias_correction: bool,
+    target_sqnr: Option<f64>,
+    promote_to: &str,
 ) -> Result<()> {
     let (_, default_method) = preset(preset_name).map_err(anyhow::Error::msg)?;
     let method = match method {
@@ -107,6 +109,27 @@ pub fn quantize(
         }
     }
     let calib_s = t.elapsed().as_secs_f64();
+    let mut amp = None;
+    if let Some(target) = target_sqnr {
+        let to = npu_core::quant::LayerPrecision::parse(promote_to).map_err(anyhow::Error::msg)?;
+        let set = eval.unwrap_or(calib);
+        let src = source(set)?;
+        let cached = q.cache(&mut src.samples(&model, &pre))?;
+        let r = q.mixed_precision(&plan, &cached, target, to, &Stderr);
+        end_progress();
+        let (mp, p) = r?;
+        let db = |x: Option<f64>| x.map_or("exact".into(), |v| format!("{v:.2} dB"));
+        println!("mixed precision to {target:.2} dB (layers promoted to {promote_to}, of {}):", mp.layers_total);
+        for c in &mp.curve {
+            println!("  {:>4} layers  {:>10.0} activation bytes  {}", c.promoted, c.cost_bytes, db(c.sqnr_db));
+        }
+        match mp.chosen {
+            Some(k) => println!("  chosen: {k} layers ({:.1}% of {}), in {:.1} s", 100.0 * k as f64 / mp.layers_total.max(1) as f64, mp.layers_total, mp.seconds),
+            None => println!("  the target is not reached even with every layer promoted; plan left unchanged"),
+        }
+        plan = p;
+        amp = Some(mp);
+    }
     let text = ron::ser::to_string_pretty(&plan, ron::ser::PrettyConfig::default())?;
     npu_core::export::write_atomic(out, text.as_bytes()).with_context(|| format!("writing {}", out.display()))?;
     println!(
@@ -127,12 +150,28 @@ pub fn quantize(
     let report = simulate(&q, &plan, eval, &pre)?;
     print_summary(&report);
     if let Some(p) = report_path {
-        write_report(p, &report)?;
+        write_report(
+            p,
+            &QuantizeReport {
+                report: &report,
+                mixed_precision: amp.as_ref(),
+            },
+        )?;
     }
     if let Some(p) = csv {
         npu_core::export::write_atomic(p, report.to_csv().as_bytes())?;
     }
     Ok(())
+}
+
+/// What `quantize --report` writes: the simulation report, plus the mixed-precision curve
+/// when `--target-sqnr` was given.
+#[derive(Serialize)]
+struct QuantizeReport<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mixed_precision: Option<&'a npu_core::quant::amp::MixedPrecision>,
 }
 
 fn simulate(q: &Quantizer<'_>, plan: &QuantPlan, eval: &str, pre: &Preprocess) -> Result<Report> {

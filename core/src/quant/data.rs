@@ -116,6 +116,13 @@ impl Preprocess {
 
     /// Decodes and preprocesses one image file into a `1×3×H×W` (or `1×H×W×3`) tensor.
     pub fn load_image(&self, path: &Path, input_shape: Option<&[Dim]>) -> Result<Tensor, String> {
+        let img = image::ImageReader::open(path)
+            .map_err(|e| e.to_string())?
+            .with_guessed_format()
+            .map_err(|e| e.to_string())?
+            .decode()
+            .map_err(|e| format!("cannot decode the image: {e}"))?
+            .to_rgb8();
         let (h, w) = match (self.size, input_shape) {
             (Some(s), _) => s,
             (None, Some(dims)) if dims.len() == 4 => {
@@ -127,13 +134,6 @@ impl Preprocess {
             }
             _ => return Err("give size=HxW in the preprocessing spec".into()),
         };
-        let img = image::ImageReader::open(path)
-            .map_err(|e| e.to_string())?
-            .with_guessed_format()
-            .map_err(|e| e.to_string())?
-            .decode()
-            .map_err(|e| format!("cannot decode the image: {e}"))?
-            .to_rgb8();
         let (iw, ih) = (img.width() as usize, img.height() as usize);
         if iw == 0 || ih == 0 {
             return Err("the image is empty".into());

@@ -5,6 +5,7 @@
 //! producer), so a Conv+Relu is one layer with one output quantizer and its error is
 //! attributed to the op that runs.
 
+pub mod amp;
 pub mod analysis;
 pub mod data;
 pub mod observer;
@@ -409,7 +410,10 @@ impl<'m> Quantizer<'m> {
                 }
                 Ok(())
             };
-            self.forward(&sample, &HashMap::new(), &mut see, false)?;
+            self.forward(&sample, &HashMap::new(), &mut see, false).map_err(|e| match e {
+                QuantError::Data(m) => QuantError::Data(m),
+                e => QuantError::Data(format!("{label}: {e}")),
+            })?;
             n += 1;
         }
         if n == 0 {
@@ -727,7 +731,23 @@ impl<'m> Quantizer<'m> {
             let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
             st.add(r.as_slice().unwrap_or(&[]), q.as_slice().unwrap_or(&[]));
             let node = consumers[v].first().map(|&n| &g.nodes[n]);
+            let kind = consumers[v]
+                .iter()
+                .find_map(|&n| {
+                    let node = &g.nodes[n];
+                    node.inputs.iter().position(|x| *x == Some(v)).map(|k| {
+                        if is_bias(node, k) {
+                            "bias"
+                        } else if weight_axis(g, node, k).is_some() {
+                            "weight"
+                        } else {
+                            "operand"
+                        }
+                    })
+                })
+                .unwrap_or("operand");
             weight_reports.push(WeightReport {
+                kind: kind.into(),
                 name: g.values[v].name.clone(),
                 node: node.map(|n| n.name.clone()).unwrap_or_default(),
                 format: node.map_or(plan.default.weights, |n| plan.precision(n).weights),
@@ -763,7 +783,7 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
     let x_scale = node.input(0).and_then(|x| q.grid(plan, x)).and_then(|(f, r)| {
         f.levels().map(|l| Affine::from_range(r.0, r.1, l).scale)
     });
-    let (Some(xs), WeightFormat::Int8) = (x_scale, prec.weights) else {
+    let (Some(xs), WeightFormat::Int8 | WeightFormat::Uint8) = (x_scale, prec.weights) else {
         return match prec.weights {
             WeightFormat::Fp16 => bias.iter().map(|&b| half::f16::from_f32(b).to_f32()).collect(),
             _ => bias.to_vec(),
@@ -785,6 +805,13 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
     }
     let floor = amax.iter().copied().fold(0.0, f64::max) * scheme::WEIGHT_SCALE_FLOOR;
     amax.iter_mut().for_each(|m| *m = m.max(floor));
+    if prec.weights == WeightFormat::Uint8 {
+        // One asymmetric grid for the whole tensor: scale (max − min) / 255 (as 127ths
+        // below, the same expression then holds for both formats).
+        let (lo, hi) = wt.iter().fold((0f64, 0f64), |(a, b), &v| (a.min(f64::from(v)), b.max(f64::from(v))));
+        let s = (hi - lo) / 255.0 * 127.0;
+        amax.iter_mut().for_each(|m| *m = s);
+    }
     bias.iter()
         .enumerate()
         .map(|(c, &b)| {
@@ -828,6 +855,9 @@ pub struct TensorReport {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WeightReport {
     pub name: String,
+    /// `weight` (per channel or group), `bias` (int32 grid) or `operand` (another constant
+    /// input, per tensor).
+    pub kind: String,
     /// The first node that reads it.
     pub node: String,
     pub format: WeightFormat,

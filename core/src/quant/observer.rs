@@ -351,3 +351,27 @@ mod tests {
         assert!(Observer::new().observe(&[1.0, f32::NAN]).is_err());
     }
 }
+
+#[cfg(test)]
+mod entropy_tests {
+    use super::*;
+
+    #[test]
+    fn entropy_threshold_of_a_gaussian_is_a_few_sigma() {
+        let mut o = Observer::new();
+        let mut state = 88172645463325252u64;
+        let mut u = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        let data: Vec<f32> = (0..200_000)
+            .map(|_| ((-2.0 * u().ln()).sqrt() * (std::f64::consts::TAU * u()).cos()) as f32)
+            .collect();
+        o.observe(&data).unwrap();
+        let (lo, hi) = o.range(Calibration::Entropy, 255.0, true);
+        eprintln!("entropy range {lo} {hi}, minmax {} {}", o.min, o.max);
+        assert!(hi > 2.0 && hi < o.max, "{hi}");
+    }
+}
