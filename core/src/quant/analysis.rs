@@ -84,11 +84,7 @@ impl Quantizer<'_> {
         let mut stats = vec![ErrorStats::default(); g.outputs.len()];
         for (s, r) in cached.samples.iter().zip(&cached.reference) {
             let mut fq = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
-                if self.source[v] == Some(v)
-                    && let Some((f, rg)) = self.grid(plan, v)
-                {
-                    super::qdq_tensor(t, f, rg);
-                }
+                self.fake_quant(plan, v, t);
                 Ok(())
             };
             let q = self.forward(s, &weights, &mut fq, false)?;

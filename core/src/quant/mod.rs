@@ -501,6 +501,38 @@ impl<'m> Quantizer<'m> {
         out
     }
 
+    /// Puts a freshly made value on its grid when it has a quantizer of its own.
+    fn fake_quant(&self, plan: &QuantPlan, v: ValueId, t: &mut Tensor) {
+        if self.source[v] == Some(v)
+            && let Some((f, r)) = self.grid(plan, v)
+        {
+            qdq_tensor(t, f, r);
+        }
+    }
+
+    /// An input of a node run alone: a quantized constant, or the FP32 value put on its grid
+    /// (`quant` false: the FP32 value or constant as it is).
+    fn local_input(
+        &self,
+        plan: &QuantPlan,
+        v: ValueId,
+        reference: &HashMap<ValueId, Tensor>,
+        weights: &HashMap<ValueId, Tensor>,
+        quant: bool,
+    ) -> Option<Tensor> {
+        if quant && let Some(w) = weights.get(&v) {
+            return Some(w.clone());
+        }
+        if let Some(t) = reference.get(&v) {
+            let mut t = t.clone();
+            if quant && let Some((f, r)) = self.grid(plan, v) {
+                qdq_tensor(&mut t, f, r);
+            }
+            return Some(t);
+        }
+        self.graph().values[v].constant.as_ref().map(|c| c.tensor().clone())
+    }
+
     /// Empirical bias correction: for every Conv/Gemm/MatMul with a bias, the mean
     /// per-channel error (before its fused activation) of the layer run quantized on FP32
     /// inputs put on their grids, over the samples. Returns the shifts by node name.
@@ -537,21 +569,12 @@ impl<'m> Quantizer<'m> {
                 for a in ["activation", "activation_params", "activation_alpha", "activation_beta"] {
                     node.attrs.remove(a);
                 }
-                let fetch = |v: ValueId, quant: bool| -> Option<Tensor> {
-                    if quant && let Some(w) = weights.get(&v) {
-                        return Some(w.clone());
-                    }
-                    if let Some(t) = reference.get(&v) {
-                        let mut t = t.clone();
-                        if quant && let Some((f, r)) = self.grid(plan, v) {
-                            qdq_tensor(&mut t, f, r);
-                        }
-                        return Some(t);
-                    }
-                    g.values[v].constant.as_ref().map(|c| c.tensor().clone())
-                };
                 let run = |quant: bool| -> Result<Tensor, QuantError> {
-                    let ins: Vec<Option<Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| fetch(v, quant))).collect();
+                    let ins: Vec<Option<Tensor>> = node
+                        .inputs
+                        .iter()
+                        .map(|v| v.and_then(|v| self.local_input(plan, v, &reference, &weights, quant)))
+                        .collect();
                     let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
                     let mut out = self
                         .pool
@@ -612,11 +635,7 @@ impl<'m> Quantizer<'m> {
             progress.update(n, total, &format!("simulating {label}"));
             let reference = self.forward(&sample, &HashMap::new(), &mut |_, _| Ok(()), true)?;
             let mut fq = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
-                if self.source[v] == Some(v)
-                    && let Some((f, r)) = self.grid(plan, v)
-                {
-                    qdq_tensor(t, f, r);
-                }
+                self.fake_quant(plan, v, t);
                 Ok(())
             };
             let quant = self.forward(&sample, &weights, &mut fq, true)?;
@@ -640,21 +659,7 @@ impl<'m> Quantizer<'m> {
                 let ins: Vec<Option<Tensor>> = node
                     .inputs
                     .iter()
-                    .map(|v| {
-                        v.and_then(|v| {
-                            if let Some(w) = weights.get(&v) {
-                                return Some(w.clone());
-                            }
-                            if let Some(t) = reference.get(&v) {
-                                let mut t = t.clone();
-                                if let Some((f, r)) = self.grid(plan, v) {
-                                    qdq_tensor(&mut t, f, r);
-                                }
-                                return Some(t);
-                            }
-                            g.values[v].constant.as_ref().map(|c| c.tensor().clone())
-                        })
-                    })
+                    .map(|v| v.and_then(|v| self.local_input(plan, v, &reference, &weights, true)))
                     .collect();
                 let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
                 let outs = self
@@ -670,11 +675,7 @@ impl<'m> Quantizer<'m> {
                     if !float_outs.contains(&o) {
                         continue;
                     }
-                    if self.source[o] == Some(o)
-                        && let Some((f, r)) = self.grid(plan, o)
-                    {
-                        qdq_tensor(&mut t, f, r);
-                    }
+                    self.fake_quant(plan, o, &mut t);
                     if let (Some(Tensor::F32(r)), Tensor::F32(q)) = (reference.get(&o), &t) {
                         let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
                         local
