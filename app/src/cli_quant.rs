@@ -75,6 +75,9 @@ pub fn quantize(
     target_sqnr: Option<f64>,
     promote_to: &str,
 ) -> Result<()> {
+    if eval.is_none() && (report_path.is_some() || csv.is_some()) {
+        bail!("--report and --csv need --eval PATH (the evaluation set)");
+    }
     let (_, default_method) = preset(preset_name).map_err(anyhow::Error::msg)?;
     let method = match method {
         Some(m) => Calibration::parse(m).map_err(anyhow::Error::msg)?,
@@ -142,9 +145,6 @@ pub fn quantize(
         out.display()
     );
     let Some(eval) = eval else {
-        if report_path.is_some() || csv.is_some() {
-            bail!("--report and --csv need --eval PATH (the evaluation set)");
-        }
         return Ok(());
     };
     let report = simulate(&q, &plan, eval, &pre)?;
