@@ -350,13 +350,7 @@ mod tests {
     #[test]
     fn mse_clips_a_long_tail() {
         // Laplace(1) samples: the MSE-optimal 4-bit clip is about 5 (far below the max, ~11).
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut u = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        };
+        let mut u = uniform(0x2545_F491_4F6C_DD1D);
         let data: Vec<f32> = (0..100_000)
             .map(|_| {
                 let m = -u().ln();
@@ -372,25 +366,9 @@ mod tests {
     }
 
     #[test]
-    fn nan_is_refused() {
-        assert!(Observer::new().observe(&[1.0, f32::NAN]).is_err());
-    }
-}
-
-#[cfg(test)]
-mod entropy_tests {
-    use super::*;
-
-    #[test]
     fn entropy_threshold_of_a_gaussian_is_a_few_sigma() {
         let mut o = Observer::new();
-        let mut state = 88172645463325252u64;
-        let mut u = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        };
+        let mut u = uniform(88172645463325252);
         let data: Vec<f32> = (0..200_000)
             .map(|_| ((-2.0 * u().ln()).sqrt() * (std::f64::consts::TAU * u()).cos()) as f32)
             .collect();
@@ -399,4 +377,20 @@ mod entropy_tests {
         eprintln!("entropy range {lo} {hi}, minmax {} {}", o.min, o.max);
         assert!(hi > 2.0 && hi < o.max, "{hi}");
     }
+
+    /// Deterministic uniform samples in (0, 1) (xorshift).
+    fn uniform(mut state: u64) -> impl FnMut() -> f64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+    }
+
+    #[test]
+    fn nan_is_refused() {
+        assert!(Observer::new().observe(&[1.0, f32::NAN]).is_err());
+    }
 }
+
