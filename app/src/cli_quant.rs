@@ -53,9 +53,7 @@ fn write_report(path: &Path, report: &impl Serialize) -> Result<()> {
 
 fn warn_synthetic(what: &str, path: &str) {
     if path.starts_with("synthetic:") {
-        eprintln!(
-            "WARNING: {what} uses SYNTHETIC random data ({path}); ranges and errors will not match real inputs"
-        );
+        eprintln!("WARNING: {what} uses SYNTHETIC random data ({path}); ranges and errors will not match real inputs");
     }
 }
 
@@ -105,10 +103,18 @@ pub fn quantize(
         let with = q.output_sqnr(&with_plan, &cached)?.sqnr_db;
         let db = |x: Option<f64>| x.map_or("exact".into(), |v| format!("{v:.2} dB"));
         if with.unwrap_or(f64::INFINITY) >= without.unwrap_or(f64::INFINITY) {
-            println!("bias correction: calibration-set output SQNR {} → {}; kept", db(without), db(with));
+            println!(
+                "bias correction: calibration-set output SQNR {} → {}; kept",
+                db(without),
+                db(with)
+            );
             plan = with_plan;
         } else {
-            println!("bias correction: calibration-set output SQNR {} → {}; dropped", db(without), db(with));
+            println!(
+                "bias correction: calibration-set output SQNR {} → {}; dropped",
+                db(without),
+                db(with)
+            );
         }
     }
     let calib_s = t.elapsed().as_secs_f64();
@@ -122,12 +128,25 @@ pub fn quantize(
         end_progress();
         let (mp, p) = r?;
         let db = |x: Option<f64>| x.map_or("exact".into(), |v| format!("{v:.2} dB"));
-        println!("mixed precision to {target:.2} dB (layers promoted to {promote_to}, of {}):", mp.layers_total);
+        println!(
+            "mixed precision to {target:.2} dB (layers promoted to {promote_to}, of {}):",
+            mp.layers_total
+        );
         for c in &mp.curve {
-            println!("  {:>4} layers  {:>10.0} activation bytes  {}", c.promoted, c.cost_bytes, db(c.sqnr_db));
+            println!(
+                "  {:>4} layers  {:>10.0} activation bytes  {}",
+                c.promoted,
+                c.cost_bytes,
+                db(c.sqnr_db)
+            );
         }
         match mp.chosen {
-            Some(k) => println!("  chosen: {k} layers ({:.1}% of {}), in {:.1} s", 100.0 * k as f64 / mp.layers_total.max(1) as f64, mp.layers_total, mp.seconds),
+            Some(k) => println!(
+                "  chosen: {k} layers ({:.1}% of {}), in {:.1} s",
+                100.0 * k as f64 / mp.layers_total.max(1) as f64,
+                mp.layers_total,
+                mp.seconds
+            ),
             None => println!("  the target is not reached even with every layer promoted; plan left unchanged"),
         }
         plan = p;
@@ -188,8 +207,17 @@ fn print_summary(r: &Report) {
         println!("output {}: SQNR {} (cosine {:.6})", o.name, f(o.sqnr_db), o.cosine);
     }
     let mut worst: Vec<_> = r.tensors.iter().filter(|t| t.sqnr_local_db.is_some()).collect();
-    worst.sort_by(|a, b| a.sqnr_local_db.unwrap_or(0.0).total_cmp(&b.sqnr_local_db.unwrap_or(0.0)));
-    println!("worst layers by local SQNR ({} tensors, {} eval samples, {:.1} s):", r.tensors.len(), r.eval_samples, r.seconds);
+    worst.sort_by(|a, b| {
+        a.sqnr_local_db
+            .unwrap_or(0.0)
+            .total_cmp(&b.sqnr_local_db.unwrap_or(0.0))
+    });
+    println!(
+        "worst layers by local SQNR ({} tensors, {} eval samples, {:.1} s):",
+        r.tensors.len(),
+        r.eval_samples,
+        r.seconds
+    );
     for t in worst.iter().take(5) {
         println!(
             "  {:>8}  local {:>10}  cumulative {:>10}  {}",
@@ -209,9 +237,17 @@ struct AnalyzeReport {
     analysis: npu_core::quant::analysis::Analysis,
 }
 
-pub fn analyze(model_path: &Path, plan_path: &Path, eval: &str, preprocess: Option<&str>, report_path: &Path, threads: usize) -> Result<()> {
+pub fn analyze(
+    model_path: &Path,
+    plan_path: &Path,
+    eval: &str,
+    preprocess: Option<&str>,
+    report_path: &Path,
+    threads: usize,
+) -> Result<()> {
     let text = std::fs::read_to_string(plan_path).with_context(|| format!("reading {}", plan_path.display()))?;
-    let plan: QuantPlan = ron::from_str(&text).with_context(|| format!("{}: not a quantization plan", plan_path.display()))?;
+    let plan: QuantPlan =
+        ron::from_str(&text).with_context(|| format!("{}: not a quantization plan", plan_path.display()))?;
     let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
     let model = optimized(model_path)?;
     let q = Quantizer::new(&model, threads)?;
@@ -232,7 +268,13 @@ pub fn analyze(model_path: &Path, plan_path: &Path, eval: &str, preprocess: Opti
     );
     println!("most sensitive layers (output SQNR with only this layer quantized / all but this one):");
     for l in analysis.layers.iter().take(5) {
-        println!("  {:>8}  {:>10} / {:>10}  {}", l.op, f(l.only_this_db), f(l.all_but_this_db), l.node);
+        println!(
+            "  {:>8}  {:>10} / {:>10}  {}",
+            l.op,
+            f(l.only_this_db),
+            f(l.all_but_this_db),
+            l.node
+        );
     }
     println!(
         "{} layers swept, {} histograms; analysis took {:.1} s; report written to {}",

@@ -44,7 +44,13 @@ fn plan_and_report(model: &Model, dir: &str, pre: &Preprocess, edit: impl Fn(&mu
     let q = Quantizer::new(model, 2).expect("quantizer");
     let src = source(dir).expect("source");
     let mut plan = q
-        .calibrate(&mut src.samples(model, pre), src.len(), "w8a8", Calibration::Mse, &Silent)
+        .calibrate(
+            &mut src.samples(model, pre),
+            src.len(),
+            "w8a8",
+            Calibration::Mse,
+            &Silent,
+        )
         .expect("calibrates");
     edit(&mut plan);
     let report = q
@@ -94,7 +100,11 @@ fn uint8_asymmetric_weight_sqnr_matches_f64_reference() {
             assert!(want.is_infinite(), "{}: ours exact, reference {want}", w.name);
             continue;
         };
-        assert!((got - want).abs() <= 0.01, "{}: ours {got:.4} dB, f64 reference {want:.4} dB", w.name);
+        assert!(
+            (got - want).abs() <= 0.01,
+            "{}: ours {got:.4} dB, f64 reference {want:.4} dB",
+            w.name
+        );
         // onnxruntime's debugger subtracts zero points in uint8 and reports negative SQNR
         // for such weights; the true values are well above 20 dB.
         assert!(want > 20.0, "{}: {want}", w.name);
@@ -112,16 +122,26 @@ fn w8a8_on_real_photos_reports_every_tensor() {
     let (plan, report) = plan_and_report(&model, dir.to_str().expect("utf-8"), &Preprocess::default(), |_| {});
     let out = &report.outputs[0];
     let sqnr = out.sqnr_db.expect("quantized output is inexact");
-    println!("ppocr_cls w8a8: output SQNR {sqnr:.2} dB over {} photos", report.eval_samples);
+    println!(
+        "ppocr_cls w8a8: output SQNR {sqnr:.2} dB over {} photos",
+        report.eval_samples
+    );
     assert!(sqnr > 20.0, "output SQNR {sqnr}");
     assert!(out.cosine > 0.99);
     assert_eq!(report.eval_samples, 6);
     assert!(report.tensors.len() >= 60, "{} tensors", report.tensors.len());
     // The last tensor is the output: its cumulative SQNR is the output's.
-    let last = report.tensors.iter().find(|t| t.name == out.name).expect("output tensor");
+    let last = report
+        .tensors
+        .iter()
+        .find(|t| t.name == out.name)
+        .expect("output tensor");
     assert_eq!(last.sqnr_cumulative_db, out.sqnr_db);
     for t in &report.tensors {
-        let (l, c) = (t.sqnr_local_db.unwrap_or(f64::INFINITY), t.sqnr_cumulative_db.unwrap_or(f64::INFINITY));
+        let (l, c) = (
+            t.sqnr_local_db.unwrap_or(f64::INFINITY),
+            t.sqnr_cumulative_db.unwrap_or(f64::INFINITY),
+        );
         assert!(l > 10.0, "{}: local {l}", t.node);
         assert!(c.is_finite() || l.is_infinite(), "{}", t.node);
     }

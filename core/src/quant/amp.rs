@@ -150,7 +150,11 @@ impl Quantizer<'_> {
             // Every step until the target is reached (or for the first 10% of the layers
             // while it is not), then spaced out to the end.
             let dense = chosen.is_none() && k < (layers.len() / 10).max(8);
-            k = if dense { k + 1 } else { (k + k.div_ceil(2)).min(gains.len()).max(k + 1) };
+            k = if dense {
+                k + 1
+            } else {
+                (k + k.div_ceil(2)).min(gains.len()).max(k + 1)
+            };
             if k > gains.len() && curve.last().is_some_and(|c| c.promoted < gains.len()) {
                 k = gains.len();
             }

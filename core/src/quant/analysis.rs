@@ -141,7 +141,9 @@ impl Quantizer<'_> {
         step("activations only")?;
         let mut a = plan.clone();
         a.default.weights = super::scheme::WeightFormat::Float;
-        a.layers.values_mut().for_each(|p| p.weights = super::scheme::WeightFormat::Float);
+        a.layers
+            .values_mut()
+            .for_each(|p| p.weights = super::scheme::WeightFormat::Float);
         let activations_only = self.output_sqnr(&a, cached)?;
         let mut sens = Vec::new();
         for &n in &layers {

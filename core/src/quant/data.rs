@@ -59,7 +59,10 @@ impl Preprocess {
             let bad = |what: &str| format!("preprocessing: {k}: {what}, got `{v}`");
             let num = |s: &str| -> Result<f32, String> {
                 if let Some((a, b)) = s.split_once('/') {
-                    let (a, b): (f32, f32) = (a.trim().parse().map_err(|_| bad("a number"))?, b.trim().parse().map_err(|_| bad("a number"))?);
+                    let (a, b): (f32, f32) = (
+                        a.trim().parse().map_err(|_| bad("a number"))?,
+                        b.trim().parse().map_err(|_| bad("a number"))?,
+                    );
                     return Ok(a / b);
                 }
                 s.trim().parse().map_err(|_| bad("a number"))
@@ -108,7 +111,11 @@ impl Preprocess {
                         _ => return Err(bad("nchw or nhwc")),
                     }
                 }
-                _ => return Err(format!("preprocessing: unknown key `{k}` (size, resize, color, scale, mean, std, layout)")),
+                _ => {
+                    return Err(format!(
+                        "preprocessing: unknown key `{k}` (size, resize, color, scale, mean, std, layout)"
+                    ));
+                }
             }
         }
         Ok(p)
@@ -126,7 +133,11 @@ impl Preprocess {
         let (h, w) = match (self.size, input_shape) {
             (Some(s), _) => s,
             (None, Some(dims)) if dims.len() == 4 => {
-                let (hd, wd) = if self.nhwc { (&dims[1], &dims[2]) } else { (&dims[2], &dims[3]) };
+                let (hd, wd) = if self.nhwc {
+                    (&dims[1], &dims[2])
+                } else {
+                    (&dims[2], &dims[3])
+                };
                 match (hd, wd) {
                     (Dim::Fixed(h), Dim::Fixed(w)) => (*h, *w),
                     _ => return Err("the model input has dynamic height or width: give size=HxW".into()),
@@ -146,7 +157,11 @@ impl Preprocess {
             Resize::Letterbox => {
                 let s = (w as f64 / iw as f64).min(h as f64 / ih as f64);
                 let (rw, rh) = ((iw as f64 * s).round() as usize, (ih as f64 * s).round() as usize);
-                (fit(rw, rh), ((w - rw.min(w)) / 2) as isize, ((h - rh.min(h)) / 2) as isize)
+                (
+                    fit(rw, rh),
+                    ((w - rw.min(w)) / 2) as isize,
+                    ((h - rh.min(h)) / 2) as isize,
+                )
             }
             Resize::PadRight => {
                 let rw = ((h as f64 * iw as f64 / ih as f64).ceil() as usize).min(w);
@@ -155,7 +170,11 @@ impl Preprocess {
             Resize::CenterCrop => {
                 let s = (w as f64 / iw as f64).max(h as f64 / ih as f64);
                 let (rw, rh) = ((iw as f64 * s).round() as usize, (ih as f64 * s).round() as usize);
-                (fit(rw, rh), -(((rw.max(w) - w) / 2) as isize), -(((rh.max(h) - h) / 2) as isize))
+                (
+                    fit(rw, rh),
+                    -(((rw.max(w) - w) / 2) as isize),
+                    -(((rh.max(h) - h) / 2) as isize),
+                )
             }
         };
         let mut out = vec![0f32; 3 * h * w];
@@ -170,7 +189,11 @@ impl Preprocess {
                 for c in 0..3 {
                     let src = if self.bgr { 2 - c } else { c };
                     let v = (f32::from(px[src]) * self.scale - self.mean[c]) / self.std[c];
-                    let i = if self.nhwc { (y * w + x) * 3 + c } else { c * h * w + y * w + x };
+                    let i = if self.nhwc {
+                        (y * w + x) * 3 + c
+                    } else {
+                        c * h * w + y * w + x
+                    };
                     out[i] = v;
                 }
             }
@@ -261,7 +284,11 @@ impl Source {
 
 fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String, Tensor>, String> {
     let g = &model.graph;
-    let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let ext = p
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let only_input = || -> Result<(String, Option<Vec<Dim>>), String> {
         match g.inputs.as_slice() {
             [i] => Ok((g.values[*i].name.clone(), g.values[*i].shape.clone())),
@@ -315,7 +342,9 @@ fn check(model: &Model, s: &HashMap<String, Tensor>) -> Result<(), String> {
     let g = &model.graph;
     for &i in &g.inputs {
         let v = &g.values[i];
-        let t = s.get(&v.name).ok_or_else(|| format!("no tensor for input `{}`", v.name))?;
+        let t = s
+            .get(&v.name)
+            .ok_or_else(|| format!("no tensor for input `{}`", v.name))?;
         if let Some(shape) = &v.shape {
             let ok = shape.len() == t.shape().len()
                 && shape.iter().zip(t.shape()).all(|(d, &n)| match d {
@@ -370,8 +399,8 @@ fn synthetic(model: &Model, seed: u64) -> Result<HashMap<String, Tensor>, QuantE
                 ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
             })
             .collect();
-        let t = Tensor::from_f32(&shape, data)
-            .ok_or_else(|| QuantError::Data(format!("input `{}`: bad shape", v.name)))?;
+        let t =
+            Tensor::from_f32(&shape, data).ok_or_else(|| QuantError::Data(format!("input `{}`: bad shape", v.name)))?;
         out.insert(v.name.clone(), t);
     }
     Ok(out)

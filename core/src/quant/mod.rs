@@ -41,7 +41,15 @@ const PASS_THROUGH: &[&str] = &[
 ];
 
 /// Activations a target runs fused into the op before them (clamps and look-up tables).
-const FUSED_ACTIVATIONS: &[&str] = &["Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu"];
+const FUSED_ACTIVATIONS: &[&str] = &[
+    "Relu",
+    "Clip",
+    "Sigmoid",
+    "Tanh",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+];
 
 /// The data input of a node that a target runs as an epilogue of its producer: an
 /// activation, or Add/Sub/Mul/Div with a scalar constant.
@@ -218,7 +226,11 @@ fn is_data_operand(node: &Node, input: usize) -> bool {
 }
 
 fn is_bias(node: &Node, input: usize) -> bool {
-    input == 2 && matches!(node.op.as_str(), "Conv" | "FusedConv" | "ConvTranspose" | "Gemm" | "FusedGemm")
+    input == 2
+        && matches!(
+            node.op.as_str(),
+            "Conv" | "FusedConv" | "ConvTranspose" | "Gemm" | "FusedGemm"
+        )
 }
 
 impl<'m> Quantizer<'m> {
@@ -404,16 +416,16 @@ impl<'m> Quantizer<'m> {
             let mut see = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
                 if let (Some(o), Tensor::F32(a)) = (obs.get_mut(&v), &*t) {
                     let data = a.as_slice_memory_order().unwrap_or(&[]);
-                    o.observe(data).map_err(|m| {
-                        QuantError::Data(format!("{label}: tensor {} {m}", g.values[v].name))
-                    })?;
+                    o.observe(data)
+                        .map_err(|m| QuantError::Data(format!("{label}: tensor {} {m}", g.values[v].name)))?;
                 }
                 Ok(())
             };
-            self.forward(&sample, &HashMap::new(), &mut see, false).map_err(|e| match e {
-                QuantError::Data(m) => QuantError::Data(m),
-                e => QuantError::Data(format!("{label}: {e}")),
-            })?;
+            self.forward(&sample, &HashMap::new(), &mut see, false)
+                .map_err(|e| match e {
+                    QuantError::Data(m) => QuantError::Data(m),
+                    e => QuantError::Data(format!("{label}: {e}")),
+                })?;
             n += 1;
         }
         if n == 0 {
@@ -470,7 +482,9 @@ impl<'m> Quantizer<'m> {
             }
             for (k, v) in node.inputs.iter().enumerate() {
                 let Some(v) = *v else { continue };
-                let Some(c) = g.values[v].constant.as_ref() else { continue };
+                let Some(c) = g.values[v].constant.as_ref() else {
+                    continue;
+                };
                 let Tensor::F32(a) = c.tensor() else { continue };
                 let data = a.as_standard_layout();
                 let data = data.as_slice().unwrap_or(&[]);
@@ -586,7 +600,9 @@ impl<'m> Quantizer<'m> {
                         })?;
                     Ok(out.swap_remove(0))
                 };
-                let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else { continue };
+                let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else {
+                    continue;
+                };
                 let shape = yf.shape().to_vec();
                 let (axis, channels) = if node.op.contains("Conv") {
                     (1, shape.get(1).copied().unwrap_or(1))
@@ -641,18 +657,23 @@ impl<'m> Quantizer<'m> {
             let quant = self.forward(&sample, &weights, &mut fq, true)?;
             for &step_node in &self.order {
                 let node = &g.nodes[step_node];
-                let float_outs: Vec<ValueId> =
-                    node.outputs.iter().flatten().copied().filter(|&o| is_float(g, o)).collect();
+                let float_outs: Vec<ValueId> = node
+                    .outputs
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&o| is_float(g, o))
+                    .collect();
                 if float_outs.is_empty() || node.op == "Constant" {
                     continue;
                 }
                 for &o in &float_outs {
                     if let (Some(Tensor::F32(r)), Some(Tensor::F32(q))) = (reference.get(&o), quant.get(&o)) {
                         let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
-                        cumulative.entry(o).or_default().add(
-                            r.as_slice().unwrap_or(&[]),
-                            q.as_slice().unwrap_or(&[]),
-                        );
+                        cumulative
+                            .entry(o)
+                            .or_default()
+                            .add(r.as_slice().unwrap_or(&[]), q.as_slice().unwrap_or(&[]));
                     }
                 }
                 // Local: this node alone, on the FP32 inputs put on their grids.
@@ -694,7 +715,9 @@ impl<'m> Quantizer<'m> {
         for &step_node in &self.order {
             let node = &g.nodes[step_node];
             for o in node.outputs.iter().flatten() {
-                let (Some(l), Some(c)) = (local.get(o), cumulative.get(o)) else { continue };
+                let (Some(l), Some(c)) = (local.get(o), cumulative.get(o)) else {
+                    continue;
+                };
                 let prec = plan.precision(node);
                 tensors.push(TensorReport {
                     name: g.values[*o].name.clone(),
@@ -726,7 +749,9 @@ impl<'m> Quantizer<'m> {
         let mut wids: Vec<&ValueId> = weights.keys().collect();
         wids.sort();
         for &v in wids {
-            let (Some(c), Tensor::F32(q)) = (g.values[v].constant.as_ref(), &weights[&v]) else { continue };
+            let (Some(c), Tensor::F32(q)) = (g.values[v].constant.as_ref(), &weights[&v]) else {
+                continue;
+            };
             let r = c.tensor().to_f32();
             let mut st = ErrorStats::default();
             let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
@@ -781,9 +806,10 @@ fn qdq_tensor(t: &mut Tensor, f: ActFormat, r: (f64, f64)) {
 /// A bias on the int32 grid of (input scale × weight scale of its channel).
 fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec: LayerPrecision) -> Vec<f32> {
     let g = q.graph();
-    let x_scale = node.input(0).and_then(|x| q.grid(plan, x)).and_then(|(f, r)| {
-        f.levels().map(|l| Affine::from_range(r.0, r.1, l).scale)
-    });
+    let x_scale = node
+        .input(0)
+        .and_then(|x| q.grid(plan, x))
+        .and_then(|(f, r)| f.levels().map(|l| Affine::from_range(r.0, r.1, l).scale));
     let (Some(xs), WeightFormat::Int8 | WeightFormat::Uint8) = (x_scale, prec.weights) else {
         return match prec.weights {
             WeightFormat::Fp16 => bias.iter().map(|&b| half::f16::from_f32(b).to_f32()).collect(),
@@ -809,7 +835,9 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
     if prec.weights == WeightFormat::Uint8 {
         // One asymmetric grid for the whole tensor: scale (max − min) / 255 (as 127ths
         // below, the same expression then holds for both formats).
-        let (lo, hi) = wt.iter().fold((0f64, 0f64), |(a, b), &v| (a.min(f64::from(v)), b.max(f64::from(v))));
+        let (lo, hi) = wt
+            .iter()
+            .fold((0f64, 0f64), |(a, b), &v| (a.min(f64::from(v)), b.max(f64::from(v))));
         let s = (hi - lo) / 255.0 * 127.0;
         amax.iter_mut().for_each(|m| *m = s);
     }
@@ -818,7 +846,9 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
         .map(|(c, &b)| {
             let s = xs * amax.get(c % channels.max(1)).copied().unwrap_or(0.0) / 127.0;
             if s > 0.0 {
-                let code = (f64::from(b) / s).round_ties_even().clamp(-2_147_483_648.0, 2_147_483_647.0);
+                let code = (f64::from(b) / s)
+                    .round_ties_even()
+                    .clamp(-2_147_483_648.0, 2_147_483_647.0);
                 (code * s) as f32
             } else {
                 b
@@ -884,7 +914,8 @@ impl Report {
     /// CSV with one row per tensor.
     pub fn to_csv(&self) -> String {
         let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
-        let mut s = String::from("name,node,op,activations,weights,sqnr_local_db,sqnr_cumulative_db,cosine,max_abs_err\n");
+        let mut s =
+            String::from("name,node,op,activations,weights,sqnr_local_db,sqnr_cumulative_db,cosine,max_abs_err\n");
         for t in &self.tensors {
             s.push_str(&format!(
                 "{},{},{},{:?},{:?},{},{},{:.6},{:.6e}\n",

@@ -393,4 +393,3 @@ mod tests {
         assert!(Observer::new().observe(&[1.0, f32::NAN]).is_err());
     }
 }
-

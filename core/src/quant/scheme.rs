@@ -20,7 +20,9 @@ pub enum WeightFormat {
     /// int8 symmetric, one scale per output channel (codes -127..=127).
     Int8,
     /// int4 symmetric, one scale per group of this many weights along the reduction axis.
-    Int4 { group: usize },
+    Int4 {
+        group: usize,
+    },
     /// uint8 asymmetric, one scale and zero point for the whole tensor (onnxruntime's
     /// per-tensor default for weights).
     Uint8,
@@ -121,7 +123,9 @@ pub fn qdq_weight(data: &[f32], shape: &[usize], axis: usize, format: WeightForm
         WeightFormat::Float => {}
         WeightFormat::Fp16 => out.iter_mut().for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
         WeightFormat::Uint8 => {
-            let (lo, hi) = data.iter().fold((0f64, 0f64), |(a, b), &v| (a.min(f64::from(v)), b.max(f64::from(v))));
+            let (lo, hi) = data
+                .iter()
+                .fold((0f64, 0f64), |(a, b), &v| (a.min(f64::from(v)), b.max(f64::from(v))));
             let a = Affine::from_range(lo, hi, 255.0);
             for (o, &v) in out.iter_mut().zip(data) {
                 // The code as stored (u8), widened before the zero point is subtracted.
@@ -238,7 +242,9 @@ mod tests {
 
     #[test]
     fn int4_groups() {
-        let w: Vec<f32> = (0..64).map(|i| if i < 32 { 1.0 } else { 0.01 } * (i as f32 - 31.5)).collect();
+        let w: Vec<f32> = (0..64)
+            .map(|i| if i < 32 { 1.0 } else { 0.01 } * (i as f32 - 31.5))
+            .collect();
         let q = qdq_weight(&w, &[1, 64], 0, WeightFormat::Int4 { group: 32 });
         // The second group keeps its own, 100× finer, scale.
         assert!((q[40] - w[40]).abs() <= 0.32 / 7.0);
