@@ -1,4 +1,4 @@
-//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
+//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`, `simulate`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -130,8 +130,12 @@ enum Command {
         #[arg(long, value_name = "SPEC")]
         preprocess: Option<String>,
         /// Built-in recipe: w8a8, w8a16, w4a16, fp16.
-        #[arg(long, default_value = "w8a8")]
+        #[arg(long, default_value = "w8a8", conflicts_with = "recipe")]
         preset: String,
+        /// A recipe (RON): a preset, ordered rules by node-name regex and/or op type (later
+        /// rules win), per-node overrides.
+        #[arg(long, value_name = "FILE.ron")]
+        recipe: Option<PathBuf>,
         /// Calibration method (default: the preset's): minmax, moving-average, percentile[-P], mse, entropy.
         #[arg(long, value_name = "METHOD")]
         calibration: Option<String>,
@@ -153,7 +157,7 @@ enum Command {
         #[arg(long)]
         no_bias_correction: bool,
         /// Automatic mixed precision: promote the fewest layers needed to reach this output
-        /// SQNR (dB) on the evaluation set (else the calibration set); prints the curve.
+        /// SQNR (dB) on the calibration set; prints the curve.
         #[arg(long, value_name = "DB")]
         target_sqnr: Option<f64>,
         /// What --target-sqnr promotes layers to: int16, fp16 or float.
@@ -172,6 +176,23 @@ enum Command {
         preprocess: Option<String>,
         #[arg(long, value_name = "FILE.json")]
         report: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+    /// Simulates a plan with fake quantization on evaluation data and reports per-tensor and
+    /// per-output SQNR against FP32 (no sweeps: the quick form of `analyze`).
+    Simulate {
+        model: PathBuf,
+        #[arg(long, value_name = "PLAN.ron")]
+        plan: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        eval: String,
+        #[arg(long, value_name = "SPEC")]
+        preprocess: Option<String>,
+        #[arg(long, value_name = "FILE.json")]
+        report: Option<PathBuf>,
+        #[arg(long, value_name = "FILE.csv")]
+        csv: Option<PathBuf>,
         #[arg(long, default_value_t = 2)]
         threads: usize,
     },
@@ -222,6 +243,7 @@ pub fn main() -> Result<()> {
             calib,
             preprocess,
             preset,
+            recipe,
             calibration,
             eval,
             out,
@@ -231,21 +253,22 @@ pub fn main() -> Result<()> {
             no_bias_correction,
             target_sqnr,
             promote_to,
-        }) => crate::cli_quant::quantize(
-            &model,
-            &calib,
-            preprocess.as_deref(),
-            &preset,
-            calibration.as_deref(),
-            eval.as_deref(),
-            &out,
-            report.as_deref(),
-            csv.as_deref(),
+        }) => crate::cli_quant::quantize(&crate::cli_quant::QuantizeArgs {
+            model: &model,
+            calib: &calib,
+            preprocess: preprocess.as_deref(),
+            preset: &preset,
+            recipe: recipe.as_deref(),
+            method: calibration.as_deref(),
+            eval: eval.as_deref(),
+            out: &out,
+            report: report.as_deref(),
+            csv: csv.as_deref(),
             threads,
             no_bias_correction,
             target_sqnr,
-            &promote_to,
-        ),
+            promote_to: &promote_to,
+        }),
         Some(Command::Analyze {
             model,
             plan,
@@ -254,6 +277,23 @@ pub fn main() -> Result<()> {
             report,
             threads,
         }) => crate::cli_quant::analyze(&model, &plan, &eval, preprocess.as_deref(), &report, threads),
+        Some(Command::Simulate {
+            model,
+            plan,
+            eval,
+            preprocess,
+            report,
+            csv,
+            threads,
+        }) => crate::cli_quant::simulate_plan(
+            &model,
+            &plan,
+            &eval,
+            preprocess.as_deref(),
+            report.as_deref(),
+            csv.as_deref(),
+            threads,
+        ),
     }
 }
 

@@ -5,6 +5,7 @@ use npu_core::ir::Model;
 use npu_core::progress::Progress;
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::observer::Calibration;
+use npu_core::quant::recipe::Recipe;
 use npu_core::quant::{QuantPlan, Quantizer, Report, preset};
 use serde::Serialize;
 use std::io::Write;
@@ -57,39 +58,92 @@ fn warn_synthetic(what: &str, path: &str) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn quantize(
-    model_path: &Path,
-    calib: &str,
-    preprocess: Option<&str>,
-    preset_name: &str,
-    method: Option<&str>,
-    eval: Option<&str>,
-    out: &Path,
-    report_path: Option<&Path>,
-    csv: Option<&Path>,
-    threads: usize,
-    no_bias_correction: bool,
-    target_sqnr: Option<f64>,
-    promote_to: &str,
-) -> Result<()> {
+/// What `npu-studio quantize` is asked to do.
+pub struct QuantizeArgs<'a> {
+    pub model: &'a Path,
+    pub calib: &'a str,
+    pub preprocess: Option<&'a str>,
+    pub preset: &'a str,
+    pub recipe: Option<&'a Path>,
+    pub method: Option<&'a str>,
+    pub eval: Option<&'a str>,
+    pub out: &'a Path,
+    pub report: Option<&'a Path>,
+    pub csv: Option<&'a Path>,
+    pub threads: usize,
+    pub no_bias_correction: bool,
+    pub target_sqnr: Option<f64>,
+    pub promote_to: &'a str,
+}
+
+fn load_recipe(path: &Path) -> Result<Recipe> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Recipe::parse_ron(&text).map_err(|e| anyhow::anyhow!("{}: not a recipe: {e}", path.display()))
+}
+
+pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
+    let QuantizeArgs {
+        model: model_path,
+        calib,
+        preprocess,
+        preset: preset_name,
+        recipe,
+        method,
+        eval,
+        out,
+        report: report_path,
+        csv,
+        threads,
+        no_bias_correction,
+        target_sqnr,
+        promote_to,
+    } = *a;
     if eval.is_none() && (report_path.is_some() || csv.is_some()) {
         bail!("--report and --csv need --eval PATH (the evaluation set)");
     }
-    let (_, default_method) = preset(preset_name).map_err(anyhow::Error::msg)?;
-    let method = match method {
-        Some(m) => Calibration::parse(m).map_err(anyhow::Error::msg)?,
-        None => default_method,
+    let recipe = match recipe {
+        Some(p) => load_recipe(p)?,
+        None => Recipe::from_preset(preset_name),
     };
+    let recipe_name = recipe_name(a.recipe, &recipe);
+    preset(&recipe.preset).map_err(anyhow::Error::msg)?;
+    let method = method.map(Calibration::parse).transpose().map_err(anyhow::Error::msg)?;
     let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
+    let model = optimized(model_path)?;
+    let resolved = recipe.resolve(&model.graph).map_err(|e| match a.recipe {
+        Some(p) => anyhow::anyhow!("{}: {e}", p.display()),
+        None => anyhow::anyhow!("{e}"),
+    })?;
+    if a.recipe.is_some() {
+        for (k, (r, n)) in recipe.rules.iter().zip(&resolved.matched).enumerate() {
+            if *n == 0 {
+                eprintln!(
+                    "warning: recipe rule {} (name {:?}, op {:?}) matches no node of the optimized graph",
+                    k + 1,
+                    r.name.as_deref().unwrap_or("*"),
+                    r.op.as_deref().unwrap_or("*")
+                );
+            }
+        }
+    }
+    let method = method.unwrap_or(resolved.calibration);
     let model = optimized(model_path)?;
     let q = Quantizer::new(&model, threads)?;
     warn_synthetic("calibration", calib);
     let src = source(calib)?;
     let t = std::time::Instant::now();
-    let plan = q.calibrate(&mut src.samples(&model, &pre), src.len(), preset_name, method, &Stderr);
+    let plan = q.calibrate(
+        &mut src.samples(&model, &pre),
+        src.len(),
+        &recipe.preset,
+        method,
+        &Stderr,
+    );
     end_progress();
     let mut plan = plan?;
+    plan.preset = recipe_name;
+    plan.inputs = resolved.inputs;
+    plan.layers = resolved.layers;
     if !no_bias_correction {
         let corr = q.bias_corrections(&plan, &mut src.samples(&model, &pre), &Stderr);
         end_progress();
@@ -121,8 +175,9 @@ pub fn quantize(
     let mut amp = None;
     if let Some(target) = target_sqnr {
         let to = npu_core::quant::LayerPrecision::parse(promote_to).map_err(anyhow::Error::msg)?;
-        let set = eval.unwrap_or(calib);
-        let src = source(set)?;
+        // The search is part of making the plan: it runs on the calibration set (where the
+        // bias corrections it measures again come from); --eval only reports.
+        let src = source(calib)?;
         let cached = q.cache(&mut src.samples(&model, &pre))?;
         let r = q.mixed_precision(&plan, &cached, target, to, &Stderr);
         end_progress();
@@ -141,13 +196,21 @@ pub fn quantize(
             );
         }
         match mp.chosen {
-            Some(k) => println!(
-                "  chosen: {k} layers ({:.1}% of {}), in {:.1} s",
-                100.0 * k as f64 / mp.layers_total.max(1) as f64,
-                mp.layers_total,
+            Some(k) => {
+                println!(
+                    "  chosen: {k} layers ({:.1}% of {}), in {:.1} s:",
+                    100.0 * k as f64 / mp.layers_total.max(1) as f64,
+                    mp.layers_total,
+                    mp.seconds
+                );
+                for (name, gain) in &mp.ranking[..k] {
+                    println!("    {name} (left at 8 bits alone: −{gain:.2} dB)");
+                }
+            }
+            None => println!(
+                "  the target is not reached on this curve ({:.1} s); plan left unchanged",
                 mp.seconds
             ),
-            None => println!("  the target is not reached even with every layer promoted; plan left unchanged"),
         }
         plan = p;
         amp = Some(mp);
@@ -155,12 +218,13 @@ pub fn quantize(
     let text = ron::ser::to_string_pretty(&plan, ron::ser::PrettyConfig::default())?;
     npu_core::export::write_atomic(out, text.as_bytes()).with_context(|| format!("writing {}", out.display()))?;
     println!(
-        "{}: {} preset, {} calibration on {} samples in {calib_s:.1} s, {} activations; plan written to {}",
+        "{}: {} recipe, {} calibration on {} samples in {calib_s:.1} s, {} activations ({} layers off the default); plan written to {}",
         model_path.display(),
-        preset_name,
+        plan.preset,
         method.name(),
         plan.calibration_samples,
         plan.ranges.len(),
+        plan.layers.len(),
         out.display()
     );
     let Some(eval) = eval else {
@@ -191,6 +255,50 @@ struct QuantizeReport<'a> {
     report: &'a Report,
     #[serde(skip_serializing_if = "Option::is_none")]
     mixed_precision: Option<&'a npu_core::quant::amp::MixedPrecision>,
+}
+
+/// The name a plan records for its recipe: the preset, or the recipe file's name.
+fn recipe_name(path: Option<&Path>, recipe: &Recipe) -> String {
+    match path {
+        Some(p) => format!(
+            "{} ({} rules on {})",
+            p.file_name()
+                .map_or_else(|| p.display().to_string(), |f| f.to_string_lossy().into_owned()),
+            recipe.rules.len(),
+            recipe.preset
+        ),
+        None => recipe.preset.clone(),
+    }
+}
+
+fn read_plan(path: &Path) -> Result<QuantPlan> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    ron::from_str(&text).with_context(|| format!("{}: not a quantization plan", path.display()))
+}
+
+/// `npu-studio simulate`: the fake-quant simulation of a plan and its error report.
+pub fn simulate_plan(
+    model_path: &Path,
+    plan_path: &Path,
+    eval: &str,
+    preprocess: Option<&str>,
+    report_path: Option<&Path>,
+    csv: Option<&Path>,
+    threads: usize,
+) -> Result<()> {
+    let plan = read_plan(plan_path)?;
+    let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
+    let model = optimized(model_path)?;
+    let q = Quantizer::new(&model, threads)?;
+    let report = simulate(&q, &plan, eval, &pre)?;
+    print_summary(&report);
+    if let Some(p) = report_path {
+        write_report(p, &report)?;
+    }
+    if let Some(p) = csv {
+        npu_core::export::write_atomic(p, report.to_csv().as_bytes())?;
+    }
+    Ok(())
 }
 
 fn simulate(q: &Quantizer<'_>, plan: &QuantPlan, eval: &str, pre: &Preprocess) -> Result<Report> {
@@ -245,9 +353,7 @@ pub fn analyze(
     report_path: &Path,
     threads: usize,
 ) -> Result<()> {
-    let text = std::fs::read_to_string(plan_path).with_context(|| format!("reading {}", plan_path.display()))?;
-    let plan: QuantPlan =
-        ron::from_str(&text).with_context(|| format!("{}: not a quantization plan", plan_path.display()))?;
+    let plan = read_plan(plan_path)?;
     let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
     let model = optimized(model_path)?;
     let q = Quantizer::new(&model, threads)?;

@@ -244,3 +244,178 @@ fn bad_calibration_input_names_the_file() {
     assert!(m.contains("nan.npy") && m.contains("non-finite"), "{m}");
     println!("bad calibration input errors name the file, e.g.: {m}");
 }
+
+/// A recipe read from RON: rules by op type and name regex reach the plan, the report shows
+/// each layer's format, and promoting layers off int8 raises the output SQNR.
+#[test]
+fn recipe_rules_reach_the_report() {
+    use npu_core::quant::recipe::Recipe;
+    use npu_core::quant::scheme::ActFormat;
+    let model = cls_model();
+    let tmp = tmp_dir("recipe");
+    let dir = cls_inputs(&tmp);
+    let dir = dir.to_str().expect("utf-8");
+    // The last rule wins over the first on the nodes both match.
+    let recipe = Recipe::parse_ron(
+        r#"Recipe(
+            preset: "w8a8",
+            inputs: Some(Int16),
+            rules: [
+                (op: Some("Conv"), precision: "int16"),
+                (name: Some("^Conv@(5|8|11)$"), precision: "fp16"),
+            ],
+            overrides: {"Conv@16": "int8"},
+        )"#,
+    )
+    .expect("recipe parses");
+    let resolved = recipe.resolve(&model.graph).expect("resolves on cls");
+    assert_eq!(resolved.matched[1], 3, "three convs named by the regex");
+    assert!(resolved.matched[0] > 20, "every Conv and FusedConv");
+    let (_, base) = plan_and_report(&model, dir, &Preprocess::default(), |_| {});
+    let (plan, report) = plan_and_report(&model, dir, &Preprocess::default(), |p| {
+        p.inputs = resolved.inputs;
+        p.layers.clone_from(&resolved.layers);
+    });
+    assert_eq!(plan.inputs, ActFormat::Int16);
+    let format = |node: &str| report.tensors.iter().find(|t| t.node == node).map(|t| t.activations);
+    assert_eq!(format("Conv@8"), Some(ActFormat::Fp16), "the later rule wins");
+    assert_eq!(format("Conv@16"), Some(ActFormat::Int8), "the override wins");
+    let others = report.tensors.iter().filter(|t| {
+        t.op.ends_with("Conv") && !["Conv@5", "Conv@8", "Conv@11", "Conv@16"].contains(&t.node.as_str())
+    });
+    let mut n = 0;
+    for t in others {
+        if t.activations != ActFormat::Float {
+            assert_eq!(t.activations, ActFormat::Int16, "{}", t.node);
+            n += 1;
+        }
+    }
+    assert!(n > 10, "{n} int16 convs");
+    // Promoted convs carry less error all along the network. (cls's output is two logits
+    // per photo: its SQNR over 6 photos moves either way with any change.)
+    let median_cumulative = |r: &Report| {
+        let mut v: Vec<f64> = r.tensors.iter().filter_map(|t| t.sqnr_cumulative_db).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b) = (median_cumulative(&base), median_cumulative(&report));
+    println!("ppocr_cls: median cumulative SQNR of the tensors, w8a8 {a:.2} dB, with the recipe {b:.2} dB");
+    assert!(b > a + 3.0, "w8a8 {a} vs recipe {b}");
+}
+
+/// After a precision change, the incremental simulation (only what lies downstream runs
+/// again) gives exactly the report a full simulation of the new plan gives.
+#[test]
+fn incremental_update_matches_full_simulation() {
+    use npu_core::quant::LayerPrecision;
+    use npu_core::quant::live::Keep;
+    let model = cls_model();
+    let tmp = tmp_dir("live");
+    let dir = cls_inputs(&tmp);
+    let dir = dir.to_str().expect("utf-8");
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    let src = source(dir).expect("source");
+    let pre = Preprocess::default();
+    let plan = q
+        .calibrate(&mut src.samples(&model, &pre), src.len(), "w8a8", Calibration::Mse, &Silent)
+        .expect("calibrates");
+    let samples: Vec<_> = src
+        .samples(&model, &pre)
+        .map(|s| s.expect("sample").1)
+        .collect();
+    let mut live = q.live(plan.clone(), samples, Keep::PerTensor, &Silent).expect("live");
+    let full_nodes = model.graph.nodes.len() * live.samples();
+    // Three changes in a row, deep in the network and near its start, then back.
+    let layers = q.layers();
+    let deep = &model.graph.nodes[layers[layers.len() * 3 / 4]].name;
+    let early = &model.graph.nodes[layers[2]].name;
+    let mut p = plan.clone();
+    for (name, prec) in [
+        (deep.clone(), LayerPrecision::INT16),
+        (early.clone(), LayerPrecision::FP16),
+        (deep.clone(), LayerPrecision::INT8),
+    ] {
+        p.layers.insert(name.clone(), prec);
+        let ran = q.live_update(&mut live, &p, &Silent).expect("update");
+        let inc = q.live_report(&live);
+        let full = q
+            .simulate(&p, &mut src.samples(&model, &pre), src.len(), &Silent)
+            .expect("simulates");
+        println!(
+            "{name} → {prec:?}: {ran} node runs of {full_nodes}; output {:?} dB",
+            inc.outputs[0].sqnr_db
+        );
+        assert!(ran < full_nodes, "{ran} node runs");
+        assert_eq!(inc.outputs[0].sqnr_db, full.outputs[0].sqnr_db, "{name}");
+        assert_eq!(inc.tensors.len(), full.tensors.len());
+        for (a, b) in inc.tensors.iter().zip(&full.tensors) {
+            assert_eq!(a.name, b.name);
+            assert_eq!(a.activations, b.activations, "{}", a.name);
+            // The same sums, added up per sample instead of in one running total.
+            let close = |x: Option<f64>, y: Option<f64>| match (x, y) {
+                (Some(x), Some(y)) => (x - y).abs() < 1e-9,
+                (x, y) => x == y,
+            };
+            assert!(close(a.sqnr_cumulative_db, b.sqnr_cumulative_db), "{}: {a:?} vs {b:?}", a.name);
+            assert!(close(a.sqnr_local_db, b.sqnr_local_db), "{}: {a:?} vs {b:?}", a.name);
+        }
+    }
+    // The deep change alone recomputes less than the early one.
+    let mut p2 = p.clone();
+    p2.layers.insert(deep.clone(), LayerPrecision::FLOAT);
+    let deep_ran = q.live_try(&live, &p2, &Silent).expect("try").recomputed;
+    let mut p3 = p.clone();
+    p3.layers.insert(early.clone(), LayerPrecision::FLOAT);
+    let early_ran = q.live_try(&live, &p3, &Silent).expect("try").recomputed;
+    assert!(deep_ran < early_ran, "deep {deep_ran} vs early {early_ran}");
+}
+
+/// Mixed precision on PP-OCR rec reaches onnxruntime's best A16W8 output SQNR on the same
+/// photos (17.28 dB, measured by `bench/compare_quant_ort.py --a16w8`) with at most a tenth of
+/// the layers promoted, and its curve runs from no layer to every candidate promoted.
+#[test]
+fn mixed_precision_reaches_a16w8_on_rec() {
+    use npu_core::quant::LayerPrecision;
+    let (m, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_rec.onnx")).expect("loads");
+    let model = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
+        .expect("optimizes")
+        .model;
+    let tmp = tmp_dir("amp");
+    let dir = tmp.join("rec_inputs");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for e in std::fs::read_dir(data_dir().join("inputs")).expect("data/inputs") {
+        let p = e.expect("entry").path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        if name.starts_with("rec_") {
+            std::fs::copy(&p, dir.join(name)).expect("copy");
+        }
+    }
+    let dir = dir.to_str().expect("utf-8");
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    let src = source(dir).expect("source");
+    let pre = Preprocess::default();
+    let mut plan = q
+        .calibrate(&mut src.samples(&model, &pre), src.len(), "w8a8", Calibration::Mse, &Silent)
+        .expect("calibrates");
+    plan.bias_correction = q
+        .bias_corrections(&plan, &mut src.samples(&model, &pre), &Silent)
+        .expect("bias correction");
+    let cached = q.cache(&mut src.samples(&model, &pre)).expect("cache");
+    let base = q.output_sqnr(&plan, &cached).expect("sqnr").sqnr_db.expect("inexact");
+    let target = 17.28;
+    assert!(base < target, "w8a8 alone already at {base}");
+    let (mp, out) = q
+        .mixed_precision(&plan, &cached, target, LayerPrecision::INT16, &Silent)
+        .expect("search");
+    let k = mp.chosen.expect("target reached");
+    let reached = q.output_sqnr(&out, &cached).expect("sqnr").sqnr_db.expect("inexact");
+    println!(
+        "ppocr_rec: {base:.2} dB → {reached:.2} dB with {k} of {} layers promoted",
+        mp.layers_total
+    );
+    assert!(k > 0 && k * 10 <= mp.layers_total, "{k} of {}", mp.layers_total);
+    assert!(reached >= target, "{reached} < {target}");
+    assert_eq!(mp.curve.first().map(|c| c.promoted), Some(0));
+    assert_eq!(mp.curve.last().map(|c| c.promoted), Some(mp.ranking.len()));
+    assert!(mp.curve.windows(2).all(|w| w[0].cost_bytes <= w[1].cost_bytes));
+}

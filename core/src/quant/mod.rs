@@ -8,7 +8,9 @@
 pub mod amp;
 pub mod analysis;
 pub mod data;
+pub mod live;
 pub mod observer;
+pub mod recipe;
 pub mod scheme;
 
 use crate::ir::{DType, Graph, Model, Node, NodeId, Tensor, ValueId};
@@ -556,10 +558,25 @@ impl<'m> Quantizer<'m> {
         samples: &mut dyn Iterator<Item = Result<(String, HashMap<String, Tensor>), QuantError>>,
         progress: &dyn Progress,
     ) -> Result<BTreeMap<String, Vec<f32>>, QuantError> {
-        let g = self.graph();
         let weights = self.quantized_weights(plan);
-        let targets: Vec<NodeId> = self
-            .order
+        let targets = self.bias_targets(plan);
+        let mut sums: HashMap<NodeId, (Vec<f64>, f64)> = HashMap::new();
+        for s in samples {
+            if progress.cancelled() {
+                return Err(QuantError::Cancelled);
+            }
+            let (label, sample) = s?;
+            progress.update(0, 1, &format!("bias correction on {label}"));
+            let reference = self.forward(&sample, &HashMap::new(), &mut |_, _| Ok(()), true)?;
+            self.add_bias_errors(plan, &weights, &targets, &reference, &mut sums)?;
+        }
+        Ok(self.mean_bias_errors(sums))
+    }
+
+    /// Layers that get an empirical bias correction under `plan`.
+    fn bias_targets(&self, plan: &QuantPlan) -> Vec<NodeId> {
+        let g = self.graph();
+        self.order
             .iter()
             .copied()
             .filter(|&n| {
@@ -569,63 +586,71 @@ impl<'m> Quantizer<'m> {
                     && node.input(2).is_some_and(|b| g.values[b].constant.is_some())
                     && plan.precision(node).weights != WeightFormat::Float
             })
-            .collect();
-        let mut sums: HashMap<NodeId, (Vec<f64>, f64)> = HashMap::new();
-        for s in samples {
-            if progress.cancelled() {
-                return Err(QuantError::Cancelled);
-            }
-            let (label, sample) = s?;
-            progress.update(0, 1, &format!("bias correction on {label}"));
-            let reference = self.forward(&sample, &HashMap::new(), &mut |_, _| Ok(()), true)?;
-            for &n in &targets {
-                let mut node = g.nodes[n].clone();
-                for a in ["activation", "activation_params", "activation_alpha", "activation_beta"] {
-                    node.attrs.remove(a);
-                }
-                let run = |quant: bool| -> Result<Tensor, QuantError> {
-                    let ins: Vec<Option<Tensor>> = node
-                        .inputs
-                        .iter()
-                        .map(|v| v.and_then(|v| self.local_input(plan, v, &reference, &weights, quant)))
-                        .collect();
-                    let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-                    let mut out = self
-                        .pool
-                        .install(|| crate::sim::ops::eval(&node, &refs, &self.ctx))
-                        .map_err(|message| QuantError::Node {
-                            node: node.label(),
-                            op: node.op.clone(),
-                            message,
-                        })?;
-                    Ok(out.swap_remove(0))
-                };
-                let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else {
-                    continue;
-                };
-                let shape = yf.shape().to_vec();
-                let (axis, channels) = if node.op.contains("Conv") {
-                    (1, shape.get(1).copied().unwrap_or(1))
-                } else {
-                    (shape.len().saturating_sub(1), shape.last().copied().unwrap_or(1))
-                };
-                let inner: usize = shape.get(axis + 1..).map_or(1, |d| d.iter().product());
-                let e = sums.entry(n).or_insert_with(|| (vec![0.0; channels], 0.0));
-                if e.0.len() != channels {
-                    continue;
-                }
-                let (yq, yf) = (yq.as_standard_layout(), yf.as_standard_layout());
-                for (i, (a, b)) in yq.iter().zip(yf.iter()).enumerate() {
-                    e.0[(i / inner.max(1)) % channels] += f64::from(*a) - f64::from(*b);
-                }
-                e.1 += (yf.len() / channels.max(1)) as f64;
-            }
-        }
-        Ok(sums
-            .into_iter()
+            .collect()
+    }
+
+    fn mean_bias_errors(&self, sums: HashMap<NodeId, (Vec<f64>, f64)>) -> BTreeMap<String, Vec<f32>> {
+        let g = self.graph();
+        sums.into_iter()
             .filter(|(_, (_, c))| *c > 0.0)
             .map(|(n, (s, c))| (g.nodes[n].name.clone(), s.iter().map(|v| (v / c) as f32).collect()))
-            .collect())
+            .collect()
+    }
+
+    /// Adds one sample's per-channel error (quantized minus FP32, before the fused
+    /// activation) of each target layer run alone to `sums`.
+    fn add_bias_errors(
+        &self,
+        plan: &QuantPlan,
+        weights: &HashMap<ValueId, Tensor>,
+        targets: &[NodeId],
+        reference: &HashMap<ValueId, Tensor>,
+        sums: &mut HashMap<NodeId, (Vec<f64>, f64)>,
+    ) -> Result<(), QuantError> {
+        let g = self.graph();
+        for &n in targets {
+            let mut node = g.nodes[n].clone();
+            for a in ["activation", "activation_params", "activation_alpha", "activation_beta"] {
+                node.attrs.remove(a);
+            }
+            let run = |quant: bool| -> Result<Tensor, QuantError> {
+                let ins: Vec<Option<Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, quant)))
+                    .collect();
+                let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+                let mut out = self
+                    .pool
+                    .install(|| crate::sim::ops::eval(&node, &refs, &self.ctx))
+                    .map_err(|message| QuantError::Node {
+                        node: node.label(),
+                        op: node.op.clone(),
+                        message,
+                    })?;
+                Ok(out.swap_remove(0))
+            };
+            let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else {
+                continue;
+            };
+            let shape = yf.shape().to_vec();
+            let (axis, channels) = if node.op.contains("Conv") {
+                (1, shape.get(1).copied().unwrap_or(1))
+            } else {
+                (shape.len().saturating_sub(1), shape.last().copied().unwrap_or(1))
+            };
+            let inner: usize = shape.get(axis + 1..).map_or(1, |d| d.iter().product());
+            let e = sums.entry(n).or_insert_with(|| (vec![0.0; channels], 0.0));
+            if e.0.len() != channels {
+                continue;
+            }
+            let (yq, yf) = (yq.as_standard_layout(), yf.as_standard_layout());
+            for (i, (a, b)) in yq.iter().zip(yf.iter()).enumerate() {
+                e.0[(i / inner.max(1)) % channels] += f64::from(*a) - f64::from(*b);
+            }
+            e.1 += (yf.len() / channels.max(1)) as f64;
+        }
+        Ok(())
     }
 
     /// Fake-quant simulation on the evaluation samples: every tensor's local and cumulative
@@ -676,34 +701,8 @@ impl<'m> Quantizer<'m> {
                             .add(r.as_slice().unwrap_or(&[]), q.as_slice().unwrap_or(&[]));
                     }
                 }
-                // Local: this node alone, on the FP32 inputs put on their grids.
-                let ins: Vec<Option<Tensor>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| v.and_then(|v| self.local_input(plan, v, &reference, &weights, true)))
-                    .collect();
-                let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-                let outs = self
-                    .pool
-                    .install(|| crate::sim::ops::eval(node, &refs, &self.ctx))
-                    .map_err(|message| QuantError::Node {
-                        node: node.label(),
-                        op: node.op.clone(),
-                        message,
-                    })?;
-                for (o, mut t) in node.outputs.iter().zip(outs) {
-                    let Some(o) = *o else { continue };
-                    if !float_outs.contains(&o) {
-                        continue;
-                    }
-                    self.fake_quant(plan, o, &mut t);
-                    if let (Some(Tensor::F32(r)), Tensor::F32(q)) = (reference.get(&o), &t) {
-                        let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
-                        local
-                            .entry(o)
-                            .or_default()
-                            .add(r.as_slice().unwrap_or(&[]), q.as_slice().unwrap_or(&[]));
-                    }
+                for (o, st) in self.local_error(plan, node, &reference, &weights)? {
+                    local.entry(o).or_default().merge(&st);
                 }
             }
             n += 1;
@@ -711,6 +710,71 @@ impl<'m> Quantizer<'m> {
         if n == 0 {
             return Err(QuantError::Data("the evaluation set is empty".into()));
         }
+        Ok(self.report(plan, &weights, &local, &cumulative, n, t0.elapsed().as_secs_f64()))
+    }
+
+    /// The local error of a node run alone on its FP32 inputs put on their grids, per
+    /// float output.
+    fn local_error(
+        &self,
+        plan: &QuantPlan,
+        node: &Node,
+        reference: &HashMap<ValueId, Tensor>,
+        weights: &HashMap<ValueId, Tensor>,
+    ) -> Result<Vec<(ValueId, ErrorStats)>, QuantError> {
+        let g = self.graph();
+        let float_outs: Vec<ValueId> = node
+            .outputs
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&o| is_float(g, o))
+            .collect();
+        if float_outs.is_empty() || node.op == "Constant" {
+            return Ok(Vec::new());
+        }
+        let ins: Vec<Option<Tensor>> = node
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, true)))
+            .collect();
+        let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+        let outs = self
+            .pool
+            .install(|| crate::sim::ops::eval(node, &refs, &self.ctx))
+            .map_err(|message| QuantError::Node {
+                node: node.label(),
+                op: node.op.clone(),
+                message,
+            })?;
+        let mut res = Vec::new();
+        for (o, mut t) in node.outputs.iter().zip(outs) {
+            let Some(o) = *o else { continue };
+            if !float_outs.contains(&o) {
+                continue;
+            }
+            self.fake_quant(plan, o, &mut t);
+            if let (Some(Tensor::F32(r)), Tensor::F32(q)) = (reference.get(&o), &t) {
+                let (r, q) = (r.as_standard_layout(), q.as_standard_layout());
+                let mut st = ErrorStats::default();
+                st.add(r.as_slice().unwrap_or(&[]), q.as_slice().unwrap_or(&[]));
+                res.push((o, st));
+            }
+        }
+        Ok(res)
+    }
+
+    /// The report of a plan from its error sums.
+    fn report(
+        &self,
+        plan: &QuantPlan,
+        weights: &HashMap<ValueId, Tensor>,
+        local: &HashMap<ValueId, ErrorStats>,
+        cumulative: &HashMap<ValueId, ErrorStats>,
+        n: usize,
+        seconds: f64,
+    ) -> Report {
+        let g = self.graph();
         let mut tensors = Vec::new();
         for &step_node in &self.order {
             let node = &g.nodes[step_node];
@@ -782,16 +846,16 @@ impl<'m> Quantizer<'m> {
                 max_abs_err: st.max_abs_err,
             });
         }
-        Ok(Report {
+        Report {
             weights: weight_reports,
             preset: plan.preset.clone(),
             calibration: plan.calibration.name(),
             calibration_samples: plan.calibration_samples,
             eval_samples: n,
-            seconds: t0.elapsed().as_secs_f64(),
+            seconds,
             outputs,
             tensors,
-        })
+        }
     }
 }
 
@@ -803,13 +867,19 @@ fn qdq_tensor(t: &mut Tensor, f: ActFormat, r: (f64, f64)) {
     }
 }
 
-/// A bias on the int32 grid of (input scale × weight scale of its channel).
+/// A bias on the int32 (int64 under 16-bit inputs) grid of (input scale × weight scale of
+/// its channel).
 fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec: LayerPrecision) -> Vec<f32> {
     let g = q.graph();
-    let x_scale = node
-        .input(0)
-        .and_then(|x| q.grid(plan, x))
-        .and_then(|(f, r)| f.levels().map(|l| Affine::from_range(r.0, r.1, l).scale));
+    let x_grid = node.input(0).and_then(|x| q.grid(plan, x));
+    let x_scale = x_grid.and_then(|(f, r)| f.levels().map(|l| Affine::from_range(r.0, r.1, l).scale));
+    // Under 16-bit inputs the bias is int64, as in TFLite's 16x8 scheme: on the 256× finer
+    // grid, int32 would clip the bias of channels with small weights.
+    let code_max = if x_grid.is_some_and(|(f, _)| f == ActFormat::Int16) {
+        9.2e18
+    } else {
+        2_147_483_647.0
+    };
     let (Some(xs), WeightFormat::Int8 | WeightFormat::Uint8) = (x_scale, prec.weights) else {
         return match prec.weights {
             WeightFormat::Fp16 => bias.iter().map(|&b| half::f16::from_f32(b).to_f32()).collect(),
@@ -846,9 +916,7 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
         .map(|(c, &b)| {
             let s = xs * amax.get(c % channels.max(1)).copied().unwrap_or(0.0) / 127.0;
             if s > 0.0 {
-                let code = (f64::from(b) / s)
-                    .round_ties_even()
-                    .clamp(-2_147_483_648.0, 2_147_483_647.0);
+                let code = (f64::from(b) / s).round_ties_even().clamp(-code_max - 1.0, code_max);
                 (code * s) as f32
             } else {
                 b

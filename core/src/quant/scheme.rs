@@ -198,6 +198,16 @@ impl ErrorStats {
         self.count += reference.len().min(test.len()) as u64;
     }
 
+    /// Adds the sums of another batch.
+    pub fn merge(&mut self, o: &ErrorStats) {
+        self.ref_sq += o.ref_sq;
+        self.err_sq += o.err_sq;
+        self.test_sq += o.test_sq;
+        self.dot += o.dot;
+        self.max_abs_err = self.max_abs_err.max(o.max_abs_err);
+        self.count += o.count;
+    }
+
     /// 20·log10(‖ref‖/‖ref − x‖); `None` when the error is exactly zero (no finite value).
     pub fn sqnr_db(&self) -> Option<f64> {
         if self.err_sq == 0.0 {

@@ -1,0 +1,258 @@
+//! Recipes: which precision each layer gets. A preset gives every layer one precision;
+//! ordered rules, matched by node-name regex and/or op type, change it (a later rule wins
+//! over an earlier one); per-node overrides win over every rule. Saved as RON:
+//!
+//! ```ron
+//! Recipe(
+//!     preset: "w8a8",
+//!     rules: [
+//!         (op: Some("Sigmoid"), precision: "int16"),
+//!         (name: Some("^backbone\\.stage1\\."), precision: "fp16"),
+//!         (name: Some("head"), op: Some("Conv"), precision: "float"),
+//!     ],
+//!     overrides: {"p2o.Conv.3": "int16"},
+//! )
+//! ```
+
+use super::observer::Calibration;
+use super::scheme::ActFormat;
+use super::{LayerPrecision, preset};
+use crate::ir::{Graph, Node};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One rule: every node whose name matches `name` (a regex searched anywhere in the name;
+/// anchor it with `^…$`) and whose op is `op` gets `precision`. A rule without `name` or
+/// `op` matches on the other alone. `op: "Conv"` also matches the fused `FusedConv` (and
+/// `Gemm` matches `FusedGemm`), which the graph optimizer makes of a Conv and its activation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rule {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub op: Option<String>,
+    /// `int8`, `int16`, `fp16`, `int4` (4-bit weights, 16-bit activations) or `float`.
+    pub precision: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    /// The precision of every layer no rule matches, and the default calibration method.
+    #[serde(default = "default_preset")]
+    pub preset: String,
+    /// Overrides the preset's calibration method.
+    #[serde(default)]
+    pub calibration: Option<Calibration>,
+    /// Format of the graph inputs (default: the preset's activations).
+    #[serde(default)]
+    pub inputs: Option<ActFormat>,
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Node name → precision; wins over every rule.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, String>,
+}
+
+fn default_preset() -> String {
+    "w8a8".into()
+}
+
+impl Default for Recipe {
+    fn default() -> Self {
+        Self {
+            preset: default_preset(),
+            calibration: None,
+            inputs: None,
+            rules: Vec::new(),
+            overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// What a recipe resolves to on one graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
+    pub default: LayerPrecision,
+    pub calibration: Calibration,
+    pub inputs: ActFormat,
+    /// Nodes whose precision differs from `default`, by name.
+    pub layers: BTreeMap<String, LayerPrecision>,
+    /// How many nodes each rule matched (in rule order).
+    pub matched: Vec<usize>,
+}
+
+fn op_matches(rule_op: &str, node: &Node) -> bool {
+    let op = node.op.as_str();
+    op == rule_op || op.strip_prefix("Fused").is_some_and(|base| base == rule_op)
+}
+
+impl Recipe {
+    /// A recipe that is just a preset.
+    pub fn from_preset(name: &str) -> Self {
+        Self {
+            preset: name.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn parse_ron(text: &str) -> Result<Self, String> {
+        ron::from_str(text).map_err(|e| e.to_string())
+    }
+
+    pub fn to_ron(&self) -> String {
+        ron::ser::to_string_pretty(self, ron::ser::PrettyConfig::default()).unwrap_or_default()
+    }
+
+    /// Applies the recipe to `graph`. Errors name the rule (by its position, from 1) or the
+    /// override that is wrong; an override naming a node the graph lacks is an error too.
+    pub fn resolve(&self, graph: &Graph) -> Result<Resolved, String> {
+        let (default, method) = preset(&self.preset).map_err(|e| format!("preset: {e}"))?;
+        let mut rules = Vec::with_capacity(self.rules.len());
+        for (k, r) in self.rules.iter().enumerate() {
+            let at = |m: String| format!("rule {} ({}): {m}", k + 1, describe(r));
+            let re = match &r.name {
+                Some(p) => Some(regex_lite::Regex::new(p).map_err(|e| at(format!("bad name regex: {e}")))?),
+                None => None,
+            };
+            if re.is_none() && r.op.is_none() {
+                return Err(at("needs `name` or `op`".into()));
+            }
+            let p = LayerPrecision::parse(&r.precision).map_err(at)?;
+            rules.push((re, r.op.as_deref(), p));
+        }
+        let mut matched = vec![0; rules.len()];
+        let mut layers = BTreeMap::new();
+        for node in &graph.nodes {
+            let mut chosen = None;
+            for (k, (re, op, p)) in rules.iter().enumerate() {
+                let hit =
+                    re.as_ref().is_none_or(|re| re.is_match(&node.name)) && op.is_none_or(|o| op_matches(o, node));
+                if hit {
+                    matched[k] += 1;
+                    chosen = Some(*p);
+                }
+            }
+            if let Some(p) = chosen.filter(|p| *p != default) {
+                layers.insert(node.name.clone(), p);
+            }
+        }
+        for (name, prec) in &self.overrides {
+            if !graph.nodes.iter().any(|n| &n.name == name) {
+                return Err(format!(
+                    "override `{name}`: no node of that name in the optimized graph"
+                ));
+            }
+            let p = LayerPrecision::parse(prec).map_err(|e| format!("override `{name}`: {e}"))?;
+            if p == default {
+                layers.remove(name);
+            } else {
+                layers.insert(name.clone(), p);
+            }
+        }
+        Ok(Resolved {
+            default,
+            calibration: self.calibration.unwrap_or(method),
+            inputs: self.inputs.unwrap_or(default.activations),
+            layers,
+            matched,
+        })
+    }
+}
+
+fn describe(r: &Rule) -> String {
+    match (&r.name, &r.op) {
+        (Some(n), Some(o)) => format!("name /{n}/, op {o}"),
+        (Some(n), None) => format!("name /{n}/"),
+        (None, Some(o)) => format!("op {o}"),
+        (None, None) => "empty".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Graph, Node};
+
+    fn graph(nodes: &[(&str, &str)]) -> Graph {
+        let mut g = Graph::default();
+        for (name, op) in nodes {
+            g.nodes.push(Node {
+                name: (*name).into(),
+                op: (*op).into(),
+                domain: String::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                attrs: std::collections::BTreeMap::new(),
+                origin: Vec::new(),
+            });
+        }
+        g
+    }
+
+    #[test]
+    fn later_rules_win_and_overrides_win_over_rules() {
+        let g = graph(&[
+            ("stem.conv", "FusedConv"),
+            ("stage1.conv", "Conv"),
+            ("stage1.add", "Add"),
+            ("head.sigmoid", "Sigmoid"),
+        ]);
+        let r = Recipe::parse_ron(
+            r#"Recipe(
+                preset: "w8a8",
+                rules: [
+                    (op: Some("Conv"), precision: "fp16"),
+                    (name: Some("^stage1\\."), precision: "int16"),
+                    (name: Some("sigmoid$"), op: Some("Sigmoid"), precision: "float"),
+                    (name: Some("head"), op: Some("Conv"), precision: "int4"),
+                ],
+                overrides: {"stage1.add": "int8"},
+            )"#,
+        )
+        .expect("parses");
+        let res = r.resolve(&g).expect("resolves");
+        assert_eq!(res.default, LayerPrecision::INT8);
+        assert_eq!(
+            res.layers.get("stem.conv"),
+            Some(&LayerPrecision::FP16),
+            "Conv matches FusedConv"
+        );
+        assert_eq!(
+            res.layers.get("stage1.conv"),
+            Some(&LayerPrecision::INT16),
+            "the later rule wins"
+        );
+        assert_eq!(
+            res.layers.get("stage1.add"),
+            None,
+            "the override back to the default wins"
+        );
+        assert_eq!(res.layers.get("head.sigmoid"), Some(&LayerPrecision::FLOAT));
+        assert_eq!(res.matched, vec![2, 2, 1, 0]);
+        // A round trip through RON keeps the recipe.
+        assert_eq!(Recipe::parse_ron(&r.to_ron()).expect("round trip"), r);
+    }
+
+    #[test]
+    fn errors_name_the_rule_or_override() {
+        let g = graph(&[("a", "Conv")]);
+        let bad = |text: &str| {
+            Recipe::parse_ron(text)
+                .expect("parses")
+                .resolve(&g)
+                .expect_err("must fail")
+        };
+        let e = bad(
+            r#"Recipe(rules: [(op: Some("Conv"), precision: "int8"), (name: Some("(unclosed"), precision: "int8")])"#,
+        );
+        assert!(e.starts_with("rule 2 (name /(unclosed/)"), "{e}");
+        let e = bad(r#"Recipe(rules: [(op: Some("Conv"), precision: "int9")])"#);
+        assert!(e.contains("rule 1") && e.contains("int9"), "{e}");
+        let e = bad(r#"Recipe(rules: [(precision: "int8")])"#);
+        assert!(e.contains("needs `name` or `op`"), "{e}");
+        let e = bad(r#"Recipe(overrides: {"b": "int16"})"#);
+        assert!(e.contains("override `b`") && e.contains("no node"), "{e}");
+        let e = bad(r#"Recipe(preset: "w3a3")"#);
+        assert!(e.contains("preset") && e.contains("w3a3"), "{e}");
+    }
+}
