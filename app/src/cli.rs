@@ -1,4 +1,4 @@
-//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`, `simulate`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
+//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`, `simulate`, `bench-quant-edit`; no subcommand opens the studio. Their flags and JSON fields are a stable contract.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -72,6 +72,22 @@ enum Command {
         /// Sizes of synthetic DAGs to time (comma-separated; 0 for none).
         #[arg(long, value_delimiter = ',', default_value = "10000,50000")]
         synthetic: Vec<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Times precision edits in the studio's quantization view, headless: calibrates on
+    /// DATA, then changes one layer's precision at a time and measures the time from the
+    /// change to the updated heatmap (incremental re-simulation and overlay colours).
+    BenchQuantEdit {
+        model: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        data: String,
+        #[arg(long, value_name = "SPEC", default_value = "")]
+        preprocess: String,
+        #[arg(long, default_value = "w8a8")]
+        preset: String,
+        #[arg(long, default_value_t = 30)]
+        edits: usize,
         #[arg(long)]
         json: bool,
     },
@@ -220,6 +236,14 @@ pub fn main() -> Result<()> {
             synthetic,
             json,
         }) => bench_layout(&models, &synthetic, json),
+        Some(Command::BenchQuantEdit {
+            model,
+            data,
+            preprocess,
+            preset,
+            edits,
+            json,
+        }) => bench_quant_edit(&model, data, preprocess, preset, edits, json),
         Some(Command::Optimize {
             model,
             out,
@@ -850,6 +874,44 @@ fn bench(
             r.warmup,
             r.threads,
             if r.optimized { ", optimized graph" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+fn bench_quant_edit(
+    model: &Path,
+    data: String,
+    preprocess: String,
+    preset: String,
+    edits: usize,
+    json: bool,
+) -> Result<()> {
+    let (m, _) = npu_core::import::load(model)?;
+    let setup = crate::studio::quantize::Setup {
+        data,
+        preprocess,
+        preset,
+    };
+    let r = crate::studio::quantize::bench_edits(std::sync::Arc::new(m), &model.display().to_string(), setup, edits)
+        .map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{}: {} samples; first heatmap after {:.2} s; {} edits: change → heatmap median {:.1} ms, max {:.1} ms; node runs per edit median {} of {} for a full simulation",
+            r.model,
+            r.samples,
+            r.first_heatmap_s,
+            r.edit_ms.len(),
+            r.median_ms,
+            r.max_ms,
+            {
+                let mut n = r.node_runs.clone();
+                n.sort_unstable();
+                n.get(n.len() / 2).copied().unwrap_or(0)
+            },
+            r.full_node_runs
         );
     }
     Ok(())

@@ -127,49 +127,30 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         }
     }
     let method = method.unwrap_or(resolved.calibration);
-    let model = optimized(model_path)?;
     let q = Quantizer::new(&model, threads)?;
     warn_synthetic("calibration", calib);
     let src = source(calib)?;
     let t = std::time::Instant::now();
-    let plan = q.calibrate(
-        &mut src.samples(&model, &pre),
-        src.len(),
+    let made = q.make_plan(
+        &src,
+        &pre,
+        &recipe_name,
         &recipe.preset,
+        &resolved,
         method,
+        !no_bias_correction,
         &Stderr,
     );
     end_progress();
-    let mut plan = plan?;
-    plan.preset = recipe_name;
-    plan.inputs = resolved.inputs;
-    plan.layers = resolved.layers;
-    if !no_bias_correction {
-        let corr = q.bias_corrections(&plan, &mut src.samples(&model, &pre), &Stderr);
-        end_progress();
-        let corr = corr?;
-        // Keep the correction only where it helps the whole model on the calibration data:
-        // each layer's shift is measured alone, and on some models the shifts interact.
-        let cached = q.cache(&mut src.samples(&model, &pre))?;
-        let without = q.output_sqnr(&plan, &cached)?.sqnr_db;
-        let mut with_plan = plan.clone();
-        with_plan.bias_correction = corr;
-        let with = q.output_sqnr(&with_plan, &cached)?.sqnr_db;
+    let (mut plan, bc) = made?;
+    if let Some(bc) = bc {
         let db = |x: Option<f64>| x.map_or("exact".into(), |v| format!("{v:.2} dB"));
-        if with.unwrap_or(f64::INFINITY) >= without.unwrap_or(f64::INFINITY) {
-            println!(
-                "bias correction: calibration-set output SQNR {} → {}; kept",
-                db(without),
-                db(with)
-            );
-            plan = with_plan;
-        } else {
-            println!(
-                "bias correction: calibration-set output SQNR {} → {}; dropped",
-                db(without),
-                db(with)
-            );
-        }
+        println!(
+            "bias correction: calibration-set output SQNR {} → {}; {}",
+            db(bc.without),
+            db(bc.with),
+            if bc.kept { "kept" } else { "dropped" }
+        );
     }
     let calib_s = t.elapsed().as_secs_f64();
     let mut amp = None;

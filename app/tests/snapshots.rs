@@ -92,3 +92,57 @@ fn png_export_writes_the_canvas() {
         "the export shows the graph ({differing} non-background pixels)"
     );
 }
+
+/// The README's quantization screenshot: PP-OCR cls calibrated on its six photos, the
+/// cumulative SQNR heatmap, one layer promoted to int16 and selected.
+#[test]
+fn readme_quantization_heatmap() {
+    let shots = SnapshotOptions::new().output_path(repo().join("screenshots"));
+    // A fixed relative path (the tests run in app/), so the panel shows the same text.
+    let rel = "../target/cls_photos";
+    let dir = repo().join("target/cls_photos");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp");
+    for e in std::fs::read_dir(repo().join("data/inputs")).expect("data/inputs") {
+        let p = e.expect("entry").path();
+        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        if file.starts_with("cls_") {
+            std::fs::copy(&p, dir.join(file)).expect("copy");
+        }
+    }
+    let mut h = open(&ppocr("cls"));
+    h.state_mut().quant.open = true;
+    h.state_mut().quant.setup.data = rel.into();
+    h.state_mut().quant.show_timings = false;
+    h.step();
+    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
+    h.state_mut().quant.start(model, None);
+    settle(&mut h);
+    let n = {
+        let st = h.state();
+        let s = st.quant.session.as_ref().expect("session");
+        let mut nodes: Vec<usize> = s.rows.keys().copied().collect();
+        nodes.sort_unstable();
+        // The lowest cumulative SQNR among the first convs.
+        *nodes
+            .iter()
+            .filter(|n| {
+                st.loaded
+                    .as_ref()
+                    .is_some_and(|l| l.model.graph.nodes[**n].op == "Conv")
+            })
+            .take(12)
+            .min_by(|a, b| {
+                let k = |n: &usize| s.row(*n).and_then(|t| t.sqnr_cumulative_db).unwrap_or(f64::INFINITY);
+                k(a).total_cmp(&k(b))
+            })
+            .expect("a conv")
+    };
+    h.state_mut()
+        .send(Command::SetPrecision(vec![n], npu_core::quant::LayerPrecision::INT16));
+    h.state_mut().send(Command::Reveal(Selection::Node(n)));
+    settle(&mut h);
+    h.state_mut().send(Command::ZoomBy(0.6));
+    settle(&mut h);
+    h.snapshot_options("studio_quantization", &shots);
+}

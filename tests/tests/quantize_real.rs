@@ -280,9 +280,10 @@ fn recipe_rules_reach_the_report() {
     let format = |node: &str| report.tensors.iter().find(|t| t.node == node).map(|t| t.activations);
     assert_eq!(format("Conv@8"), Some(ActFormat::Fp16), "the later rule wins");
     assert_eq!(format("Conv@16"), Some(ActFormat::Int8), "the override wins");
-    let others = report.tensors.iter().filter(|t| {
-        t.op.ends_with("Conv") && !["Conv@5", "Conv@8", "Conv@11", "Conv@16"].contains(&t.node.as_str())
-    });
+    let others = report
+        .tensors
+        .iter()
+        .filter(|t| t.op.ends_with("Conv") && !["Conv@5", "Conv@8", "Conv@11", "Conv@16"].contains(&t.node.as_str()));
     let mut n = 0;
     for t in others {
         if t.activations != ActFormat::Float {
@@ -317,12 +318,15 @@ fn incremental_update_matches_full_simulation() {
     let src = source(dir).expect("source");
     let pre = Preprocess::default();
     let plan = q
-        .calibrate(&mut src.samples(&model, &pre), src.len(), "w8a8", Calibration::Mse, &Silent)
+        .calibrate(
+            &mut src.samples(&model, &pre),
+            src.len(),
+            "w8a8",
+            Calibration::Mse,
+            &Silent,
+        )
         .expect("calibrates");
-    let samples: Vec<_> = src
-        .samples(&model, &pre)
-        .map(|s| s.expect("sample").1)
-        .collect();
+    let samples: Vec<_> = src.samples(&model, &pre).map(|s| s.expect("sample").1).collect();
     let mut live = q.live(plan.clone(), samples, Keep::PerTensor, &Silent).expect("live");
     let full_nodes = model.graph.nodes.len() * live.samples();
     // Three changes in a row, deep in the network and near its start, then back.
@@ -356,7 +360,11 @@ fn incremental_update_matches_full_simulation() {
                 (Some(x), Some(y)) => (x - y).abs() < 1e-9,
                 (x, y) => x == y,
             };
-            assert!(close(a.sqnr_cumulative_db, b.sqnr_cumulative_db), "{}: {a:?} vs {b:?}", a.name);
+            assert!(
+                close(a.sqnr_cumulative_db, b.sqnr_cumulative_db),
+                "{}: {a:?} vs {b:?}",
+                a.name
+            );
             assert!(close(a.sqnr_local_db, b.sqnr_local_db), "{}: {a:?} vs {b:?}", a.name);
         }
     }
@@ -395,7 +403,13 @@ fn mixed_precision_reaches_a16w8_on_rec() {
     let src = source(dir).expect("source");
     let pre = Preprocess::default();
     let mut plan = q
-        .calibrate(&mut src.samples(&model, &pre), src.len(), "w8a8", Calibration::Mse, &Silent)
+        .calibrate(
+            &mut src.samples(&model, &pre),
+            src.len(),
+            "w8a8",
+            Calibration::Mse,
+            &Silent,
+        )
         .expect("calibrates");
     plan.bias_correction = q
         .bias_corrections(&plan, &mut src.samples(&model, &pre), &Silent)

@@ -8,9 +8,11 @@ use super::{Studio, ViewState};
 use crate::graph::doc::{CARD_HEADER, CARD_LINE, CARD_PAD, GraphDoc, ItemId, ItemKind, dims_string};
 use crate::graph::scene::{BoxKind, FRAME_HEADER, MINIMAP_CELLS, Scene};
 use egui::epaint::{CubicBezierShape, PathShape};
-use egui::{Align2, CornerRadius, FontId, Painter, Pos2, Rect, Sense, Shape, Stroke, StrokeKind, Vec2, pos2, vec2};
+use egui::{
+    Align2, Color32, CornerRadius, FontId, Painter, Pos2, Rect, Sense, Shape, Stroke, StrokeKind, Vec2, pos2, vec2,
+};
 use npu_core::ir::Model;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 pub const MIN_ZOOM: f32 = 0.0005;
 pub const MAX_ZOOM: f32 = 4.0;
@@ -61,6 +63,8 @@ pub struct Highlights {
     pub removed: HashSet<usize>,
     pub rewritten: HashSet<usize>,
     pub linked: HashSet<usize>,
+    /// Quantization overlay: box → colour and badge text.
+    pub marks: HashMap<usize, (Color32, String)>,
 }
 
 /// What the user did in a pane this frame.
@@ -69,6 +73,10 @@ pub struct PaneEvents {
     /// A click: on a box, or on empty canvas (`Some(None)`).
     pub clicked: Option<Option<usize>>,
     pub double_clicked: Option<usize>,
+    /// A right-click: on a box, or on empty canvas.
+    pub secondary_clicked: Option<Option<usize>>,
+    /// The pane's response (for its context menu).
+    pub response: Option<egui::Response>,
 }
 
 pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui) {
@@ -121,6 +129,11 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         hl.rewritten = boxes(&mut after.rewritten_before.iter().copied());
         hl.linked = boxes(&mut after.linked_before(st.optimizer.after_selected).into_iter());
     }
+    let marks = st.quant.card_marks();
+    hl.marks = marks
+        .into_iter()
+        .filter_map(|(n, m)| Some((own_card_box(&doc, &scene, n)?, m)))
+        .collect();
     let events = pane_ui(
         ui,
         rect,
@@ -142,6 +155,32 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
             BoxKind::Collapsed(s) | BoxKind::Frame(s) => Selection::Scope(s),
         });
         st.send(Command::Select(sel));
+    }
+    if let Some(hit) = events.secondary_clicked {
+        st.quant.menu_node = hit.and_then(|b| match scene.boxes[b].kind {
+            BoxKind::Item(i) => match doc.items[i].kind {
+                ItemKind::Node(n) => Some(n),
+                _ => None,
+            },
+            _ => None,
+        });
+    }
+    let quantized = st.quant.session.as_ref().is_some_and(|s| s.result.is_some());
+    if quantized && let Some(resp) = &events.response {
+        resp.context_menu(|ui| {
+            let Some(n) = st.quant.menu_node else {
+                ui.label("Right-click a node to set its precision");
+                return;
+            };
+            ui.strong(format!("Precision of {}", model.graph.nodes[n].label()));
+            if st.quant.precision_of(n).is_none() {
+                ui.label("(not quantized: no layer of the plan)");
+                return;
+            }
+            if super::quantize::precision_menu(ui, &mut st.quant, n) {
+                ui.close();
+            }
+        });
     }
     minimap_ui(st, ui, rect, &scene);
     if st.optimizer.after.is_some() {
@@ -211,6 +250,9 @@ pub fn pane_ui(
     } else if resp.clicked() {
         events.clicked = Some(pressed_on);
     }
+    if resp.secondary_clicked() {
+        events.secondary_clicked = Some(pressed_on);
+    }
     paint(&painter, scene, doc, model, &xf, theme, hl);
     if let Some(b) = hovered {
         let text = match scene.boxes[b].kind {
@@ -223,7 +265,9 @@ pub fn pane_ui(
             }
             BoxKind::Frame(s) => format!("{}\ndouble-click to collapse", doc.scopes[s].path),
         };
-        resp.on_hover_text_at_pointer(text);
+        events.response = Some(resp.clone().on_hover_text_at_pointer(text));
+    } else {
+        events.response = Some(resp);
     }
     events
 }
@@ -415,10 +459,27 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
         if hl.removed.contains(&bi) {
             painter.rect_filled(r, 4.0 * z, theme.removed_fade);
         }
+        if let Some((c, text)) = hl.marks.get(&bi) {
+            paint_mark(painter, r, z, detailed, *c, text);
+        }
         if let Some(c) = outline {
             painter.rect_stroke(r.expand(2.0), 6.0 * z + 2.0, Stroke::new(2.5, c), StrokeKind::Outside);
         }
     }
+}
+
+/// A quantization overlay mark: a coloured frame and a badge (a filled box when zoomed out).
+fn paint_mark(painter: &Painter, r: Rect, z: f32, detailed: bool, c: Color32, text: &str) {
+    if !detailed {
+        painter.rect_filled(r, 2.0 * z, c);
+        return;
+    }
+    painter.rect_stroke(r.expand(1.5), 5.0 * z, Stroke::new(3.5, c), StrokeKind::Outside);
+    let galley = painter.layout_no_wrap(text.to_owned(), FontId::proportional(10.5 * z), Color32::BLACK);
+    let size = galley.size() + vec2(6.0 * z, 2.0 * z);
+    let at = pos2(r.max.x - size.x, r.min.y - size.y * 0.6);
+    painter.rect_filled(Rect::from_min_size(at, size), 3.0 * z, c);
+    painter.galley(at + vec2(3.0 * z, 1.0 * z), galley, Color32::BLACK);
 }
 
 fn paint_card(painter: &Painter, doc: &GraphDoc, i: ItemId, r: Rect, z: f32, detailed: bool, theme: &Theme) {

@@ -49,6 +49,13 @@ pub enum Command {
     ToggleOptimizer,
     /// Run the enabled optimizer passes on the open model.
     RunOptimizer,
+    /// Show or hide the quantization panel.
+    ToggleQuantize,
+    /// Set the precision of nodes of the open model (an undoable edit).
+    SetPrecision(Vec<NodeId>, npu_core::quant::LayerPrecision),
+    /// Undo or redo the last project edit.
+    Undo,
+    Redo,
     CancelJobs,
     DismissError,
 }

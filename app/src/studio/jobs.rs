@@ -28,6 +28,13 @@ impl JobProgress {
         }
     }
 
+    /// The context to wake when progress changes.
+    pub fn set_ctx(&self, ctx: Option<egui::Context>) {
+        if let Ok(mut c) = self.ctx.lock() {
+            *c = ctx;
+        }
+    }
+
     /// Returns an error when the user cancelled.
     pub fn check(&self) -> Result<(), String> {
         if self.cancel.is_cancelled() {

@@ -8,6 +8,7 @@ pub mod export;
 pub mod inspector;
 pub mod jobs;
 pub mod optimize;
+pub mod quantize;
 pub mod search;
 pub mod theme;
 
@@ -106,6 +107,7 @@ pub struct Studio {
     pub error: Option<String>,
     pub show_help: bool,
     pub optimizer: optimize::OptimizerState,
+    pub quant: quantize::QuantView,
     commands: Vec<Command>,
     open_job: Option<Job<Opened>>,
     layout_job: Option<Job<Relaid>>,
@@ -138,6 +140,7 @@ impl Studio {
             error: None,
             show_help: false,
             optimizer: optimize::OptimizerState::default(),
+            quant: quantize::QuantView::default(),
             commands: Vec::new(),
             open_job: None,
             layout_job: None,
@@ -162,6 +165,7 @@ impl Studio {
             || self.dialog_job.is_some()
             || self.export.pending()
             || self.optimizer.busy()
+            || self.quant.busy()
     }
 
     /// Draws one frame.
@@ -185,6 +189,9 @@ impl Studio {
         egui::Panel::bottom("status_bar").show(ui, |ui| self.status_ui(ui));
         if self.optimizer.open {
             egui::Panel::bottom("optimizer").show(ui, |ui| optimize::panel_ui(self, ui));
+        }
+        if self.quant.open {
+            egui::Panel::bottom("quantize").show(ui, |ui| quantize::panel_ui(self, ui));
         }
         egui::Panel::left("outline")
             .resizable(true)
@@ -233,6 +240,12 @@ impl Studio {
         if shortcut(Modifiers::COMMAND, Key::E) {
             self.send(Command::Export(ExportFormat::Png, None));
         }
+        if shortcut(Modifiers::COMMAND | Modifiers::SHIFT, Key::Z) {
+            self.send(Command::Redo);
+        }
+        if shortcut(Modifiers::COMMAND, Key::Z) {
+            self.send(Command::Undo);
+        }
         if shortcut(Modifiers::COMMAND, Key::T) {
             self.send(Command::SetDarkTheme(!self.settings.dark));
         }
@@ -242,6 +255,9 @@ impl Studio {
         let pressed = |k: Key| ctx.input(|i| i.key_pressed(k) && !i.modifiers.command);
         if pressed(Key::O) {
             self.send(Command::ToggleOptimizer);
+        }
+        if pressed(Key::Q) {
+            self.send(Command::ToggleQuantize);
         }
         if pressed(Key::F1) || pressed(Key::Questionmark) {
             self.send(Command::ToggleHelp);
@@ -340,6 +356,10 @@ impl Studio {
             }
             Command::ToggleHelp => self.show_help = !self.show_help,
             Command::ToggleOptimizer => self.optimizer.open = !self.optimizer.open,
+            Command::ToggleQuantize => self.quant.open = !self.quant.open,
+            Command::SetPrecision(nodes, p) => self.quant.set_precision(&nodes, p),
+            Command::Undo => self.quant.undo(),
+            Command::Redo => self.quant.redo(),
             Command::RunOptimizer => {
                 self.optimizer.open = true;
                 optimize::start(self);
@@ -355,6 +375,7 @@ impl Studio {
                     p.cancel.cancel();
                 }
                 self.optimizer.cancel();
+                self.quant.cancel();
             }
             Command::DismissError => self.error = None,
         }
@@ -433,6 +454,9 @@ impl Studio {
 
     fn poll_jobs(&mut self) {
         optimize::poll(self);
+        if let Some(e) = self.quant.poll() {
+            self.error = Some(e);
+        }
         if let Some(r) = self.open_job.as_ref().and_then(Job::poll) {
             self.open_job = None;
             match r {
@@ -493,6 +517,8 @@ impl Studio {
         self.search = search::Search::default();
         self.inspector = inspector::InspectorState::default();
         self.optimizer.reset();
+        // The plan belongs to the previous model; the setup form stays.
+        self.quant.reset();
         self.loaded = Some(Loaded {
             path: o.path,
             model: o.model,

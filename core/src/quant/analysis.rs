@@ -1,11 +1,12 @@
 //! Analyses on a plan: weight-only vs activation-only error, per-layer sweeps (only this
 //! layer quantized / all but this layer), and histograms with the chosen clipping ranges.
 
+use super::live::Keep;
 use super::observer::Observer;
 use super::scheme::{ActFormat, ErrorStats};
 use super::{LayerPrecision, QuantError, QuantPlan, Quantizer};
 use crate::ir::{Tensor, ValueId};
-use crate::progress::Progress;
+use crate::progress::{Progress, Silent};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -145,20 +146,27 @@ impl Quantizer<'_> {
             .values_mut()
             .for_each(|p| p.weights = super::scheme::WeightFormat::Float);
         let activations_only = self.output_sqnr(&a, cached)?;
+        // The sweeps run incrementally from the full plan and from the float plan: only what
+        // lies downstream of the swept layer runs again.
+        let mut float = plan.clone();
+        float.inputs = ActFormat::Float;
+        float.default = LayerPrecision::FLOAT;
+        float.layers.clear();
+        let live_full = self.live(plan.clone(), cached.samples.clone(), Keep::Outputs, &Silent)?;
+        let live_float = self.live(float.clone(), cached.samples.clone(), Keep::Outputs, &Silent)?;
         let mut sens = Vec::new();
         for &n in &layers {
             let node = &g.nodes[n];
             step(&format!("sweep {}", node.label()))?;
-            let mut only = plan.clone();
-            only.inputs = ActFormat::Float;
-            only.default = LayerPrecision::FLOAT;
-            only.layers.clear();
+            let mut only = float.clone();
             only.layers.insert(node.name.clone(), plan.precision(node));
-            let only_this_db = self.output_sqnr(&only, cached)?.sqnr_db;
+            let ch = self.live_try(&live_float, &only, progress)?;
+            let only_this_db = self.live_output_sqnr(&live_float, Some(&ch));
             step(&format!("sweep {}", node.label()))?;
             let mut but = plan.clone();
             but.layers.insert(node.name.clone(), LayerPrecision::FLOAT);
-            let all_but_this_db = self.output_sqnr(&but, cached)?.sqnr_db;
+            let ch = self.live_try(&live_full, &but, progress)?;
+            let all_but_this_db = self.live_output_sqnr(&live_full, Some(&ch));
             sens.push(LayerSensitivity {
                 node: node.name.clone(),
                 op: node.op.clone(),

@@ -203,66 +203,72 @@ impl Quantizer<'_> {
         } else {
             self.quantized_weights(plan)
         };
-        let mut values = Vec::with_capacity(live.samples.len());
-        let mut recomputed = 0;
-        for (k, sample) in live.samples.iter().enumerate() {
-            if progress.cancelled() {
-                return Err(QuantError::Cancelled);
-            }
+        if progress.cancelled() {
+            return Err(QuantError::Cancelled);
+        }
+        // Samples run in parallel (small tensors keep one core busy each).
+        let run_sample = |k: usize| -> Result<(HashMap<ValueId, Tensor>, usize), QuantError> {
             let base = &live.quant[k];
             let mut new: HashMap<ValueId, Tensor> = HashMap::new();
+            let mut recomputed = 0;
             if inputs_changed {
-                for (i, mut t) in self.bind(sample)? {
+                for (i, mut t) in self.bind(&live.samples[k])? {
                     self.fake_quant(plan, i, &mut t);
                     if base.get(&i) != Some(&t) {
                         new.insert(i, t);
                     }
                 }
             }
-            self.pool.install(|| -> Result<(), QuantError> {
-                for &n in &self.order {
-                    let node = &g.nodes[n];
-                    let rerun = changed.contains(&n)
-                        || node
-                            .inputs
-                            .iter()
-                            .flatten()
-                            .any(|v| new.contains_key(v) || regridded.contains(v));
-                    if !rerun {
-                        continue;
-                    }
-                    let ins: Vec<Option<&Tensor>> = node
+            for &n in &self.order {
+                let node = &g.nodes[n];
+                let rerun = changed.contains(&n)
+                    || node
                         .inputs
                         .iter()
-                        .map(|v| {
-                            v.and_then(|v| {
-                                weights
-                                    .get(&v)
-                                    .or_else(|| new.get(&v))
-                                    .or_else(|| base.get(&v))
-                                    .or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor))
-                            })
+                        .flatten()
+                        .any(|v| new.contains_key(v) || regridded.contains(v));
+                if !rerun {
+                    continue;
+                }
+                let ins: Vec<Option<&Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        v.and_then(|v| {
+                            weights
+                                .get(&v)
+                                .or_else(|| new.get(&v))
+                                .or_else(|| base.get(&v))
+                                .or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor))
                         })
-                        .collect();
-                    let outs = crate::sim::ops::eval(node, &ins, &self.ctx).map_err(|message| QuantError::Node {
-                        node: node.label(),
-                        op: node.op.clone(),
-                        message,
-                    })?;
-                    recomputed += 1;
-                    for (o, mut t) in node.outputs.iter().zip(outs) {
-                        if let Some(o) = *o {
-                            self.fake_quant(plan, o, &mut t);
-                            if base.get(&o) != Some(&t) {
-                                new.insert(o, t);
-                            }
+                    })
+                    .collect();
+                let outs = crate::sim::ops::eval(node, &ins, &self.ctx).map_err(|message| QuantError::Node {
+                    node: node.label(),
+                    op: node.op.clone(),
+                    message,
+                })?;
+                recomputed += 1;
+                for (o, mut t) in node.outputs.iter().zip(outs) {
+                    if let Some(o) = *o {
+                        self.fake_quant(plan, o, &mut t);
+                        if base.get(&o) != Some(&t) {
+                            new.insert(o, t);
                         }
                     }
                 }
-                Ok(())
-            })?;
-            values.push(new);
-        }
+            }
+            Ok((new, recomputed))
+        };
+        let per_sample: Vec<(HashMap<ValueId, Tensor>, usize)> = self.pool.install(|| {
+            use rayon::prelude::*;
+            (0..live.samples.len())
+                .into_par_iter()
+                .map(run_sample)
+                .collect::<Result<_, _>>()
+        })?;
+        let recomputed = per_sample.iter().map(|x| x.1).sum();
+        let values = per_sample.into_iter().map(|x| x.0).collect();
         let mut changed_nodes: Vec<NodeId> = changed.into_iter().collect();
         changed_nodes.sort_unstable();
         Ok(Change {

@@ -170,6 +170,14 @@ impl QuantPlan {
     }
 }
 
+/// What the empirical bias correction did to the calibration-set output SQNR.
+#[derive(Clone, Copy, Debug)]
+pub struct BiasCorrectionNote {
+    pub without: Option<f64>,
+    pub with: Option<f64>,
+    pub kept: bool,
+}
+
 /// Errors of the quantizer, each naming what it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {
@@ -457,6 +465,42 @@ impl<'m> Quantizer<'m> {
             ranges,
             bias_correction: BTreeMap::new(),
         })
+    }
+
+    /// A plan for a resolved recipe: calibration over `src`, then (with `bias_correction`)
+    /// the empirical bias correction, kept only where it raises the output SQNR on the
+    /// calibration set (each layer's shift is measured alone, and on some models the shifts
+    /// interact). What `npu-studio quantize` and the studio run.
+    pub fn make_plan(
+        &self,
+        src: &data::Source,
+        pre: &data::Preprocess,
+        label: &str,
+        preset_name: &str,
+        resolved: &recipe::Resolved,
+        method: Calibration,
+        bias_correction: bool,
+        progress: &dyn Progress,
+    ) -> Result<(QuantPlan, Option<BiasCorrectionNote>), QuantError> {
+        let model = self.model;
+        let mut plan = self.calibrate(&mut src.samples(model, pre), src.len(), preset_name, method, progress)?;
+        plan.preset = label.into();
+        plan.inputs = resolved.inputs;
+        plan.layers.clone_from(&resolved.layers);
+        if !bias_correction {
+            return Ok((plan, None));
+        }
+        let corr = self.bias_corrections(&plan, &mut src.samples(model, pre), progress)?;
+        let cached = self.cache(&mut src.samples(model, pre))?;
+        let without = self.output_sqnr(&plan, &cached)?.sqnr_db;
+        let mut with_plan = plan.clone();
+        with_plan.bias_correction = corr;
+        let with = self.output_sqnr(&with_plan, &cached)?.sqnr_db;
+        let kept = with.unwrap_or(f64::INFINITY) >= without.unwrap_or(f64::INFINITY);
+        if kept {
+            plan = with_plan;
+        }
+        Ok((plan, Some(BiasCorrectionNote { without, with, kept })))
     }
 
     /// The format and range of the grid `v` lies on under `plan` (None: float).

@@ -1,0 +1,897 @@
+//! The quantization view: calibrate a plan on a folder of samples, paint local or cumulative
+//! SQNR or each layer's precision on the graph, change a layer's precision from the card's
+//! context menu or the inspector, and watch the heatmap follow. A worker thread owns the
+//! quantizer and the FP32 and fake-quant values of every sample; after a change it runs
+//! only what lies downstream (off the UI thread), and the overlay updates when it replies.
+//! Every precision edit can be undone (Ctrl+Z) and redone (Ctrl+Shift+Z).
+
+use super::Studio;
+use super::commands::{Command, Selection};
+use super::jobs::JobProgress;
+use egui::Color32;
+use npu_core::ir::{Model, NodeId};
+use npu_core::progress::Silent;
+use npu_core::quant::data::{Preprocess, source};
+use npu_core::quant::live::Keep;
+use npu_core::quant::recipe::Recipe;
+use npu_core::quant::scheme::ActFormat;
+use npu_core::quant::{LayerPrecision, QuantPlan, Quantizer, Report, TensorReport};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::time::Instant;
+
+/// What is painted on the cards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overlay {
+    Off,
+    LocalSqnr,
+    CumulativeSqnr,
+    Precision,
+}
+
+impl Overlay {
+    pub const ALL: [Self; 4] = [Self::Off, Self::LocalSqnr, Self::CumulativeSqnr, Self::Precision];
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Off => "No overlay",
+            Self::LocalSqnr => "Local SQNR",
+            Self::CumulativeSqnr => "Cumulative SQNR",
+            Self::Precision => "Precision",
+        }
+    }
+}
+
+/// The precisions offered for a layer, with their menu labels.
+pub const PRECISIONS: [(&str, LayerPrecision); 5] = [
+    ("int8", LayerPrecision::INT8),
+    ("int16", LayerPrecision::INT16),
+    ("fp16", LayerPrecision::FP16),
+    ("int4 weights", LayerPrecision::INT4),
+    ("float (CPU)", LayerPrecision::FLOAT),
+];
+
+pub fn precision_name(p: LayerPrecision) -> &'static str {
+    PRECISIONS.iter().find(|(_, q)| *q == p).map_or("custom", |(n, _)| n)
+}
+
+/// Short badge text of a precision.
+fn badge(p: LayerPrecision) -> &'static str {
+    match p {
+        LayerPrecision::INT8 => "i8",
+        LayerPrecision::INT16 => "i16",
+        LayerPrecision::FP16 => "f16",
+        LayerPrecision::INT4 => "w4",
+        LayerPrecision::FLOAT => "f32",
+        _ => "mix",
+    }
+}
+
+/// A simulation result the worker sends back.
+pub struct Reply {
+    /// The edit generation it simulates.
+    pub generation: u64,
+    pub plan: QuantPlan,
+    pub report: Report,
+    /// Node runs the update took (summed over the samples).
+    pub recomputed: usize,
+    /// Seconds the worker spent on it.
+    pub seconds: f64,
+}
+
+enum Msg {
+    Layers(u64, BTreeMap<String, LayerPrecision>),
+}
+
+/// The optimized graph the plan refers to, and how its nodes map onto the open model's.
+pub struct Mapping {
+    pub optimized: Arc<Model>,
+    /// Node of the open model → optimized nodes made from it.
+    pub to_optimized: HashMap<NodeId, Vec<NodeId>>,
+}
+
+impl Mapping {
+    fn new(optimized: Arc<Model>) -> Self {
+        let mut to_optimized: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        for (k, n) in optimized.graph.nodes.iter().enumerate() {
+            for &o in &n.origin {
+                to_optimized.entry(o).or_default().push(k);
+            }
+        }
+        Self {
+            optimized,
+            to_optimized,
+        }
+    }
+}
+
+/// A running quantization session: the worker thread and what it last replied.
+pub struct Session {
+    tx: Sender<Msg>,
+    rx: Receiver<Result<Started, String>>,
+    updates: Option<Receiver<Result<Reply, String>>>,
+    pub progress: Arc<JobProgress>,
+    pub mapping: Option<Arc<Mapping>>,
+    pub result: Option<Reply>,
+    /// Node of the open model → row of `result.report.tensors`.
+    pub rows: HashMap<NodeId, usize>,
+    /// When each generation was sent (for the change-to-heatmap latency).
+    sent: HashMap<u64, Instant>,
+    /// Milliseconds from the last precision change to its heatmap.
+    pub last_latency_ms: Option<f64>,
+}
+
+struct Started {
+    mapping: Arc<Mapping>,
+    updates: Receiver<Result<Reply, String>>,
+}
+
+/// What the calibration uses.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// A folder (or file) of samples: .npy/.npz/.png/.jpg, or `synthetic:N`.
+    pub data: String,
+    pub preprocess: String,
+    pub preset: String,
+}
+
+impl Session {
+    /// Starts the worker: optimizes the model, calibrates on `setup.data`, simulates every
+    /// sample, then waits for plan edits.
+    pub fn start(model: Arc<Model>, setup: Setup, ctx: Option<egui::Context>) -> Self {
+        let (tx, msgs) = channel::<Msg>();
+        let (started_tx, rx) = channel();
+        let progress = Arc::new(JobProgress::default());
+        progress.set_ctx(ctx.clone());
+        let p = progress.clone();
+        let spawned = std::thread::Builder::new().name("quantize".into()).spawn(move || {
+            worker(&model, &setup, &p, &msgs, &started_tx, ctx.as_ref());
+        });
+        let session = Self {
+            tx,
+            rx,
+            updates: None,
+            progress,
+            mapping: None,
+            result: None,
+            rows: HashMap::new(),
+            sent: HashMap::new(),
+            last_latency_ms: None,
+        };
+        if let Err(e) = spawned {
+            session
+                .progress
+                .set(0.0, &format!("could not start the quantizer: {e}"));
+        }
+        session
+    }
+
+    /// True until the first simulation has arrived.
+    pub fn starting(&self) -> bool {
+        self.result.is_none()
+    }
+
+    /// True while an edit is being simulated.
+    pub fn updating(&self) -> bool {
+        self.result
+            .as_ref()
+            .is_some_and(|r| self.sent.keys().any(|g| *g > r.generation))
+    }
+
+    fn send(&mut self, generation: u64, layers: BTreeMap<String, LayerPrecision>) {
+        self.sent.insert(generation, Instant::now());
+        let _ = self.tx.send(Msg::Layers(generation, layers));
+    }
+
+    /// Takes what the worker sent; returns an error message when it failed.
+    fn poll(&mut self) -> Result<bool, String> {
+        let mut changed = false;
+        if self.mapping.is_none() {
+            match self.rx.try_recv() {
+                Ok(Ok(s)) => {
+                    self.mapping = Some(s.mapping);
+                    self.updates = Some(s.updates);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(TryRecvError::Empty) => return Ok(false),
+                Err(TryRecvError::Disconnected) => return Err("the quantizer stopped unexpectedly".into()),
+            }
+        }
+        let Some(updates) = &self.updates else {
+            return Ok(false);
+        };
+        loop {
+            match updates.try_recv() {
+                Ok(Ok(r)) => {
+                    if let Some(t) = self.sent.remove(&r.generation) {
+                        self.last_latency_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    self.sent.retain(|g, _| *g > r.generation);
+                    self.result = Some(r);
+                    changed = true;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Err("the quantizer stopped unexpectedly".into()),
+            }
+        }
+        if changed {
+            self.index_rows();
+        }
+        Ok(changed)
+    }
+
+    fn index_rows(&mut self) {
+        self.rows.clear();
+        let (Some(m), Some(r)) = (&self.mapping, &self.result) else {
+            return;
+        };
+        let by_name: HashMap<&str, usize> = r
+            .report
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(k, t)| (t.node.as_str(), k))
+            .collect();
+        for (orig, opts) in &m.to_optimized {
+            // The last optimized node made from it is the one whose output leaves it.
+            if let Some(row) = opts
+                .iter()
+                .rev()
+                .find_map(|&o| by_name.get(m.optimized.graph.nodes[o].name.as_str()))
+            {
+                self.rows.insert(*orig, *row);
+            }
+        }
+    }
+
+    /// The report row of a node of the open model.
+    pub fn row(&self, node: NodeId) -> Option<&TensorReport> {
+        let r = self.result.as_ref()?;
+        self.rows.get(&node).map(|&k| &r.report.tensors[k])
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.progress.cancel.cancel();
+    }
+}
+
+/// Everything the worker does: one calibration, then incremental updates until the UI
+/// drops the session.
+fn worker(
+    model: &Model,
+    setup: &Setup,
+    progress: &JobProgress,
+    msgs: &Receiver<Msg>,
+    started: &Sender<Result<Started, String>>,
+    ctx: Option<&egui::Context>,
+) {
+    let run = || -> Result<(), String> {
+        progress.set(0.0, "optimizing the graph");
+        let optimized = npu_core::passes::optimize(model, &npu_core::passes::Options::default())
+            .map_err(|e| format!("optimizing: {e}"))?
+            .model;
+        let optimized = Arc::new(optimized);
+        let q = Quantizer::new(&optimized, 2).map_err(|e| e.to_string())?;
+        let src = source(&setup.data).map_err(|e| e.to_string())?;
+        let pre = Preprocess::parse(&setup.preprocess).map_err(|e| format!("preprocessing: {e}"))?;
+        let recipe = Recipe::from_preset(&setup.preset);
+        let resolved = recipe.resolve(&optimized.graph)?;
+        let (plan, _) = q
+            .make_plan(
+                &src,
+                &pre,
+                &setup.preset,
+                &recipe.preset,
+                &resolved,
+                resolved.calibration,
+                true,
+                progress,
+            )
+            .map_err(|e| e.to_string())?;
+        let samples = src
+            .samples(&optimized, &pre)
+            .map(|s| s.map(|(_, t)| t))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        let mut live = q
+            .live(plan, samples, Keep::PerTensor, progress)
+            .map_err(|e| e.to_string())?;
+        let (updates_tx, updates) = channel();
+        let first = Reply {
+            generation: 0,
+            plan: live.plan.clone(),
+            report: q.live_report(&live),
+            recomputed: 0,
+            seconds: t.elapsed().as_secs_f64(),
+        };
+        started
+            .send(Ok(Started {
+                mapping: Arc::new(Mapping::new(optimized.clone())),
+                updates,
+            }))
+            .map_err(|_| "the studio closed".to_string())?;
+        let _ = updates_tx.send(Ok(first));
+        progress.set(1.0, "ready");
+        repaint(ctx);
+        // Edits: only the newest waiting one is simulated.
+        while let Ok(mut msg) = msgs.recv() {
+            while let Ok(m) = msgs.try_recv() {
+                msg = m;
+            }
+            let Msg::Layers(generation, layers) = msg;
+            let reply = update(&q, &mut live, generation, layers);
+            if updates_tx.send(reply).is_err() {
+                break;
+            }
+            repaint(ctx);
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        let _ = started.send(Err(e));
+        repaint(ctx);
+    }
+}
+
+fn repaint(ctx: Option<&egui::Context>) {
+    if let Some(c) = ctx {
+        c.request_repaint();
+    }
+}
+
+/// One edit: the plan with `layers`, simulated incrementally, and its report. The
+/// `bench-quant-edit` command times exactly this.
+pub fn update(
+    q: &Quantizer<'_>,
+    live: &mut npu_core::quant::live::Live,
+    generation: u64,
+    layers: BTreeMap<String, LayerPrecision>,
+) -> Result<Reply, String> {
+    let t = Instant::now();
+    let mut plan = live.plan.clone();
+    plan.layers = layers;
+    let recomputed = q.live_update(live, &plan, &Silent).map_err(|e| e.to_string())?;
+    let report = q.live_report(live);
+    Ok(Reply {
+        generation,
+        plan,
+        report,
+        recomputed,
+        seconds: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// The quantization panel's state: the setup form, the session, the overlay and the
+/// edit history.
+pub struct QuantView {
+    pub open: bool,
+    pub setup: Setup,
+    pub overlay: Overlay,
+    /// Cards below this SQNR are red, above `green_above` green, yellow between.
+    pub red_below: f64,
+    pub green_above: f64,
+    pub session: Option<Session>,
+    /// Per-node precision edits (optimized node name → precision), the project's state.
+    pub layers: BTreeMap<String, LayerPrecision>,
+    undo: Vec<BTreeMap<String, LayerPrecision>>,
+    redo: Vec<BTreeMap<String, LayerPrecision>>,
+    generation: u64,
+    /// The node whose context menu is open.
+    pub menu_node: Option<NodeId>,
+    /// Show update times (off for reproducible screenshots).
+    pub show_timings: bool,
+}
+
+impl Default for QuantView {
+    fn default() -> Self {
+        Self {
+            open: false,
+            setup: Setup {
+                data: String::new(),
+                preprocess: String::new(),
+                preset: "w8a8".into(),
+            },
+            overlay: Overlay::CumulativeSqnr,
+            red_below: 20.0,
+            green_above: 40.0,
+            session: None,
+            layers: BTreeMap::new(),
+            undo: Vec::new(),
+            redo: Vec::new(),
+            generation: 0,
+            menu_node: None,
+            show_timings: true,
+        }
+    }
+}
+
+impl QuantView {
+    pub fn busy(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.starting() || s.updating())
+    }
+
+    /// Starts calibration and simulation of the open model.
+    pub fn start(&mut self, model: Arc<Model>, ctx: Option<egui::Context>) {
+        self.session = Some(Session::start(model, self.setup.clone(), ctx));
+        self.layers.clear();
+        self.undo.clear();
+        self.redo.clear();
+        self.generation = 0;
+    }
+
+    /// Forgets the session and the edits (another model was opened).
+    pub fn reset(&mut self) {
+        self.session = None;
+        self.layers.clear();
+        self.undo.clear();
+        self.redo.clear();
+        self.menu_node = None;
+    }
+
+    pub fn cancel(&mut self) {
+        if self.session.as_ref().is_some_and(Session::starting) {
+            self.session = None;
+        }
+    }
+
+    /// Takes the worker's replies; returns an error to show.
+    pub fn poll(&mut self) -> Option<String> {
+        let s = self.session.as_mut()?;
+        match s.poll() {
+            Ok(_) => None,
+            Err(e) => {
+                self.session = None;
+                Some(if e == "cancelled" {
+                    e
+                } else {
+                    format!("Quantization failed: {e}")
+                })
+            }
+        }
+    }
+
+    /// The precision a node of the open model has in the current edits (or the plan's).
+    pub fn precision_of(&self, node: NodeId) -> Option<LayerPrecision> {
+        let s = self.session.as_ref()?;
+        let m = s.mapping.as_ref()?;
+        let plan = &s.result.as_ref()?.plan;
+        let opt = *m.to_optimized.get(&node)?.last()?;
+        let name = &m.optimized.graph.nodes[opt].name;
+        Some(self.layers.get(name).copied().unwrap_or(plan.default))
+    }
+
+    /// Sets the precision of nodes of the open model (an undoable edit) and asks the worker
+    /// to simulate it.
+    pub fn set_precision(&mut self, nodes: &[NodeId], p: LayerPrecision) {
+        let Some(s) = &self.session else { return };
+        let (Some(m), Some(r)) = (&s.mapping, &s.result) else {
+            return;
+        };
+        let mut layers = self.layers.clone();
+        for n in nodes {
+            for &o in m.to_optimized.get(n).map(Vec::as_slice).unwrap_or(&[]) {
+                let name = m.optimized.graph.nodes[o].name.clone();
+                if p == r.plan.default {
+                    layers.remove(&name);
+                } else {
+                    layers.insert(name, p);
+                }
+            }
+        }
+        if layers != self.layers {
+            self.undo.push(std::mem::replace(&mut self.layers, layers));
+            self.redo.clear();
+            self.push();
+        }
+    }
+
+    pub fn can_undo(&self) -> bool {
+        !self.undo.is_empty()
+    }
+
+    pub fn can_redo(&self) -> bool {
+        !self.redo.is_empty()
+    }
+
+    pub fn undo(&mut self) {
+        if let Some(prev) = self.undo.pop() {
+            self.redo.push(std::mem::replace(&mut self.layers, prev));
+            self.push();
+        }
+    }
+
+    pub fn redo(&mut self) {
+        if let Some(next) = self.redo.pop() {
+            self.undo.push(std::mem::replace(&mut self.layers, next));
+            self.push();
+        }
+    }
+
+    fn push(&mut self) {
+        self.generation += 1;
+        let g = self.generation;
+        let layers = self.layers.clone();
+        if let Some(s) = &mut self.session {
+            s.send(g, layers);
+        }
+    }
+
+    /// Colour and badge of every node of the open model with a quantized output.
+    pub fn card_marks(&self) -> HashMap<NodeId, (Color32, String)> {
+        let mut out = HashMap::new();
+        let Some(s) = &self.session else { return out };
+        if self.overlay == Overlay::Off || s.result.is_none() {
+            return out;
+        }
+        for &node in s.rows.keys() {
+            let Some(t) = s.row(node) else { continue };
+            let p = self.precision_of(node).unwrap_or(LayerPrecision::INT8);
+            let mark = match self.overlay {
+                Overlay::LocalSqnr => (
+                    self.heat(t.sqnr_local_db),
+                    format!("{} {}", badge(p), db(t.sqnr_local_db)),
+                ),
+                Overlay::CumulativeSqnr => (
+                    self.heat(t.sqnr_cumulative_db),
+                    format!("{} {}", badge(p), db(t.sqnr_cumulative_db)),
+                ),
+                Overlay::Precision => (precision_colour(p, t.activations), badge(p).to_string()),
+                Overlay::Off => continue,
+            };
+            out.insert(node, mark);
+        }
+        out
+    }
+
+    /// Red below `red_below`, green above `green_above`, through yellow; exact is green.
+    pub fn heat(&self, sqnr: Option<f64>) -> Color32 {
+        let Some(v) = sqnr else {
+            return Color32::from_rgb(40, 170, 80);
+        };
+        let t = ((v - self.red_below) / (self.green_above - self.red_below).max(1e-9)).clamp(0.0, 1.0) as f32;
+        let lerp = |a: u8, b: u8, t: f32| (f32::from(a) + (f32::from(b) - f32::from(a)) * t).round() as u8;
+        let (red, yellow, green) = ((215u8, 48u8, 39u8), (240u8, 200u8, 40u8), (40u8, 170u8, 80u8));
+        if t < 0.5 {
+            let u = t * 2.0;
+            Color32::from_rgb(
+                lerp(red.0, yellow.0, u),
+                lerp(red.1, yellow.1, u),
+                lerp(red.2, yellow.2, u),
+            )
+        } else {
+            let u = (t - 0.5) * 2.0;
+            Color32::from_rgb(
+                lerp(yellow.0, green.0, u),
+                lerp(yellow.1, green.1, u),
+                lerp(yellow.2, green.2, u),
+            )
+        }
+    }
+}
+
+fn precision_colour(p: LayerPrecision, act: ActFormat) -> Color32 {
+    match (p, act) {
+        (_, ActFormat::Float) if p == LayerPrecision::FLOAT => Color32::from_rgb(130, 130, 130),
+        (LayerPrecision::INT16, _) => Color32::from_rgb(140, 80, 200),
+        (LayerPrecision::FP16, _) => Color32::from_rgb(230, 130, 30),
+        (LayerPrecision::INT4, _) => Color32::from_rgb(20, 160, 160),
+        (LayerPrecision::FLOAT, _) => Color32::from_rgb(130, 130, 130),
+        _ => Color32::from_rgb(50, 110, 210),
+    }
+}
+
+pub fn db(x: Option<f64>) -> String {
+    x.map_or_else(|| "exact".into(), |v| format!("{v:.1} dB"))
+}
+
+/// The quantization panel (bottom): setup, run, overlay switch and legend, output SQNR,
+/// worst layers, undo/redo.
+pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
+    let mut run = false;
+    let mut browse = false;
+    ui.horizontal_wrapped(|ui| {
+        ui.strong("Quantize");
+        let label = ui.label("Samples:");
+        ui.add(
+            egui::TextEdit::singleline(&mut st.quant.setup.data)
+                .hint_text("folder of .npy/.png, or synthetic:8")
+                .desired_width(260.0),
+        )
+        .labelled_by(label.id);
+        if ui.button("Browse…").clicked() {
+            browse = true;
+        }
+        let label = ui.label("Preprocess:");
+        ui.add(
+            egui::TextEdit::singleline(&mut st.quant.setup.preprocess)
+                .hint_text("size=48x192;scale=1/255;mean=0.5;std=0.5")
+                .desired_width(220.0),
+        )
+        .labelled_by(label.id);
+        egui::ComboBox::from_id_salt("quant_preset")
+            .selected_text(st.quant.setup.preset.clone())
+            .show_ui(ui, |ui| {
+                for p in ["w8a8", "w8a16", "w4a16", "fp16"] {
+                    ui.selectable_value(&mut st.quant.setup.preset, p.to_string(), p);
+                }
+            });
+        let starting = st.quant.session.as_ref().is_some_and(Session::starting);
+        if starting {
+            let (f, what) = st
+                .quant
+                .session
+                .as_ref()
+                .map(|s| s.progress.fraction())
+                .unwrap_or_default();
+            ui.add(egui::ProgressBar::new(f).desired_width(180.0).text(what).animate(true));
+            if ui.button("Cancel quantization").clicked() {
+                st.quant.cancel();
+            }
+        } else if ui
+            .add_enabled(st.loaded.is_some(), egui::Button::new("Calibrate & simulate"))
+            .clicked()
+        {
+            run = true;
+        }
+    });
+    if browse {
+        // Under Xvfb or CI no dialog appears and nothing changes: the path can be typed.
+        if let Some(p) = rfd::FileDialog::new().pick_folder() {
+            st.quant.setup.data = p.display().to_string();
+        }
+    }
+    if run && let Some(l) = &st.loaded {
+        let model = l.model.clone();
+        let ctx = st.ctx.clone();
+        st.quant.start(model, ctx);
+    }
+    let Some(s) = &st.quant.session else {
+        ui.label("Pick a folder of samples and run: the heatmap shows on the graph.");
+        return;
+    };
+    let Some(r) = &s.result else { return };
+    let outputs: Vec<String> = r
+        .report
+        .outputs
+        .iter()
+        .map(|o| format!("Output {}: {}", o.name, db(o.sqnr_db)))
+        .collect();
+    let status = match (s.updating(), s.last_latency_ms, st.quant.show_timings) {
+        (true, ..) => None,
+        (false, Some(ms), true) => Some(format!("updated in {ms:.0} ms ({} node runs)", r.recomputed)),
+        (false, Some(_), false) => Some(format!("updated ({} node runs)", r.recomputed)),
+        (false, None, true) => Some(format!(
+            "{} samples simulated in {:.1} s",
+            r.report.eval_samples, r.seconds
+        )),
+        (false, None, false) => Some(format!("{} samples simulated", r.report.eval_samples)),
+    };
+    let mut select = None;
+    ui.horizontal_wrapped(|ui| {
+        for o in &outputs {
+            ui.label(o);
+        }
+        ui.separator();
+        if let Some(text) = &status {
+            ui.label(text);
+        } else {
+            ui.spinner();
+            ui.label("updating…");
+        }
+        ui.separator();
+        for o in Overlay::ALL {
+            ui.selectable_value(&mut st.quant.overlay, o, o.label());
+        }
+        ui.separator();
+        ui.label("red below");
+        ui.add(egui::DragValue::new(&mut st.quant.red_below).speed(0.5).suffix(" dB"));
+        ui.label("green above");
+        ui.add(egui::DragValue::new(&mut st.quant.green_above).speed(0.5).suffix(" dB"));
+        ui.separator();
+        if ui.add_enabled(st.quant.can_undo(), egui::Button::new("Undo")).clicked() {
+            st.quant.undo();
+        }
+        if ui.add_enabled(st.quant.can_redo(), egui::Button::new("Redo")).clicked() {
+            st.quant.redo();
+        }
+    });
+    legend_ui(ui, &st.quant);
+    let Some(s) = &st.quant.session else { return };
+    let Some(r) = &s.result else { return };
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Worst layers (cumulative):");
+        let mut rows: Vec<(NodeId, &TensorReport)> = s.rows.keys().filter_map(|&n| Some((n, s.row(n)?))).collect();
+        rows.sort_by(|a, b| {
+            let k = |t: &TensorReport| t.sqnr_cumulative_db.unwrap_or(f64::INFINITY);
+            k(a.1).total_cmp(&k(b.1)).then(a.0.cmp(&b.0))
+        });
+        rows.dedup_by_key(|x| x.1.name.clone());
+        for (n, t) in rows.into_iter().take(8) {
+            if ui.link(format!("{} {}", t.node, db(t.sqnr_cumulative_db))).clicked() {
+                select = Some(n);
+            }
+        }
+        let _ = r;
+    });
+    if let Some(n) = select {
+        st.send(Command::Reveal(Selection::Node(n)));
+    }
+}
+
+fn legend_ui(ui: &mut egui::Ui, q: &QuantView) {
+    ui.horizontal(|ui| {
+        let swatch = |ui: &mut egui::Ui, c: Color32, text: &str| {
+            let (r, _) = ui.allocate_exact_size(egui::vec2(14.0, 14.0), egui::Sense::hover());
+            ui.painter().rect_filled(r, 2.0, c);
+            ui.label(text);
+        };
+        match q.overlay {
+            Overlay::Off => {}
+            Overlay::LocalSqnr | Overlay::CumulativeSqnr => {
+                swatch(ui, q.heat(Some(q.red_below)), &format!("≤ {:.0} dB", q.red_below));
+                swatch(
+                    ui,
+                    q.heat(Some(f64::midpoint(q.red_below, q.green_above))),
+                    &format!("{:.0} dB", f64::midpoint(q.red_below, q.green_above)),
+                );
+                swatch(
+                    ui,
+                    q.heat(Some(q.green_above)),
+                    &format!("≥ {:.0} dB or exact", q.green_above),
+                );
+            }
+            Overlay::Precision => {
+                for (name, p) in PRECISIONS {
+                    let act = if p == LayerPrecision::FLOAT {
+                        ActFormat::Float
+                    } else {
+                        p.activations
+                    };
+                    swatch(ui, precision_colour(p, act), name);
+                }
+            }
+        }
+    });
+}
+
+/// The precision menu of a node card (right-click) or the inspector.
+pub fn precision_menu(ui: &mut egui::Ui, q: &mut QuantView, node: NodeId) -> bool {
+    let current = q.precision_of(node);
+    let mut chosen = false;
+    for (name, p) in PRECISIONS {
+        if ui.radio(current == Some(p), name).clicked() {
+            q.set_precision(&[node], p);
+            chosen = true;
+        }
+    }
+    chosen
+}
+
+/// The inspector's quantization section for a node of the open model.
+pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
+    let Some(s) = &st.quant.session else { return };
+    let Some(t) = s.row(node).cloned() else { return };
+    egui::CollapsingHeader::new("Quantization")
+        .default_open(true)
+        .show(ui, |ui| {
+            egui::Grid::new("quant_grid").num_columns(2).show(ui, |ui| {
+                ui.label("Layer");
+                ui.label(&t.node);
+                ui.end_row();
+                ui.label("Activations");
+                ui.label(format!("{:?}", t.activations));
+                ui.end_row();
+                ui.label("Weights");
+                ui.label(format!("{:?}", t.weights));
+                ui.end_row();
+                ui.label("Local SQNR");
+                ui.label(db(t.sqnr_local_db));
+                ui.end_row();
+                ui.label("Cumulative SQNR");
+                ui.label(db(t.sqnr_cumulative_db));
+                ui.end_row();
+                ui.label("Cosine");
+                ui.label(format!("{:.6}", t.cosine));
+                ui.end_row();
+                ui.label("Max |err|");
+                ui.label(format!("{:.4e}", t.max_abs_err));
+                ui.end_row();
+            });
+            ui.label("Precision:");
+            ui.horizontal_wrapped(|ui| {
+                precision_menu(ui, &mut st.quant, node);
+            });
+        });
+}
+
+/// Times of precision edits driven through the studio's own path: `QuantView::set_precision`,
+/// the worker's incremental update, the reply, and the overlay colours of every card.
+#[derive(Debug, serde::Serialize)]
+pub struct EditBench {
+    pub model: String,
+    pub samples: usize,
+    /// Seconds from the start to the first heatmap (calibration and full simulation).
+    pub first_heatmap_s: f64,
+    /// Milliseconds from each edit to its updated heatmap.
+    pub edit_ms: Vec<f64>,
+    pub median_ms: f64,
+    pub max_ms: f64,
+    /// Node runs of each edit, and of one full simulation, summed over the samples.
+    pub node_runs: Vec<usize>,
+    pub full_node_runs: usize,
+}
+
+/// Opens a session on `model`, then changes the precision of `edits` layers spread over the
+/// graph (to int16, fp16 and back to the default, in turn) and times each one.
+pub fn bench_edits(model: Arc<Model>, name: &str, setup: Setup, edits: usize) -> Result<EditBench, String> {
+    let mut q = QuantView {
+        setup,
+        ..QuantView::default()
+    };
+    let t0 = Instant::now();
+    q.start(model.clone(), None);
+    let wait = |q: &mut QuantView, generation: u64| -> Result<(), String> {
+        loop {
+            if let Some(e) = q.poll() {
+                return Err(e);
+            }
+            let s = q.session.as_ref().ok_or("the session ended")?;
+            if s.result.as_ref().is_some_and(|r| r.generation >= generation) {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    };
+    wait(&mut q, 0)?;
+    let first_heatmap_s = t0.elapsed().as_secs_f64();
+    let s = q.session.as_ref().ok_or("no session")?;
+    let samples = s.result.as_ref().map_or(0, |r| r.report.eval_samples);
+    let mut nodes: Vec<NodeId> = s.rows.keys().copied().collect();
+    nodes.sort_unstable();
+    let full_node_runs = s
+        .mapping
+        .as_ref()
+        .map_or(0, |m| m.optimized.graph.nodes.len() * samples);
+    if nodes.is_empty() {
+        return Err("no quantized layer".into());
+    }
+    let mut edit_ms = Vec::new();
+    let mut node_runs = Vec::new();
+    for k in 0..edits {
+        let node = nodes[(k * 7919) % nodes.len()];
+        let p = [LayerPrecision::INT16, LayerPrecision::FP16, LayerPrecision::INT8][k % 3];
+        let t = Instant::now();
+        let before = q.generation;
+        q.set_precision(&[node], p);
+        if q.generation == before {
+            continue;
+        }
+        let g = q.generation;
+        wait(&mut q, g)?;
+        let marks = q.card_marks();
+        edit_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(marks);
+        node_runs.push(
+            q.session
+                .as_ref()
+                .and_then(|s| s.result.as_ref())
+                .map_or(0, |r| r.recomputed),
+        );
+    }
+    let mut sorted = edit_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(EditBench {
+        model: name.into(),
+        samples,
+        first_heatmap_s,
+        median_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
+        max_ms: sorted.last().copied().unwrap_or(f64::NAN),
+        edit_ms,
+        node_runs,
+        full_node_runs,
+    })
+}

@@ -1,0 +1,117 @@
+//! The quantization view driven as a user would: samples typed into the panel, a run, a
+//! layer's precision changed from the inspector, the heatmap and the output SQNR following,
+//! undo and redo restoring them (no GPU needed).
+
+mod common;
+
+use common::{open, ppocr, repo, settle};
+use egui::Color32;
+use egui_kittest::kittest::Queryable;
+use npu_studio::studio::Studio;
+use npu_studio::studio::commands::{Command, Selection};
+use npu_studio::studio::quantize::Overlay;
+use std::path::PathBuf;
+
+/// A folder with PP-OCR cls's six preprocessed photos.
+fn cls_samples(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("npu_quant_ui_{name}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp");
+    for e in std::fs::read_dir(repo().join("data/inputs")).expect("data/inputs (run scripts/fetch_models.py)") {
+        let p = e.expect("entry").path();
+        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        if file.starts_with("cls_") {
+            std::fs::copy(&p, dir.join(file)).expect("copy");
+        }
+    }
+    dir
+}
+
+/// (colour of the node's card, its local SQNR, the output SQNR).
+fn state_of(st: &Studio, n: usize) -> (Color32, Option<f64>, Option<f64>) {
+    let marks = st.quant.card_marks();
+    let s = st.quant.session.as_ref().expect("session");
+    let row = s.row(n).expect("row");
+    let out = s.result.as_ref().expect("result").report.outputs[0].sqnr_db;
+    (marks.get(&n).expect("mark").0, row.sqnr_local_db, out)
+}
+
+#[test]
+fn precision_change_moves_the_heatmap_and_undo_restores_it() {
+    let dir = cls_samples("edit");
+    let mut h = open(&ppocr("cls"));
+    h.key_press(egui::Key::Q);
+    h.step();
+    h.get_by_label("Samples:").click();
+    h.step();
+    h.get_by_label("Samples:").type_text(dir.to_str().expect("utf-8"));
+    h.step();
+    h.get_by_label("Calibrate & simulate").click();
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let st = h.state();
+    let s = st.quant.session.as_ref().expect("session");
+    let r = s.result.as_ref().expect("first simulation");
+    assert_eq!(r.report.eval_samples, 6);
+    // Every node with a quantized output has a mark on its card.
+    assert!(
+        st.quant.card_marks().len() > 50,
+        "{} marks",
+        st.quant.card_marks().len()
+    );
+    // The layer with the lowest local SQNR.
+    let n = *s
+        .rows
+        .keys()
+        .min_by(|a, b| {
+            let k = |n: &usize| s.row(*n).and_then(|t| t.sqnr_local_db).unwrap_or(f64::INFINITY);
+            k(a).total_cmp(&k(b)).then(a.cmp(b))
+        })
+        .expect("a quantized layer");
+    h.state_mut().quant.overlay = Overlay::LocalSqnr;
+    h.state_mut().send(Command::Reveal(Selection::Node(n)));
+    settle(&mut h);
+    let before = state_of(h.state(), n);
+    assert!(before.1.expect("inexact") < 38.0, "{before:?}");
+    assert!(
+        h.query_all_by_label("Quantization").next().is_some(),
+        "inspector section"
+    );
+    // fp16 from the inspector.
+    h.get_by_label("fp16").click();
+    settle(&mut h);
+    let after = state_of(h.state(), n);
+    println!("cls node {n}: int8 {before:?} → fp16 {after:?}");
+    assert_ne!(after.0, before.0, "the card's colour follows");
+    assert!(after.1.expect("inexact") > before.1.expect("inexact") + 3.0);
+    assert_ne!(after.2, before.2, "the output SQNR follows");
+    assert!(h.state().quant.session.as_ref().expect("s").last_latency_ms.is_some());
+    // Undo, redo.
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Z);
+    settle(&mut h);
+    assert_eq!(state_of(h.state(), n), before, "undo restores colour and numbers");
+    h.key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, egui::Key::Z);
+    settle(&mut h);
+    assert_eq!(state_of(h.state(), n), after, "redo");
+    // The precision overlay shows the edit.
+    h.state_mut().quant.overlay = Overlay::Precision;
+    h.step();
+    let marks = h.state().quant.card_marks();
+    assert_eq!(marks.get(&n).map(|m| m.1.as_str()), Some("f16"));
+}
+
+#[test]
+fn bad_samples_folder_shows_an_error() {
+    let mut h = open(&ppocr("cls"));
+    h.key_press(egui::Key::Q);
+    h.step();
+    h.get_by_label("Samples:").click();
+    h.step();
+    h.get_by_label("Samples:").type_text("/nonexistent/folder");
+    h.step();
+    h.get_by_label("Calibrate & simulate").click();
+    settle(&mut h);
+    let e = h.state().error.clone().expect("an error");
+    assert!(e.contains("/nonexistent/folder"), "{e}");
+    assert!(h.state().quant.session.is_none());
+}
