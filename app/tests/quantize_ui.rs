@@ -115,3 +115,66 @@ fn bad_samples_folder_shows_an_error() {
     assert!(e.contains("/nonexistent/folder"), "{e}");
     assert!(h.state().quant.session.is_none());
 }
+
+/// Output SQNR and every card's mark.
+fn snapshot_of(st: &Studio) -> (Option<f64>, Vec<(usize, Color32, String)>) {
+    let s = st.quant.session.as_ref().expect("session");
+    let out = s.result.as_ref().expect("result").report.outputs[0].sqnr_db;
+    let mut marks: Vec<(usize, Color32, String)> =
+        st.quant.card_marks().into_iter().map(|(n, (c, t))| (n, c, t)).collect();
+    marks.sort_by_key(|m| m.0);
+    (out, marks)
+}
+
+#[test]
+fn project_reopens_with_the_same_overlays_and_recovers_unsaved_edits() {
+    use npu_core::quant::LayerPrecision;
+    let dir = cls_samples("project");
+    let project = dir.join("cls.npuproj.ron");
+    let mut h = open(&ppocr("cls"));
+    h.state_mut().quant.setup.data = dir.display().to_string();
+    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
+    h.state_mut().quant.start(model, None);
+    settle(&mut h);
+    let conv = |st: &Studio, k: usize| -> usize {
+        let s = st.quant.session.as_ref().expect("session");
+        let mut nodes: Vec<usize> = s.rows.keys().copied().collect();
+        nodes.sort_unstable();
+        nodes[k]
+    };
+    let n = conv(h.state(), 3);
+    h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
+    settle(&mut h);
+    let saved = snapshot_of(h.state());
+    h.state_mut().send(Command::SaveProject(Some(project.clone())));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    drop(h);
+
+    // Closed and reopened: the same numbers and marks.
+    let mut h = common::harness(Default::default());
+    h.state_mut().send(Command::OpenProject(project.clone()));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    assert!(h.state().recovery.is_none());
+    assert_eq!(snapshot_of(h.state()), saved, "reopened project");
+
+    // An edit, then the process goes away without saving.
+    let m = conv(h.state(), 20);
+    h.state_mut()
+        .send(Command::SetPrecision(vec![m], LayerPrecision::INT16));
+    settle(&mut h);
+    let edited = snapshot_of(h.state());
+    assert_ne!(edited, saved);
+    drop(h);
+
+    let mut h = common::harness(Default::default());
+    h.state_mut().send(Command::OpenProject(project.clone()));
+    settle(&mut h);
+    assert_eq!(snapshot_of(h.state()), saved, "the project file holds the saved state");
+    assert!(h.state().recovery.is_some(), "the unsaved edit is offered");
+    h.get_by_label("Recover edits").click();
+    settle(&mut h);
+    assert_eq!(snapshot_of(h.state()), edited, "recovered");
+    let _ = std::fs::remove_dir_all(&dir);
+}

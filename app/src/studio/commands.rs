@@ -56,6 +56,13 @@ pub enum Command {
     /// Undo or redo the last project edit.
     Undo,
     Redo,
+    /// Save the project (to its file, or to this path; asks when neither is known).
+    SaveProject(Option<PathBuf>),
+    /// Open a project: its model, calibration setup and precision edits.
+    OpenProject(PathBuf),
+    /// Apply the edits found in the autosave file, or forget them.
+    RecoverEdits,
+    DiscardRecovery,
     CancelJobs,
     DismissError,
 }

@@ -8,6 +8,7 @@ pub mod export;
 pub mod inspector;
 pub mod jobs;
 pub mod optimize;
+pub mod project;
 pub mod quantize;
 pub mod search;
 pub mod theme;
@@ -108,6 +109,15 @@ pub struct Studio {
     pub show_help: bool,
     pub optimizer: optimize::OptimizerState,
     pub quant: quantize::QuantView,
+    /// The project file, once saved or opened.
+    pub project_path: Option<PathBuf>,
+    /// The project as last saved or opened.
+    saved_project: Option<project::Project>,
+    /// Unsaved edits found in an autosave file, offered for recovery.
+    pub recovery: Option<project::Project>,
+    pending_project: Option<project::Project>,
+    /// Where autosave files go (`None`: next to the project, or the model).
+    pub autosave_dir: Option<PathBuf>,
     commands: Vec<Command>,
     open_job: Option<Job<Opened>>,
     layout_job: Option<Job<Relaid>>,
@@ -141,6 +151,11 @@ impl Studio {
             show_help: false,
             optimizer: optimize::OptimizerState::default(),
             quant: quantize::QuantView::default(),
+            project_path: None,
+            saved_project: None,
+            recovery: None,
+            pending_project: None,
+            autosave_dir: None,
             commands: Vec::new(),
             open_job: None,
             layout_job: None,
@@ -183,9 +198,26 @@ impl Studio {
         self.handle_dropped_files(&ctx);
         self.handle_shortcuts(&ctx);
         self.run_commands();
+        self.autosave();
 
         egui::Panel::top("menu_bar").show(ui, |ui| self.menu_ui(ui));
         egui::Panel::top("tool_bar").show(ui, |ui| search::toolbar_ui(self, ui));
+        if self.recovery.is_some() {
+            egui::Panel::top("recovery_bar").show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    let n = self.recovery.as_ref().map_or(0, |p| p.layers.len());
+                    ui.label(format!(
+                        "Unsaved edits from an earlier session were found ({n} layer precisions)."
+                    ));
+                    if ui.button("Recover edits").clicked() {
+                        self.send(Command::RecoverEdits);
+                    }
+                    if ui.button("Discard").clicked() {
+                        self.send(Command::DiscardRecovery);
+                    }
+                });
+            });
+        }
         egui::Panel::bottom("status_bar").show(ui, |ui| self.status_ui(ui));
         if self.optimizer.open {
             egui::Panel::bottom("optimizer").show(ui, |ui| optimize::panel_ui(self, ui));
@@ -239,6 +271,9 @@ impl Studio {
         }
         if shortcut(Modifiers::COMMAND, Key::E) {
             self.send(Command::Export(ExportFormat::Png, None));
+        }
+        if shortcut(Modifiers::COMMAND, Key::S) {
+            self.send(Command::SaveProject(None));
         }
         if shortcut(Modifiers::COMMAND | Modifiers::SHIFT, Key::Z) {
             self.send(Command::Redo);
@@ -359,6 +394,41 @@ impl Studio {
             Command::ToggleQuantize => self.quant.open = !self.quant.open,
             Command::SetPrecision(nodes, p) => self.quant.set_precision(&nodes, p),
             Command::Undo => self.quant.undo(),
+            Command::SaveProject(path) => self.save_project(path),
+            Command::OpenProject(path) => match project::Project::load(&path) {
+                Ok(p) => {
+                    self.project_path = Some(path);
+                    let model = p.model.clone();
+                    self.pending_project = Some(p);
+                    self.open(model);
+                }
+                Err(e) => self.error = Some(e),
+            },
+            Command::RecoverEdits => {
+                if let Some(p) = self.recovery.take() {
+                    let start = self.quant.session.is_none() && !p.data.is_empty();
+                    self.quant.setup = p.setup();
+                    self.quant.open = true;
+                    self.quant.apply_layers(p.layers);
+                    if start && let Some(l) = &self.loaded {
+                        let model = l.model.clone();
+                        let pending = self.quant.pending_layers.take();
+                        self.quant.start(model, self.ctx.clone());
+                        self.quant.pending_layers = pending;
+                    }
+                    self.status = "Recovered the unsaved edits".into();
+                }
+            }
+            Command::DiscardRecovery => {
+                self.recovery = None;
+                if let Some(l) = &self.loaded {
+                    let _ = std::fs::remove_file(project::autosave_path(
+                        self.project_path.as_deref(),
+                        &l.path,
+                        self.autosave_dir.as_deref(),
+                    ));
+                }
+            }
             Command::Redo => self.quant.redo(),
             Command::RunOptimizer => {
                 self.optimizer.open = true;
@@ -378,6 +448,60 @@ impl Studio {
                 self.quant.cancel();
             }
             Command::DismissError => self.error = None,
+        }
+    }
+
+    /// Writes every project edit to the sidecar autosave file at once (atomically).
+    fn autosave(&mut self) {
+        if !self.quant.dirty {
+            return;
+        }
+        self.quant.dirty = false;
+        let Some(l) = &self.loaded else { return };
+        let side = project::autosave_path(self.project_path.as_deref(), &l.path, self.autosave_dir.as_deref());
+        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.layers).and_then(|p| p.save(&side));
+        if let Err(e) = r {
+            self.status = format!("Autosave failed: {e}");
+        }
+    }
+
+    fn save_project(&mut self, path: Option<PathBuf>) {
+        let Some(l) = &self.loaded else {
+            self.error = Some("Nothing to save: no model is open".into());
+            return;
+        };
+        let path = match path.or_else(|| self.project_path.clone()) {
+            Some(p) => p,
+            None => {
+                let stem = l
+                    .path
+                    .file_stem()
+                    .map_or_else(|| "project".into(), |s| s.to_string_lossy().into_owned());
+                // Under Xvfb or CI no dialog appears: nothing is saved.
+                match rfd::FileDialog::new()
+                    .add_filter("NPU Studio project", &["ron"])
+                    .set_file_name(format!("{stem}.npuproj.ron"))
+                    .save_file()
+                {
+                    Some(p) => p,
+                    None => return,
+                }
+            }
+        };
+        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.layers).and_then(|p| {
+            p.save(&path)?;
+            Ok(p)
+        });
+        match r {
+            Ok(p) => {
+                let old_side =
+                    project::autosave_path(self.project_path.as_deref(), &l.path, self.autosave_dir.as_deref());
+                let _ = std::fs::remove_file(old_side);
+                self.status = format!("Project saved to {}", path.display());
+                self.project_path = Some(path);
+                self.saved_project = Some(p);
+            }
+            Err(e) => self.error = Some(format!("Could not save the project: {e}")),
         }
     }
 
@@ -519,6 +643,31 @@ impl Studio {
         self.optimizer.reset();
         // The plan belongs to the previous model; the setup form stays.
         self.quant.reset();
+        self.recovery = None;
+        match self.pending_project.take() {
+            Some(p) => {
+                if project::file_hash(&o.path).is_ok_and(|h| h != p.model_hash) {
+                    self.error = Some(format!(
+                        "{} changed since the project was saved: layer names may no longer match",
+                        o.path.display()
+                    ));
+                }
+                self.quant.setup = p.setup();
+                self.quant.open = true;
+                if !p.data.is_empty() {
+                    self.quant.start(o.model.clone(), self.ctx.clone());
+                }
+                self.quant.pending_layers = Some(p.layers.clone());
+                self.quant.dirty = false;
+                self.saved_project = Some(p);
+            }
+            None => {
+                self.project_path = None;
+                self.saved_project = None;
+            }
+        }
+        let side = project::autosave_path(self.project_path.as_deref(), &o.path, self.autosave_dir.as_deref());
+        self.recovery = project::recoverable(&side, self.saved_project.as_ref());
         self.loaded = Some(Loaded {
             path: o.path,
             model: o.model,
@@ -684,6 +833,20 @@ impl Studio {
             ui.menu_button("File", |ui| {
                 if ui.button("Open…").clicked() {
                     self.send(Command::OpenDialog);
+                }
+                if ui.button("Open project…").clicked() {
+                    if let Some(p) = rfd::FileDialog::new()
+                        .add_filter("NPU Studio project", &["ron"])
+                        .pick_file()
+                    {
+                        self.send(Command::OpenProject(p));
+                    }
+                }
+                if ui
+                    .add_enabled(self.loaded.is_some(), egui::Button::new("Save project"))
+                    .clicked()
+                {
+                    self.send(Command::SaveProject(None));
                 }
                 ui.menu_button("Open recent", |ui| {
                     if self.settings.recent.is_empty() {

@@ -384,6 +384,10 @@ pub struct QuantView {
     pub menu_node: Option<NodeId>,
     /// Show update times (off for reproducible screenshots).
     pub show_timings: bool,
+    /// Edits to apply once the session's first simulation arrives (a project being opened).
+    pub pending_layers: Option<BTreeMap<String, LayerPrecision>>,
+    /// An edit not yet autosaved.
+    pub dirty: bool,
 }
 
 impl Default for QuantView {
@@ -405,6 +409,8 @@ impl Default for QuantView {
             generation: 0,
             menu_node: None,
             show_timings: true,
+            pending_layers: None,
+            dirty: false,
         }
     }
 }
@@ -417,6 +423,9 @@ impl QuantView {
     /// Starts calibration and simulation of the open model.
     pub fn start(&mut self, model: Arc<Model>, ctx: Option<egui::Context>) {
         self.session = Some(Session::start(model, self.setup.clone(), ctx));
+        if !self.layers.is_empty() {
+            self.dirty = true;
+        }
         self.layers.clear();
         self.undo.clear();
         self.redo.clear();
@@ -442,7 +451,15 @@ impl QuantView {
     pub fn poll(&mut self) -> Option<String> {
         let s = self.session.as_mut()?;
         match s.poll() {
-            Ok(_) => None,
+            Ok(_) => {
+                if s.result.is_some()
+                    && let Some(layers) = self.pending_layers.take()
+                {
+                    self.layers = layers;
+                    self.push();
+                }
+                None
+            }
             Err(e) => {
                 self.session = None;
                 Some(if e == "cancelled" {
@@ -511,7 +528,22 @@ impl QuantView {
         }
     }
 
+    /// Replaces every edit at once (an undoable edit once the session runs; applied when
+    /// its first simulation arrives before that).
+    pub fn apply_layers(&mut self, layers: BTreeMap<String, LayerPrecision>) {
+        if self.session.as_ref().is_some_and(|s| s.result.is_some()) {
+            if layers != self.layers {
+                self.undo.push(std::mem::replace(&mut self.layers, layers));
+                self.redo.clear();
+                self.push();
+            }
+        } else {
+            self.pending_layers = Some(layers);
+        }
+    }
+
     fn push(&mut self) {
+        self.dirty = true;
         self.generation += 1;
         let g = self.generation;
         let layers = self.layers.clone();

@@ -27,12 +27,21 @@ pub fn ppocr(which: &str) -> PathBuf {
     p
 }
 
+/// A folder of this test process for autosave files (never next to the repository's models).
+pub fn autosave_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("npu_studio_autosave_{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("autosave dir");
+    d
+}
+
 pub fn harness<'a>(settings: Settings) -> Harness<'a, Studio> {
+    let mut st = Studio::new(settings);
+    st.autosave_dir = Some(autosave_dir());
     Harness::builder()
         .with_size(SIZE)
         .with_pixels_per_point(1.0)
         .with_step_dt(1.0 / 60.0)
-        .build_ui_state(|ui, st: &mut Studio| st.ui(ui), Studio::new(settings))
+        .build_ui_state(|ui, st: &mut Studio| st.ui(ui), st)
 }
 
 /// Steps frames until background jobs are done (and a few more so the UI settles).

@@ -1,0 +1,142 @@
+//! Projects: the model (path and content hash), the calibration setup, the preset and the
+//! per-layer precision edits, saved as RON. Every edit is also written at once (atomically)
+//! to a sidecar file next to the project, or next to the model before the project has been
+//! saved; when a model is opened and its sidecar holds edits newer than the project, the
+//! studio offers to recover them.
+
+use super::quantize::Setup;
+use npu_core::quant::LayerPrecision;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Project {
+    pub version: u32,
+    /// The model file, relative to the project's folder when it lies under it.
+    pub model: PathBuf,
+    /// FNV-1a 64 of the model file's bytes (hex): reopening warns when the file changed.
+    pub model_hash: String,
+    pub data: String,
+    pub preprocess: String,
+    pub preset: String,
+    /// Precision edits by node name of the optimized graph.
+    pub layers: BTreeMap<String, LayerPrecision>,
+}
+
+/// FNV-1a 64 of a file's bytes, as 16 hex digits.
+pub fn file_hash(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(format!("{h:016x}"))
+}
+
+impl Project {
+    pub fn new(model: &Path, setup: &Setup, layers: &BTreeMap<String, LayerPrecision>) -> Result<Self, String> {
+        Ok(Self {
+            version: 1,
+            model: model.to_path_buf(),
+            model_hash: file_hash(model)?,
+            data: setup.data.clone(),
+            preprocess: setup.preprocess.clone(),
+            preset: setup.preset.clone(),
+            layers: layers.clone(),
+        })
+    }
+
+    pub fn setup(&self) -> Setup {
+        Setup {
+            data: self.data.clone(),
+            preprocess: self.preprocess.clone(),
+            preset: self.preset.clone(),
+        }
+    }
+
+    /// Writes the project atomically; the model path is stored relative to the project's
+    /// folder when it lies under it.
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let mut p = self.clone();
+        if let Some(dir) = path.parent()
+            && let Ok(rel) = self.model.strip_prefix(dir)
+        {
+            p.model = rel.to_path_buf();
+        }
+        let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).map_err(|e| e.to_string())?;
+        npu_core::export::write_atomic(path, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Reads a project; a relative model path is resolved against the project's folder.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut p: Self = ron::from_str(&text).map_err(|e| format!("{}: not a project: {e}", path.display()))?;
+        if p.model.is_relative()
+            && let Some(dir) = path.parent()
+        {
+            p.model = dir.join(&p.model);
+        }
+        Ok(p)
+    }
+}
+
+/// The sidecar autosave file of a project file, or of a model without a project: next to it,
+/// or in `dir` when given.
+pub fn autosave_path(project: Option<&Path>, model: &Path, dir: Option<&Path>) -> PathBuf {
+    let base = project.unwrap_or(model);
+    let mut name = base.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".autosave.ron");
+    match dir {
+        Some(d) => d.join(name),
+        None => base.with_file_name(name),
+    }
+}
+
+/// Edits in an autosave file that the project (or, without one, the plain model) lacks.
+pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> {
+    let p = Project::load(autosave).ok()?;
+    let differs = match saved {
+        Some(s) => s.layers != p.layers || s.data != p.data || s.preset != p.preset,
+        None => !p.layers.is_empty(),
+    };
+    differs.then_some(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_load_round_trip_with_relative_model() {
+        let dir = std::env::temp_dir().join(format!("npu_project_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let model = dir.join("m.onnx");
+        std::fs::write(&model, b"model bytes").expect("write");
+        let mut layers = BTreeMap::new();
+        layers.insert("conv".to_string(), LayerPrecision::INT16);
+        let setup = Setup {
+            data: "photos".into(),
+            preprocess: "size=8x8".into(),
+            preset: "w8a8".into(),
+        };
+        let p = Project::new(&model, &setup, &layers).expect("project");
+        let path = dir.join("p.npuproj.ron");
+        p.save(&path).expect("save");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.contains("model: \"m.onnx\""), "{text}");
+        let back = Project::load(&path).expect("load");
+        assert_eq!(back, p);
+        assert_eq!(back.model_hash, file_hash(&model).expect("hash"));
+        // A changed model changes the hash.
+        std::fs::write(&model, b"other bytes").expect("write");
+        assert_ne!(back.model_hash, file_hash(&model).expect("hash"));
+        assert_eq!(
+            autosave_path(Some(&path), &model, None),
+            dir.join("p.npuproj.ron.autosave.ron")
+        );
+        assert!(recoverable(&path, Some(&back)).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
