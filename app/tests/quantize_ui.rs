@@ -178,3 +178,38 @@ fn project_reopens_with_the_same_overlays_and_recovers_unsaved_edits() {
     assert_eq!(snapshot_of(h.state()), edited, "recovered");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Calibration and simulation run on the worker: frames keep coming at their usual cost
+/// while they run.
+#[test]
+fn frames_keep_their_time_while_the_quantizer_runs() {
+    let dir = cls_samples("frames");
+    let mut h = open(&ppocr("cls"));
+    h.key_press(egui::Key::Q);
+    h.step();
+    let time = |h: &mut egui_kittest::Harness<'_, Studio>| {
+        let t = std::time::Instant::now();
+        h.step();
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let mut idle: Vec<f64> = (0..20).map(|_| time(&mut h)).collect();
+    idle.sort_by(f64::total_cmp);
+    h.state_mut().quant.setup.data = dir.display().to_string();
+    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
+    h.state_mut().quant.start(model, None);
+    let mut busy = Vec::new();
+    while h.state().quant.busy() {
+        busy.push(time(&mut h));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(busy.len() < 20_000, "the quantizer never finished");
+    }
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let worst = busy.iter().copied().fold(0.0, f64::max);
+    let median_idle = idle[idle.len() / 2];
+    println!(
+        "frames while calibrating: {} frames, worst {worst:.1} ms; idle median {median_idle:.1} ms",
+        busy.len()
+    );
+    assert!(busy.len() >= 10, "{} frames", busy.len());
+    assert!(worst < (4.0 * median_idle).max(50.0), "a frame took {worst:.1} ms");
+}

@@ -180,6 +180,10 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
             if super::quantize::precision_menu(ui, &mut st.quant, n) {
                 ui.close();
             }
+            ui.separator();
+            if super::quantize::op_type_menu(ui, &mut st.quant, &model, n) {
+                ui.close();
+            }
         });
     }
     minimap_ui(st, ui, rect, &scene);

@@ -154,7 +154,6 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui) {
                 }
             }
             if let Some(Selection::Node(n)) = st.selection {
-                ui.separator();
                 super::quantize::inspector_ui(st, ui, n);
             }
             for c in out {

@@ -81,6 +81,68 @@ pub struct Reply {
 
 enum Msg {
     Layers(u64, BTreeMap<String, LayerPrecision>),
+    /// Values of this tensor (by name in the optimized graph) for the inspector.
+    Inspect(String),
+}
+
+/// FP32 against fake-quant values of one tensor, for the inspector.
+#[derive(Clone, Debug)]
+pub struct Inspect {
+    pub tensor: String,
+    /// The first values of the first sample.
+    pub fp32: Vec<f32>,
+    pub quant: Vec<f32>,
+    /// Histogram of quant − fp32 over every sample: (bin centre, count).
+    pub errors: Vec<(f64, usize)>,
+    pub bin_width: f64,
+}
+
+/// Values the inspector lists.
+const INSPECT_FIRST: usize = 8;
+const INSPECT_BINS: usize = 41;
+
+fn inspect(q: &Quantizer<'_>, live: &npu_core::quant::live::Live, name: &str) -> Option<Inspect> {
+    let v = q.model.graph.values.iter().position(|x| x.name == name)?;
+    let flat = |t: Option<&npu_core::ir::Tensor>| -> Option<Vec<f32>> {
+        match t? {
+            npu_core::ir::Tensor::F32(a) => Some(a.iter().copied().collect()),
+            _ => None,
+        }
+    };
+    let mut errs = Vec::new();
+    let mut first = None;
+    for k in 0..live.samples() {
+        let (qt, rt) = live.values(k, v);
+        let (Some(qv), Some(rv)) = (flat(qt), flat(rt)) else {
+            continue;
+        };
+        errs.extend(qv.iter().zip(&rv).map(|(a, b)| f64::from(*a) - f64::from(*b)));
+        if first.is_none() {
+            first = Some((
+                rv.iter().take(INSPECT_FIRST).copied().collect(),
+                qv.iter().take(INSPECT_FIRST).copied().collect(),
+            ));
+        }
+    }
+    let (fp32, quant) = first?;
+    let m = errs.iter().fold(0f64, |m, e| m.max(e.abs())).max(f64::MIN_POSITIVE);
+    let width = 2.0 * m / INSPECT_BINS as f64;
+    let mut counts = vec![0usize; INSPECT_BINS];
+    for e in &errs {
+        let b = ((e + m) / width).floor() as usize;
+        counts[b.min(INSPECT_BINS - 1)] += 1;
+    }
+    Some(Inspect {
+        tensor: name.into(),
+        fp32,
+        quant,
+        errors: counts
+            .into_iter()
+            .enumerate()
+            .map(|(b, c)| (-m + (b as f64 + 0.5) * width, c))
+            .collect(),
+        bin_width: width,
+    })
 }
 
 /// The optimized graph the plan refers to, and how its nodes map onto the open model's.
@@ -119,11 +181,16 @@ pub struct Session {
     sent: HashMap<u64, Instant>,
     /// Milliseconds from the last precision change to its heatmap.
     pub last_latency_ms: Option<f64>,
+    inspected: Option<Receiver<Inspect>>,
+    /// The inspector's values of the last requested tensor.
+    pub inspect: Option<Inspect>,
+    inspect_asked: Option<String>,
 }
 
 struct Started {
     mapping: Arc<Mapping>,
     updates: Receiver<Result<Reply, String>>,
+    inspected: Receiver<Inspect>,
 }
 
 /// What the calibration uses.
@@ -157,6 +224,9 @@ impl Session {
             rows: HashMap::new(),
             sent: HashMap::new(),
             last_latency_ms: None,
+            inspected: None,
+            inspect: None,
+            inspect_asked: None,
         };
         if let Err(e) = spawned {
             session
@@ -171,11 +241,17 @@ impl Session {
         self.result.is_none()
     }
 
-    /// True while an edit is being simulated.
+    /// True while an edit is being simulated (or asked-for values have not arrived).
     pub fn updating(&self) -> bool {
-        self.result
+        let waiting_values = self
+            .inspect_asked
             .as_ref()
-            .is_some_and(|r| self.sent.keys().any(|g| *g > r.generation))
+            .is_some_and(|n| self.inspect.as_ref().is_none_or(|i| &i.tensor != n));
+        waiting_values
+            || self
+                .result
+                .as_ref()
+                .is_some_and(|r| self.sent.keys().any(|g| *g > r.generation))
     }
 
     fn send(&mut self, generation: u64, layers: BTreeMap<String, LayerPrecision>) {
@@ -191,14 +267,21 @@ impl Session {
                 Ok(Ok(s)) => {
                     self.mapping = Some(s.mapping);
                     self.updates = Some(s.updates);
+                    self.inspected = Some(s.inspected);
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(TryRecvError::Empty) => return Ok(false),
                 Err(TryRecvError::Disconnected) => return Err("the quantizer stopped unexpectedly".into()),
             }
         }
+        if let Some(rx) = &self.inspected {
+            while let Ok(i) = rx.try_recv() {
+                self.inspect = Some(i);
+                changed = true;
+            }
+        }
         let Some(updates) = &self.updates else {
-            return Ok(false);
+            return Ok(changed);
         };
         loop {
             match updates.try_recv() {
@@ -242,6 +325,15 @@ impl Session {
             {
                 self.rows.insert(*orig, *row);
             }
+        }
+    }
+
+    /// Asks the worker for a tensor's FP32 and fake-quant values (once per tensor; it sends
+    /// them again after every edit).
+    pub fn request_inspect(&mut self, tensor: &str) {
+        if self.inspect_asked.as_deref() != Some(tensor) {
+            self.inspect_asked = Some(tensor.to_string());
+            let _ = self.tx.send(Msg::Inspect(tensor.to_string()));
         }
     }
 
@@ -301,6 +393,7 @@ fn worker(
             .live(plan, samples, Keep::PerTensor, progress)
             .map_err(|e| e.to_string())?;
         let (updates_tx, updates) = channel();
+        let (inspect_tx, inspected) = channel();
         let first = Reply {
             generation: 0,
             plan: live.plan.clone(),
@@ -312,20 +405,30 @@ fn worker(
             .send(Ok(Started {
                 mapping: Arc::new(Mapping::new(optimized.clone())),
                 updates,
+                inspected,
             }))
             .map_err(|_| "the studio closed".to_string())?;
         let _ = updates_tx.send(Ok(first));
         progress.set(1.0, "ready");
         repaint(ctx);
         // Edits: only the newest waiting one is simulated.
-        while let Ok(mut msg) = msgs.recv() {
-            while let Ok(m) = msgs.try_recv() {
-                msg = m;
+        let mut inspected: Option<String> = None;
+        while let Ok(first) = msgs.recv() {
+            let mut edit = None;
+            for msg in std::iter::once(first).chain(msgs.try_iter()) {
+                match msg {
+                    Msg::Layers(g, l) => edit = Some((g, l)),
+                    Msg::Inspect(name) => inspected = Some(name),
+                }
             }
-            let Msg::Layers(generation, layers) = msg;
-            let reply = update(&q, &mut live, generation, layers);
-            if updates_tx.send(reply).is_err() {
-                break;
+            if let Some((generation, layers)) = edit {
+                let reply = update(&q, &mut live, generation, layers);
+                if updates_tx.send(reply).is_err() {
+                    break;
+                }
+            }
+            if let Some(i) = inspected.as_deref().and_then(|n| inspect(&q, &live, n)) {
+                let _ = inspect_tx.send(i);
             }
             repaint(ctx);
         }
@@ -734,6 +837,7 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
     legend_ui(ui, &st.quant);
     let Some(s) = &st.quant.session else { return };
     let Some(r) = &s.result else { return };
+    depth_plot_ui(ui, &r.report, st.quant.red_below);
     ui.horizontal_wrapped(|ui| {
         ui.label("Worst layers (cumulative):");
         let mut rows: Vec<(NodeId, &TensorReport)> = s.rows.keys().filter_map(|&n| Some((n, s.row(n)?))).collect();
@@ -752,6 +856,53 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
     if let Some(n) = select {
         st.send(Command::Reveal(Selection::Node(n)));
     }
+}
+
+/// Cumulative SQNR of every quantized tensor in graph order, the five worst marked.
+fn depth_plot_ui(ui: &mut egui::Ui, report: &Report, red_below: f64) {
+    use egui_plot::{HLine, Line, Plot, PlotPoint, Points, Text};
+    let pts: Vec<[f64; 2]> = report
+        .tensors
+        .iter()
+        .enumerate()
+        .filter_map(|(k, t)| Some([k as f64, t.sqnr_cumulative_db?]))
+        .collect();
+    let mut worst: Vec<(usize, f64)> = report
+        .tensors
+        .iter()
+        .enumerate()
+        .filter_map(|(k, t)| Some((k, t.sqnr_cumulative_db?)))
+        .collect();
+    worst.sort_by(|a, b| a.1.total_cmp(&b.1));
+    worst.truncate(5);
+    egui::CollapsingHeader::new("Cumulative SQNR along the graph")
+        .default_open(true)
+        .show(ui, |ui| {
+            Plot::new("cumulative_sqnr_depth")
+                .height(110.0)
+                .allow_drag(false)
+                .allow_zoom(false)
+                .allow_scroll(false)
+                .x_axis_label("tensor (graph order)")
+                .y_axis_label("dB")
+                .show(ui, |p| {
+                    p.line(Line::new("cumulative SQNR", pts.clone()));
+                    p.hline(HLine::new("red below", red_below).color(Color32::from_rgb(215, 48, 39)));
+                    let marks: Vec<[f64; 2]> = worst.iter().map(|&(k, v)| [k as f64, v]).collect();
+                    p.points(
+                        Points::new("worst", marks)
+                            .radius(4.0)
+                            .color(Color32::from_rgb(215, 48, 39)),
+                    );
+                    for &(k, v) in &worst {
+                        p.text(Text::new(
+                            "worst",
+                            PlotPoint::new(k as f64, v - 1.5),
+                            report.tensors[k].node.clone(),
+                        ));
+                    }
+                });
+        });
 }
 
 fn legend_ui(ui: &mut egui::Ui, q: &QuantView) {
@@ -803,10 +954,30 @@ pub fn precision_menu(ui: &mut egui::Ui, q: &mut QuantView, node: NodeId) -> boo
     chosen
 }
 
+/// "Every node of this op type" in a card's context menu: one undoable edit.
+pub fn op_type_menu(ui: &mut egui::Ui, q: &mut QuantView, model: &Model, node: NodeId) -> bool {
+    let op = model.graph.nodes[node].op.clone();
+    let same: Vec<NodeId> = (0..model.graph.nodes.len())
+        .filter(|&n| model.graph.nodes[n].op == op && q.precision_of(n).is_some())
+        .collect();
+    let mut chosen = false;
+    ui.menu_button(format!("All {} {op} nodes", same.len()), |ui| {
+        for (name, p) in PRECISIONS {
+            if ui.button(name).clicked() {
+                q.set_precision(&same, p);
+                chosen = true;
+                ui.close();
+            }
+        }
+    });
+    chosen
+}
+
 /// The inspector's quantization section for a node of the open model.
 pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
     let Some(s) = &st.quant.session else { return };
     let Some(t) = s.row(node).cloned() else { return };
+    ui.separator();
     egui::CollapsingHeader::new("Quantization")
         .default_open(true)
         .show(ui, |ui| {
@@ -837,6 +1008,41 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
             ui.horizontal_wrapped(|ui| {
                 precision_menu(ui, &mut st.quant, node);
             });
+            let Some(s) = st.quant.session.as_mut() else { return };
+            s.request_inspect(&t.name);
+            let Some(i) = s.inspect.as_ref().filter(|i| i.tensor == t.name) else {
+                ui.weak("loading values…");
+                return;
+            };
+            ui.strong("First values (sample 1)");
+            egui::Grid::new("quant_values")
+                .num_columns(3)
+                .striped(true)
+                .show(ui, |ui| {
+                    ui.weak("FP32");
+                    ui.weak("quantized");
+                    ui.weak("error");
+                    ui.end_row();
+                    for (a, b) in i.fp32.iter().zip(&i.quant) {
+                        ui.label(format!("{a:.5}"));
+                        ui.label(format!("{b:.5}"));
+                        ui.label(format!("{:+.2e}", b - a));
+                        ui.end_row();
+                    }
+                });
+            ui.strong("Error histogram (every sample)");
+            let bars: Vec<egui_plot::Bar> = i
+                .errors
+                .iter()
+                .map(|&(x, c)| egui_plot::Bar::new(x, c as f64).width(i.bin_width))
+                .collect();
+            egui_plot::Plot::new("quant_error_histogram")
+                .height(110.0)
+                .allow_drag(false)
+                .allow_zoom(false)
+                .allow_scroll(false)
+                .show_y(false)
+                .show(ui, |p| p.bar_chart(egui_plot::BarChart::new("error", bars)));
         });
 }
 
