@@ -29,7 +29,7 @@ fn cls_samples(name: &str) -> PathBuf {
 
 /// (colour of the node's card, its local SQNR, the output SQNR).
 fn state_of(st: &Studio, n: usize) -> (Color32, Option<f64>, Option<f64>) {
-    let marks = st.quant.card_marks();
+    let marks = st.quant.card_marks(&st.theme.quant);
     let s = st.quant.session.as_ref().expect("session");
     let row = s.row(n).expect("row");
     let out = s.result.as_ref().expect("result").report.outputs[0].sqnr_db;
@@ -55,9 +55,9 @@ fn precision_change_moves_the_heatmap_and_undo_restores_it() {
     assert_eq!(r.report.eval_samples, 6);
     // Every node with a quantized output has a mark on its card.
     assert!(
-        st.quant.card_marks().len() > 50,
+        st.quant.card_marks(&st.theme.quant).len() > 50,
         "{} marks",
-        st.quant.card_marks().len()
+        st.quant.card_marks(&st.theme.quant).len()
     );
     // The layer with the lowest local SQNR.
     let n = *s
@@ -96,7 +96,7 @@ fn precision_change_moves_the_heatmap_and_undo_restores_it() {
     // The precision overlay shows the edit.
     h.state_mut().quant.overlay = Overlay::Precision;
     h.step();
-    let marks = h.state().quant.card_marks();
+    let marks = h.state().quant.card_marks(&h.state().theme.quant);
     assert_eq!(marks.get(&n).map(|m| m.1.as_str()), Some("f16"));
 }
 
@@ -120,8 +120,12 @@ fn bad_samples_folder_shows_an_error() {
 fn snapshot_of(st: &Studio) -> (Option<f64>, Vec<(usize, Color32, String)>) {
     let s = st.quant.session.as_ref().expect("session");
     let out = s.result.as_ref().expect("result").report.outputs[0].sqnr_db;
-    let mut marks: Vec<(usize, Color32, String)> =
-        st.quant.card_marks().into_iter().map(|(n, (c, t))| (n, c, t)).collect();
+    let mut marks: Vec<(usize, Color32, String)> = st
+        .quant
+        .card_marks(&st.theme.quant)
+        .into_iter()
+        .map(|(n, (c, t))| (n, c, t))
+        .collect();
     marks.sort_by_key(|m| m.0);
     (out, marks)
 }

@@ -129,7 +129,7 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         hl.rewritten = boxes(&mut after.rewritten_before.iter().copied());
         hl.linked = boxes(&mut after.linked_before(st.optimizer.after_selected).into_iter());
     }
-    let marks = st.quant.card_marks();
+    let marks = st.quant.card_marks(&st.theme.quant);
     hl.marks = marks
         .into_iter()
         .filter_map(|(n, m)| Some((own_card_box(&doc, &scene, n)?, m)))
@@ -464,7 +464,7 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
             painter.rect_filled(r, 4.0 * z, theme.removed_fade);
         }
         if let Some((c, text)) = hl.marks.get(&bi) {
-            paint_mark(painter, r, z, detailed, *c, text);
+            paint_mark(painter, r, z, detailed, *c, text, theme.quant.badge_text);
         }
         if let Some(c) = outline {
             painter.rect_stroke(r.expand(2.0), 6.0 * z + 2.0, Stroke::new(2.5, c), StrokeKind::Outside);
@@ -473,17 +473,17 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
 }
 
 /// A quantization overlay mark: a coloured frame and a badge (a filled box when zoomed out).
-fn paint_mark(painter: &Painter, r: Rect, z: f32, detailed: bool, c: Color32, text: &str) {
+fn paint_mark(painter: &Painter, r: Rect, z: f32, detailed: bool, c: Color32, text: &str, ink: Color32) {
     if !detailed {
         painter.rect_filled(r, 2.0 * z, c);
         return;
     }
     painter.rect_stroke(r.expand(1.5), 5.0 * z, Stroke::new(3.5, c), StrokeKind::Outside);
-    let galley = painter.layout_no_wrap(text.to_owned(), FontId::proportional(10.5 * z), Color32::BLACK);
+    let galley = painter.layout_no_wrap(text.to_owned(), FontId::proportional(10.5 * z), ink);
     let size = galley.size() + vec2(6.0 * z, 2.0 * z);
     let at = pos2(r.max.x - size.x, r.min.y - size.y * 0.6);
     painter.rect_filled(Rect::from_min_size(at, size), 3.0 * z, c);
-    painter.galley(at + vec2(3.0 * z, 1.0 * z), galley, Color32::BLACK);
+    painter.galley(at + vec2(3.0 * z, 1.0 * z), galley, ink);
 }
 
 fn paint_card(painter: &Painter, doc: &GraphDoc, i: ItemId, r: Rect, z: f32, detailed: bool, theme: &Theme) {

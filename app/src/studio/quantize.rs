@@ -8,13 +8,13 @@
 use super::Studio;
 use super::commands::{Command, Selection};
 use super::jobs::JobProgress;
+use super::theme::QuantColours;
 use egui::Color32;
 use npu_core::ir::{Model, NodeId};
 use npu_core::progress::Silent;
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::live::Keep;
 use npu_core::quant::recipe::Recipe;
-use npu_core::quant::scheme::ActFormat;
 use npu_core::quant::{LayerPrecision, QuantPlan, Quantizer, Report, TensorReport};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -656,7 +656,7 @@ impl QuantView {
     }
 
     /// Colour and badge of every node of the open model with a quantized output.
-    pub fn card_marks(&self) -> HashMap<NodeId, (Color32, String)> {
+    pub fn card_marks(&self, colours: &QuantColours) -> HashMap<NodeId, (Color32, String)> {
         let mut out = HashMap::new();
         let Some(s) = &self.session else { return out };
         if self.overlay == Overlay::Off || s.result.is_none() {
@@ -667,14 +667,14 @@ impl QuantView {
             let p = self.precision_of(node).unwrap_or(LayerPrecision::INT8);
             let mark = match self.overlay {
                 Overlay::LocalSqnr => (
-                    self.heat(t.sqnr_local_db),
+                    self.heat(colours, t.sqnr_local_db),
                     format!("{} {}", badge(p), db(t.sqnr_local_db)),
                 ),
                 Overlay::CumulativeSqnr => (
-                    self.heat(t.sqnr_cumulative_db),
+                    self.heat(colours, t.sqnr_cumulative_db),
                     format!("{} {}", badge(p), db(t.sqnr_cumulative_db)),
                 ),
-                Overlay::Precision => (precision_colour(p, t.activations), badge(p).to_string()),
+                Overlay::Precision => (precision_colour(colours, p), badge(p).to_string()),
                 Overlay::Off => continue,
             };
             out.insert(node, mark);
@@ -683,39 +683,24 @@ impl QuantView {
     }
 
     /// Red below `red_below`, green above `green_above`, through yellow; exact is green.
-    pub fn heat(&self, sqnr: Option<f64>) -> Color32 {
-        let Some(v) = sqnr else {
-            return Color32::from_rgb(40, 170, 80);
-        };
+    pub fn heat(&self, c: &QuantColours, sqnr: Option<f64>) -> Color32 {
+        let Some(v) = sqnr else { return c.high };
         let t = ((v - self.red_below) / (self.green_above - self.red_below).max(1e-9)).clamp(0.0, 1.0) as f32;
-        let lerp = |a: u8, b: u8, t: f32| (f32::from(a) + (f32::from(b) - f32::from(a)) * t).round() as u8;
-        let (red, yellow, green) = ((215u8, 48u8, 39u8), (240u8, 200u8, 40u8), (40u8, 170u8, 80u8));
         if t < 0.5 {
-            let u = t * 2.0;
-            Color32::from_rgb(
-                lerp(red.0, yellow.0, u),
-                lerp(red.1, yellow.1, u),
-                lerp(red.2, yellow.2, u),
-            )
+            c.low.lerp_to_gamma(c.mid, t * 2.0)
         } else {
-            let u = (t - 0.5) * 2.0;
-            Color32::from_rgb(
-                lerp(yellow.0, green.0, u),
-                lerp(yellow.1, green.1, u),
-                lerp(yellow.2, green.2, u),
-            )
+            c.mid.lerp_to_gamma(c.high, (t - 0.5) * 2.0)
         }
     }
 }
 
-fn precision_colour(p: LayerPrecision, act: ActFormat) -> Color32 {
-    match (p, act) {
-        (_, ActFormat::Float) if p == LayerPrecision::FLOAT => Color32::from_rgb(130, 130, 130),
-        (LayerPrecision::INT16, _) => Color32::from_rgb(140, 80, 200),
-        (LayerPrecision::FP16, _) => Color32::from_rgb(230, 130, 30),
-        (LayerPrecision::INT4, _) => Color32::from_rgb(20, 160, 160),
-        (LayerPrecision::FLOAT, _) => Color32::from_rgb(130, 130, 130),
-        _ => Color32::from_rgb(50, 110, 210),
+fn precision_colour(c: &QuantColours, p: LayerPrecision) -> Color32 {
+    match p {
+        LayerPrecision::INT16 => c.int16,
+        LayerPrecision::FP16 => c.fp16,
+        LayerPrecision::INT4 => c.int4,
+        LayerPrecision::FLOAT => c.float,
+        _ => c.int8,
     }
 }
 
@@ -834,10 +819,10 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
             st.quant.redo();
         }
     });
-    legend_ui(ui, &st.quant);
+    legend_ui(ui, &st.quant, &st.theme.quant);
     let Some(s) = &st.quant.session else { return };
     let Some(r) = &s.result else { return };
-    depth_plot_ui(ui, &r.report, st.quant.red_below);
+    depth_plot_ui(ui, &r.report, st.quant.red_below, &st.theme.quant);
     ui.horizontal_wrapped(|ui| {
         ui.label("Worst layers (cumulative):");
         let mut rows: Vec<(NodeId, &TensorReport)> = s.rows.keys().filter_map(|&n| Some((n, s.row(n)?))).collect();
@@ -859,7 +844,7 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
 }
 
 /// Cumulative SQNR of every quantized tensor in graph order, the five worst marked.
-fn depth_plot_ui(ui: &mut egui::Ui, report: &Report, red_below: f64) {
+fn depth_plot_ui(ui: &mut egui::Ui, report: &Report, red_below: f64, colours: &QuantColours) {
     use egui_plot::{HLine, Line, Plot, PlotPoint, Points, Text};
     let pts: Vec<[f64; 2]> = report
         .tensors
@@ -887,13 +872,9 @@ fn depth_plot_ui(ui: &mut egui::Ui, report: &Report, red_below: f64) {
                 .y_axis_label("dB")
                 .show(ui, |p| {
                     p.line(Line::new("cumulative SQNR", pts.clone()));
-                    p.hline(HLine::new("red below", red_below).color(Color32::from_rgb(215, 48, 39)));
+                    p.hline(HLine::new("red below", red_below).color(colours.low));
                     let marks: Vec<[f64; 2]> = worst.iter().map(|&(k, v)| [k as f64, v]).collect();
-                    p.points(
-                        Points::new("worst", marks)
-                            .radius(4.0)
-                            .color(Color32::from_rgb(215, 48, 39)),
-                    );
+                    p.points(Points::new("worst", marks).radius(4.0).color(colours.low));
                     for &(k, v) in &worst {
                         p.text(Text::new(
                             "worst",
@@ -905,7 +886,7 @@ fn depth_plot_ui(ui: &mut egui::Ui, report: &Report, red_below: f64) {
         });
 }
 
-fn legend_ui(ui: &mut egui::Ui, q: &QuantView) {
+fn legend_ui(ui: &mut egui::Ui, q: &QuantView, c: &QuantColours) {
     ui.horizontal(|ui| {
         let swatch = |ui: &mut egui::Ui, c: Color32, text: &str| {
             let (r, _) = ui.allocate_exact_size(egui::vec2(14.0, 14.0), egui::Sense::hover());
@@ -915,26 +896,21 @@ fn legend_ui(ui: &mut egui::Ui, q: &QuantView) {
         match q.overlay {
             Overlay::Off => {}
             Overlay::LocalSqnr | Overlay::CumulativeSqnr => {
-                swatch(ui, q.heat(Some(q.red_below)), &format!("≤ {:.0} dB", q.red_below));
+                swatch(ui, q.heat(c, Some(q.red_below)), &format!("≤ {:.0} dB", q.red_below));
                 swatch(
                     ui,
-                    q.heat(Some(f64::midpoint(q.red_below, q.green_above))),
+                    q.heat(c, Some(f64::midpoint(q.red_below, q.green_above))),
                     &format!("{:.0} dB", f64::midpoint(q.red_below, q.green_above)),
                 );
                 swatch(
                     ui,
-                    q.heat(Some(q.green_above)),
+                    q.heat(c, Some(q.green_above)),
                     &format!("≥ {:.0} dB or exact", q.green_above),
                 );
             }
             Overlay::Precision => {
                 for (name, p) in PRECISIONS {
-                    let act = if p == LayerPrecision::FLOAT {
-                        ActFormat::Float
-                    } else {
-                        p.activations
-                    };
-                    swatch(ui, precision_colour(p, act), name);
+                    swatch(ui, precision_colour(c, p), name);
                 }
             }
         }
@@ -1110,7 +1086,7 @@ pub fn bench_edits(model: Arc<Model>, name: &str, setup: Setup, edits: usize) ->
         }
         let g = q.generation;
         wait(&mut q, g)?;
-        let marks = q.card_marks();
+        let marks = q.card_marks(&super::theme::Theme::light().quant);
         edit_ms.push(t.elapsed().as_secs_f64() * 1e3);
         std::hint::black_box(marks);
         node_runs.push(

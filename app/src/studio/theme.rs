@@ -33,8 +33,37 @@ pub struct Theme {
     pub removed_fade: Color32,
     pub rewritten: Color32,
     pub linked: Color32,
+    /// Quantization overlays.
+    pub quant: QuantColours,
     families: [Color32; 10],
 }
+
+/// Heatmap and precision-map colours (the same in both themes: they sit on the cards).
+#[derive(Clone, Copy, Debug)]
+pub struct QuantColours {
+    /// SQNR at or below the red threshold, half-way, at or above the green one.
+    pub low: Color32,
+    pub mid: Color32,
+    pub high: Color32,
+    pub int8: Color32,
+    pub int16: Color32,
+    pub fp16: Color32,
+    pub int4: Color32,
+    pub float: Color32,
+    pub badge_text: Color32,
+}
+
+const QUANT: QuantColours = QuantColours {
+    low: rgb(215, 48, 39),
+    mid: rgb(240, 200, 40),
+    high: rgb(40, 170, 80),
+    int8: rgb(50, 110, 210),
+    int16: rgb(140, 80, 200),
+    fp16: rgb(230, 130, 30),
+    int4: rgb(20, 160, 160),
+    float: rgb(130, 130, 130),
+    badge_text: rgb(0, 0, 0),
+};
 
 const fn rgb(r: u8, g: u8, b: u8) -> Color32 {
     Color32::from_rgb(r, g, b)
@@ -66,6 +95,7 @@ impl Theme {
             removed_fade: Color32::from_rgba_unmultiplied(248, 249, 251, 150),
             rewritten: rgb(20, 150, 80),
             linked: rgb(30, 110, 230),
+            quant: QUANT,
             families: [
                 rgb(51, 102, 170),  // conv / matmul
                 rgb(180, 60, 50),   // activation
@@ -106,6 +136,7 @@ impl Theme {
             removed_fade: Color32::from_rgba_unmultiplied(24, 26, 30, 160),
             rewritten: rgb(70, 200, 120),
             linked: rgb(90, 160, 255),
+            quant: QUANT,
             families: [
                 rgb(66, 120, 200),
                 rgb(200, 80, 70),

@@ -252,9 +252,8 @@ impl Quantizer<'_> {
                 chosen = Some(k);
                 chosen_plan = Some(current.clone());
             }
-            k = if chosen.is_none() && k < dense {
-                k + 1
-            } else if k == losses.len() {
+            // (After the last point, k + 1 ends the loop.)
+            k = if (chosen.is_none() && k < dense) || k == losses.len() {
                 k + 1
             } else {
                 (k + k.div_ceil(2)).min(losses.len())
