@@ -142,7 +142,7 @@ enum Command {
         /// Calibration data: a folder of .npy/.npz/.png/.jpg files, one file, or `synthetic:N`.
         #[arg(long, value_name = "PATH")]
         calib: String,
-        /// How images become inputs: `size=HxW;resize=stretch|letterbox|pad-right|center-crop;color=rgb|bgr;scale=1/255;mean=a,b,c;std=a,b,c;layout=nchw|nhwc`.
+        /// How images become inputs: `size=HxW;resize=stretch|letterbox|pad-right|center-crop;color=rgb|bgr;scale=1/255;mean=a,b,c;std=a,b,c;layout=nchw|nhwc;dtype=f32|u8|i8`.
         #[arg(long, value_name = "SPEC")]
         preprocess: Option<String>,
         /// Built-in recipe: w8a8, w8a16, w4a16, fp16.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{open, ppocr, repo, settle};
+use common::{open, ppocr, settle};
 use egui::Color32;
 use egui_kittest::kittest::Queryable;
 use npu_studio::studio::Studio;
@@ -12,18 +12,10 @@ use npu_studio::studio::commands::{Command, Selection};
 use npu_studio::studio::quantize::Overlay;
 use std::path::PathBuf;
 
-/// A folder with PP-OCR cls's six preprocessed photos.
+/// A folder of this test with PP-OCR cls's six preprocessed photos.
 fn cls_samples(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("npu_quant_ui_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
-    for e in std::fs::read_dir(repo().join("data/inputs")).expect("data/inputs (run scripts/fetch_models.py)") {
-        let p = e.expect("entry").path();
-        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
-        if file.starts_with("cls_") {
-            std::fs::copy(&p, dir.join(file)).expect("copy");
-        }
-    }
+    common::cls_samples_in(&dir);
     dir
 }
 

@@ -100,16 +100,7 @@ fn readme_quantization_heatmap() {
     let shots = SnapshotOptions::new().output_path(repo().join("screenshots"));
     // A fixed relative path (the tests run in app/), so the panel shows the same text.
     let rel = "../target/cls_photos";
-    let dir = repo().join("target/cls_photos");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
-    for e in std::fs::read_dir(repo().join("data/inputs")).expect("data/inputs") {
-        let p = e.expect("entry").path();
-        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
-        if file.starts_with("cls_") {
-            std::fs::copy(&p, dir.join(file)).expect("copy");
-        }
-    }
+    common::cls_samples_in(&repo().join("target/cls_photos"));
     let mut h = open(&ppocr("cls"));
     h.state_mut().quant.open = true;
     h.state_mut().quant.setup.data = rel.into();

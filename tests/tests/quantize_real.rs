@@ -19,18 +19,22 @@ fn cls_model() -> Model {
         .model
 }
 
-/// A folder holding only PP-OCR cls's preprocessed photos.
-fn cls_inputs(tmp: &Path) -> PathBuf {
-    let dir = tmp.join("cls_inputs");
+/// A folder holding only one PP-OCR model's preprocessed photos (`data/inputs/<which>_*.npy`).
+fn model_inputs(tmp: &Path, which: &str) -> PathBuf {
+    let dir = tmp.join(format!("{which}_inputs"));
     std::fs::create_dir_all(&dir).expect("mkdir");
     for e in std::fs::read_dir(data_dir().join("inputs")).expect("data/inputs (run scripts/fetch_models.py)") {
         let p = e.expect("entry").path();
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
-        if name.starts_with("cls_") {
+        if name.starts_with(&format!("{which}_")) {
             std::fs::copy(&p, dir.join(name)).expect("copy");
         }
     }
     dir
+}
+
+fn cls_inputs(tmp: &Path) -> PathBuf {
+    model_inputs(tmp, "cls")
 }
 
 fn tmp_dir(name: &str) -> PathBuf {
@@ -246,7 +250,7 @@ fn bad_calibration_input_names_the_file() {
 }
 
 /// A recipe read from RON: rules by op type and name regex reach the plan, the report shows
-/// each layer's format, and promoting layers off int8 raises the output SQNR.
+/// each layer's format, and the promoted layers carry less error through the network.
 #[test]
 fn recipe_rules_reach_the_report() {
     use npu_core::quant::recipe::Recipe;
@@ -389,15 +393,7 @@ fn mixed_precision_reaches_a16w8_on_rec() {
         .expect("optimizes")
         .model;
     let tmp = tmp_dir("amp");
-    let dir = tmp.join("rec_inputs");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    for e in std::fs::read_dir(data_dir().join("inputs")).expect("data/inputs") {
-        let p = e.expect("entry").path();
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
-        if name.starts_with("rec_") {
-            std::fs::copy(&p, dir.join(name)).expect("copy");
-        }
-    }
+    let dir = model_inputs(&tmp, "rec");
     let dir = dir.to_str().expect("utf-8");
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let src = source(dir).expect("source");

@@ -99,3 +99,17 @@ pub fn clicks_at(h: &mut Harness<'_, Studio>, pos: egui::Pos2, n: usize) {
     }
     h.step();
 }
+
+/// Copies PP-OCR cls's six preprocessed photos (`data/inputs/cls_*.npy`) into `dir`
+/// (created afresh).
+pub fn cls_samples_in(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("samples dir");
+    for e in std::fs::read_dir(repo().join("data/inputs")).expect("data/inputs (run scripts/fetch_models.py)") {
+        let p = e.expect("entry").path();
+        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        if file.starts_with("cls_") {
+            std::fs::copy(&p, dir.join(file)).expect("copy");
+        }
+    }
+}

@@ -19,6 +19,16 @@ pub struct Preprocess {
     pub mean: [f32; 3],
     pub std: [f32; 3],
     pub nhwc: bool,
+    /// Element type of the tensor made (`f32`, or `u8`/`i8` for models that take integer
+    /// images: values rounded and clamped).
+    pub dtype: ImageDType,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageDType {
+    F32,
+    U8,
+    I8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,13 +53,15 @@ impl Default for Preprocess {
             mean: [0.0; 3],
             std: [1.0; 3],
             nhwc: false,
+            dtype: ImageDType::F32,
         }
     }
 }
 
 impl Preprocess {
     /// Parses `key=value` pairs separated by `;`: `size=HxW`, `resize=stretch|letterbox|pad-right|center-crop`,
-    /// `color=rgb|bgr`, `scale=F` (or `1/255`), `mean=a,b,c`, `std=a,b,c`, `layout=nchw|nhwc`.
+    /// `color=rgb|bgr`, `scale=F` (or `1/255`), `mean=a,b,c`, `std=a,b,c`, `layout=nchw|nhwc`,
+    /// `dtype=f32|u8|i8`.
     pub fn parse(spec: &str) -> Result<Self, String> {
         let mut p = Self::default();
         for part in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
@@ -111,9 +123,17 @@ impl Preprocess {
                         _ => return Err(bad("nchw or nhwc")),
                     }
                 }
+                "dtype" => {
+                    p.dtype = match v {
+                        "f32" | "float32" => ImageDType::F32,
+                        "u8" | "uint8" => ImageDType::U8,
+                        "i8" | "int8" => ImageDType::I8,
+                        _ => return Err(bad("f32, u8 or i8")),
+                    }
+                }
                 _ => {
                     return Err(format!(
-                        "preprocessing: unknown key `{k}` (size, resize, color, scale, mean, std, layout)"
+                        "preprocessing: unknown key `{k}` (size, resize, color, scale, mean, std, layout, dtype)"
                     ));
                 }
             }
@@ -199,7 +219,12 @@ impl Preprocess {
             }
         }
         let shape = if self.nhwc { [1, h, w, 3] } else { [1, 3, h, w] };
-        Tensor::from_f32(&shape, out).ok_or_else(|| "internal: shape".into())
+        let t = Tensor::from_f32(&shape, out).ok_or_else(|| "internal: shape".to_string())?;
+        Ok(match (self.dtype, t) {
+            (ImageDType::U8, Tensor::F32(a)) => Tensor::U8(a.mapv(|v| v.round().clamp(0.0, 255.0) as u8)),
+            (ImageDType::I8, Tensor::F32(a)) => Tensor::I8(a.mapv(|v| v.round().clamp(-128.0, 127.0) as i8)),
+            (_, t) => t,
+        })
     }
 }
 
@@ -404,4 +429,37 @@ fn synthetic(model: &Model, seed: u64) -> Result<HashMap<String, Tensor>, QuantE
         out.insert(v.name.clone(), t);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_dtype_and_layout() {
+        let dir = std::env::temp_dir().join(format!("npu_pre_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let path = dir.join("px.png");
+        let img = image::RgbImage::from_fn(4, 2, |x, y| image::Rgb([(x * 60) as u8, (y * 200) as u8, 7]));
+        img.save(&path).expect("png");
+        // Raw pixels as uint8, NHWC, BGR.
+        let p = Preprocess::parse("size=2x4;dtype=u8;scale=1;layout=nhwc;color=bgr").expect("spec");
+        let Tensor::U8(a) = p.load_image(&path, None).expect("loads") else {
+            panic!("not u8")
+        };
+        assert_eq!(a.shape(), &[1, 2, 4, 3]);
+        assert_eq!(a[[0, 1, 3, 0]], 7);
+        assert_eq!(a[[0, 1, 3, 1]], 200);
+        assert_eq!(a[[0, 1, 3, 2]], 180);
+        // int8 after a shift clamps.
+        let p = Preprocess::parse("size=2x4;dtype=i8;scale=1;mean=128").expect("spec");
+        let Tensor::I8(a) = p.load_image(&path, None).expect("loads") else {
+            panic!("not i8")
+        };
+        assert_eq!(a[[0, 0, 0, 0]], -128);
+        assert_eq!(a[[0, 1, 1, 0]], 72);
+        let e = Preprocess::parse("dtype=f64").expect_err("unknown dtype");
+        assert!(e.contains("dtype") && e.contains("f64"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

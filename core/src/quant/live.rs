@@ -230,23 +230,8 @@ impl Quantizer<'_> {
                 if !rerun {
                     continue;
                 }
-                let ins: Vec<Option<&Tensor>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| {
-                        v.and_then(|v| {
-                            weights
-                                .get(&v)
-                                .or_else(|| new.get(&v))
-                                .or_else(|| base.get(&v))
-                                .or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor))
-                        })
-                    })
-                    .collect();
-                let outs = crate::sim::ops::eval(node, &ins, &self.ctx).map_err(|message| QuantError::Node {
-                    node: node.label(),
-                    op: node.op.clone(),
-                    message,
+                let outs = self.run_node(node, |v| {
+                    weights.get(&v).or_else(|| new.get(&v)).or_else(|| base.get(&v))
                 })?;
                 recomputed += 1;
                 for (o, mut t) in node.outputs.iter().zip(outs) {

@@ -345,6 +345,32 @@ impl<'m> Quantizer<'m> {
             .collect()
     }
 
+    /// Runs one node on the values `lookup` gives (constants of the graph otherwise).
+    fn run_node<'t>(
+        &'t self,
+        node: &Node,
+        lookup: impl Fn(ValueId) -> Option<&'t Tensor>,
+    ) -> Result<Vec<Tensor>, QuantError> {
+        let g = self.graph();
+        let ins: Vec<Option<&Tensor>> = node
+            .inputs
+            .iter()
+            .map(|v| {
+                v.and_then(|v| lookup(v).or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor)))
+            })
+            .collect();
+        self.eval_node(node, &ins)
+    }
+
+    /// One op on its inputs; an error names the node.
+    fn eval_node(&self, node: &Node, ins: &[Option<&Tensor>]) -> Result<Vec<Tensor>, QuantError> {
+        crate::sim::ops::eval(node, ins, &self.ctx).map_err(|message| QuantError::Node {
+            node: node.label(),
+            op: node.op.clone(),
+            message,
+        })
+    }
+
     /// Runs the graph node by node. `weights` replaces constants; `on_value` sees (and may
     /// change) every value as it is made; with `keep`, every value is returned, else only
     /// the outputs.
@@ -364,23 +390,7 @@ impl<'m> Quantizer<'m> {
         self.pool.install(|| -> Result<(), QuantError> {
             for (step, &n) in self.order.iter().enumerate() {
                 let node = &g.nodes[n];
-                let ins: Vec<Option<&Tensor>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| {
-                        v.and_then(|v| {
-                            weights
-                                .get(&v)
-                                .or_else(|| env.get(&v))
-                                .or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor))
-                        })
-                    })
-                    .collect();
-                let outs = crate::sim::ops::eval(node, &ins, &self.ctx).map_err(|message| QuantError::Node {
-                    node: node.label(),
-                    op: node.op.clone(),
-                    message,
-                })?;
+                let outs = self.run_node(node, |v| weights.get(&v).or_else(|| env.get(&v)))?;
                 for (o, mut t) in node.outputs.iter().zip(outs) {
                     if let Some(o) = o {
                         on_value(*o, &mut t)?;
@@ -664,14 +674,7 @@ impl<'m> Quantizer<'m> {
                     .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, quant)))
                     .collect();
                 let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-                let mut out = self
-                    .pool
-                    .install(|| crate::sim::ops::eval(&node, &refs, &self.ctx))
-                    .map_err(|message| QuantError::Node {
-                        node: node.label(),
-                        op: node.op.clone(),
-                        message,
-                    })?;
+                let mut out = self.pool.install(|| self.eval_node(&node, &refs))?;
                 Ok(out.swap_remove(0))
             };
             let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else {
@@ -783,14 +786,7 @@ impl<'m> Quantizer<'m> {
             .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, true)))
             .collect();
         let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-        let outs = self
-            .pool
-            .install(|| crate::sim::ops::eval(node, &refs, &self.ctx))
-            .map_err(|message| QuantError::Node {
-                node: node.label(),
-                op: node.op.clone(),
-                message,
-            })?;
+        let outs = self.pool.install(|| self.eval_node(node, &refs))?;
         let mut res = Vec::new();
         for (o, mut t) in node.outputs.iter().zip(outs) {
             let Some(o) = *o else { continue };
