@@ -209,3 +209,50 @@ fn frames_keep_their_time_while_the_quantizer_runs() {
     assert!(busy.len() >= 10, "{} frames", busy.len());
     assert!(worst < (4.0 * median_idle).max(50.0), "a frame took {worst:.1} ms");
 }
+
+#[test]
+fn recipe_rules_apply_as_one_undoable_edit() {
+    let dir = cls_samples("rules");
+    let mut h = open(&ppocr("cls"));
+    h.state_mut().quant.open = true;
+    h.state_mut().quant.setup.data = dir.display().to_string();
+    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
+    h.state_mut().quant.start(model, None);
+    settle(&mut h);
+    h.get_by_label("Recipe…").click();
+    // Let the window appear.
+    for _ in 0..5 {
+        h.step();
+    }
+    h.get_by_label("Add rule").click();
+    h.step();
+    h.step();
+    for _ in 0..5 {
+        h.step();
+    }
+    h.get_by_label("Apply rules").click();
+    settle(&mut h);
+    let st = h.state();
+    let n_conv = st
+        .quant
+        .layers
+        .values()
+        .filter(|p| **p == npu_core::quant::LayerPrecision::INT16)
+        .count();
+    assert!(n_conv > 20, "{n_conv} layers set by the rule `op Conv → int16`");
+    assert!(
+        st.quant.rules_note.as_deref().is_some_and(|n| n.starts_with("applied")),
+        "{:?}",
+        st.quant.rules_note
+    );
+    h.state_mut().quant.overlay = Overlay::Precision;
+    h.step();
+    let marks = h.state().quant.card_marks(&h.state().theme.quant);
+    assert!(marks.values().filter(|m| m.1 == "i16").count() > 20);
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Z);
+    settle(&mut h);
+    assert!(
+        h.state().quant.layers.is_empty(),
+        "undo takes the whole rule application back"
+    );
+}

@@ -408,6 +408,7 @@ impl Studio {
                 if let Some(p) = self.recovery.take() {
                     let start = self.quant.session.is_none() && !p.data.is_empty();
                     self.quant.setup = p.setup();
+                    self.quant.rules.clone_from(&p.rules);
                     self.quant.open = true;
                     self.quant.apply_layers(p.layers);
                     if start && let Some(l) = &self.loaded {
@@ -459,7 +460,8 @@ impl Studio {
         self.quant.dirty = false;
         let Some(l) = &self.loaded else { return };
         let side = project::autosave_path(self.project_path.as_deref(), &l.path, self.autosave_dir.as_deref());
-        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.layers).and_then(|p| p.save(&side));
+        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.layers, &self.quant.rules)
+            .and_then(|p| p.save(&side));
         if let Err(e) = r {
             self.status = format!("Autosave failed: {e}");
         }
@@ -488,10 +490,11 @@ impl Studio {
                 }
             }
         };
-        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.layers).and_then(|p| {
-            p.save(&path)?;
-            Ok(p)
-        });
+        let r =
+            project::Project::new(&l.path, &self.quant.setup, &self.quant.layers, &self.quant.rules).and_then(|p| {
+                p.save(&path)?;
+                Ok(p)
+            });
         match r {
             Ok(p) => {
                 let old_side =
@@ -653,6 +656,7 @@ impl Studio {
                     ));
                 }
                 self.quant.setup = p.setup();
+                self.quant.rules.clone_from(&p.rules);
                 self.quant.open = true;
                 if !p.data.is_empty() {
                     self.quant.start(o.model.clone(), self.ctx.clone());

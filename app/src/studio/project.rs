@@ -6,6 +6,7 @@
 
 use super::quantize::Setup;
 use npu_core::quant::LayerPrecision;
+use npu_core::quant::recipe::Rule;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,9 @@ pub struct Project {
     pub preset: String,
     /// Precision edits by node name of the optimized graph.
     pub layers: BTreeMap<String, LayerPrecision>,
+    /// The recipe editor's rules.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
 }
 
 /// FNV-1a 64 of a file's bytes, as 16 hex digits.
@@ -36,7 +40,12 @@ pub fn file_hash(path: &Path) -> Result<String, String> {
 }
 
 impl Project {
-    pub fn new(model: &Path, setup: &Setup, layers: &BTreeMap<String, LayerPrecision>) -> Result<Self, String> {
+    pub fn new(
+        model: &Path,
+        setup: &Setup,
+        layers: &BTreeMap<String, LayerPrecision>,
+        rules: &[Rule],
+    ) -> Result<Self, String> {
         Ok(Self {
             version: 1,
             model: model.to_path_buf(),
@@ -45,6 +54,7 @@ impl Project {
             preprocess: setup.preprocess.clone(),
             preset: setup.preset.clone(),
             layers: layers.clone(),
+            rules: rules.to_vec(),
         })
     }
 
@@ -98,7 +108,7 @@ pub fn autosave_path(project: Option<&Path>, model: &Path, dir: Option<&Path>) -
 pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> {
     let p = Project::load(autosave).ok()?;
     let differs = match saved {
-        Some(s) => s.layers != p.layers || s.data != p.data || s.preset != p.preset,
+        Some(s) => s.layers != p.layers || s.data != p.data || s.preset != p.preset || s.rules != p.rules,
         None => !p.layers.is_empty(),
     };
     differs.then_some(p)
@@ -121,7 +131,12 @@ mod tests {
             preprocess: "size=8x8".into(),
             preset: "w8a8".into(),
         };
-        let p = Project::new(&model, &setup, &layers).expect("project");
+        let rules = vec![Rule {
+            name: Some("^conv".into()),
+            op: None,
+            precision: "fp16".into(),
+        }];
+        let p = Project::new(&model, &setup, &layers, &rules).expect("project");
         let path = dir.join("p.npuproj.ron");
         p.save(&path).expect("save");
         let text = std::fs::read_to_string(&path).expect("read");

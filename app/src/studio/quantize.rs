@@ -14,7 +14,7 @@ use npu_core::ir::{Model, NodeId};
 use npu_core::progress::Silent;
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::live::Keep;
-use npu_core::quant::recipe::Recipe;
+use npu_core::quant::recipe::{Recipe, Rule};
 use npu_core::quant::{LayerPrecision, QuantPlan, Quantizer, Report, TensorReport};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -491,6 +491,12 @@ pub struct QuantView {
     pub pending_layers: Option<BTreeMap<String, LayerPrecision>>,
     /// An edit not yet autosaved.
     pub dirty: bool,
+    /// The recipe's ordered rules (name regex and/or op type → precision; later rules win).
+    pub rules: Vec<Rule>,
+    /// What the last "Apply rules" did, or why it failed.
+    pub rules_note: Option<String>,
+    /// The recipe window is open.
+    pub show_recipe: bool,
 }
 
 impl Default for QuantView {
@@ -514,6 +520,9 @@ impl Default for QuantView {
             show_timings: true,
             pending_layers: None,
             dirty: false,
+            rules: Vec::new(),
+            rules_note: None,
+            show_recipe: false,
         }
     }
 }
@@ -818,8 +827,16 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
         if ui.add_enabled(st.quant.can_redo(), egui::Button::new("Redo")).clicked() {
             st.quant.redo();
         }
+        ui.separator();
+        ui.toggle_value(&mut st.quant.show_recipe, "Recipe…");
     });
     legend_ui(ui, &st.quant, &st.theme.quant);
+    let mut open = st.quant.show_recipe;
+    egui::Window::new("Recipe rules")
+        .open(&mut open)
+        .default_pos(ui.max_rect().left_top() - egui::vec2(0.0, 220.0))
+        .show(ui.ctx(), |ui| rules_ui(ui, &mut st.quant));
+    st.quant.show_recipe = open;
     let Some(s) = &st.quant.session else { return };
     let Some(r) = &s.result else { return };
     depth_plot_ui(ui, &r.report, st.quant.red_below, &st.theme.quant);
@@ -840,6 +857,114 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
     });
     if let Some(n) = select {
         st.send(Command::Reveal(Selection::Node(n)));
+    }
+}
+
+impl QuantView {
+    /// Applies the rules to the optimized graph: every layer gets the precision of the last
+    /// rule that matches it (the preset's otherwise), as one undoable edit.
+    pub fn apply_rules(&mut self) {
+        let Some(m) = self.session.as_ref().and_then(|s| s.mapping.clone()) else {
+            return;
+        };
+        let recipe = Recipe {
+            preset: self.setup.preset.clone(),
+            rules: self.rules.clone(),
+            ..Recipe::default()
+        };
+        match recipe.resolve(&m.optimized.graph) {
+            Ok(r) => {
+                self.rules_note = Some(format!(
+                    "applied: {} layers off the preset; nodes matched per rule: {:?}",
+                    r.layers.len(),
+                    r.matched
+                ));
+                self.apply_layers(r.layers);
+            }
+            Err(e) => self.rules_note = Some(e),
+        }
+    }
+}
+
+/// The recipe editor: ordered rules, each a node-name regex and/or an op type and a
+/// precision; Apply makes them the current edits (undoable).
+fn rules_ui(ui: &mut egui::Ui, q: &mut QuantView) {
+    let before = q.rules.clone();
+    rules_list_ui(ui, q);
+    if q.rules != before {
+        q.dirty = true;
+    }
+}
+
+fn rules_list_ui(ui: &mut egui::Ui, q: &mut QuantView) {
+    {
+        {
+            ui.weak("Later rules win. A name pattern is a regex searched in the optimized graph's node names; op Conv also matches FusedConv.");
+            let mut remove = None;
+            let mut swap = None;
+            let n = q.rules.len();
+            for (k, r) in q.rules.iter_mut().enumerate() {
+                ui.horizontal(|ui| {
+                    ui.label(format!("{}.", k + 1));
+                    let mut name = r.name.clone().unwrap_or_default();
+                    let label = ui.label("name");
+                    if ui
+                        .add(egui::TextEdit::singleline(&mut name).desired_width(160.0))
+                        .labelled_by(label.id)
+                        .changed()
+                    {
+                        r.name = (!name.is_empty()).then_some(name);
+                    }
+                    let mut op = r.op.clone().unwrap_or_default();
+                    let label = ui.label("op");
+                    if ui
+                        .add(egui::TextEdit::singleline(&mut op).desired_width(90.0))
+                        .labelled_by(label.id)
+                        .changed()
+                    {
+                        r.op = (!op.is_empty()).then_some(op);
+                    }
+                    egui::ComboBox::from_id_salt(("rule_precision", k))
+                        .selected_text(r.precision.clone())
+                        .show_ui(ui, |ui| {
+                            for p in ["int8", "int16", "fp16", "int4", "float"] {
+                                ui.selectable_value(&mut r.precision, p.to_string(), p);
+                            }
+                        });
+                    if ui.add_enabled(k > 0, egui::Button::new("Up")).clicked() {
+                        swap = Some(k - 1);
+                    }
+                    if ui.add_enabled(k + 1 < n, egui::Button::new("Down")).clicked() {
+                        swap = Some(k);
+                    }
+                    if ui.button("Remove").clicked() {
+                        remove = Some(k);
+                    }
+                });
+            }
+            if let Some(k) = swap {
+                q.rules.swap(k, k + 1);
+            }
+            if let Some(k) = remove {
+                q.rules.remove(k);
+            }
+            ui.horizontal(|ui| {
+                if ui.button("Add rule").clicked() {
+                    q.rules.push(Rule {
+                        name: None,
+                        op: Some("Conv".into()),
+                        precision: "int16".into(),
+                    });
+                }
+                let ready = q.session.as_ref().is_some_and(|s| s.result.is_some());
+                if ui.add_enabled(ready, egui::Button::new("Apply rules")).clicked() {
+                    q.apply_rules();
+                }
+                if let Some(note) = &q.rules_note {
+                    ui.label(note);
+                }
+            });
+        }
     }
 }
 
