@@ -729,14 +729,8 @@ impl<'m> Quantizer<'m> {
             let quant = self.forward(&sample, &weights, &mut fq, true)?;
             for &step_node in &self.order {
                 let node = &g.nodes[step_node];
-                let float_outs: Vec<ValueId> = node
-                    .outputs
-                    .iter()
-                    .flatten()
-                    .copied()
-                    .filter(|&o| is_float(g, o))
-                    .collect();
-                if float_outs.is_empty() || node.op == "Constant" {
+                let float_outs = self.float_outputs(node);
+                if float_outs.is_empty() {
                     continue;
                 }
                 for &o in &float_outs {
@@ -760,6 +754,20 @@ impl<'m> Quantizer<'m> {
         Ok(self.report(plan, &weights, &local, &cumulative, n, t0.elapsed().as_secs_f64()))
     }
 
+    /// The float outputs a node's errors are measured on (none for a `Constant`).
+    fn float_outputs(&self, node: &Node) -> Vec<ValueId> {
+        if node.op == "Constant" {
+            return Vec::new();
+        }
+        let g = self.graph();
+        node.outputs
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&o| is_float(g, o))
+            .collect()
+    }
+
     /// The local error of a node run alone on its FP32 inputs put on their grids, per
     /// float output.
     fn local_error(
@@ -769,15 +777,8 @@ impl<'m> Quantizer<'m> {
         reference: &HashMap<ValueId, Tensor>,
         weights: &HashMap<ValueId, Tensor>,
     ) -> Result<Vec<(ValueId, ErrorStats)>, QuantError> {
-        let g = self.graph();
-        let float_outs: Vec<ValueId> = node
-            .outputs
-            .iter()
-            .flatten()
-            .copied()
-            .filter(|&o| is_float(g, o))
-            .collect();
-        if float_outs.is_empty() || node.op == "Constant" {
+        let float_outs = self.float_outputs(node);
+        if float_outs.is_empty() {
             return Ok(Vec::new());
         }
         let ins: Vec<Option<Tensor>> = node
