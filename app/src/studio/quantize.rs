@@ -427,7 +427,15 @@ fn worker(
                     break;
                 }
             }
-            if let Some(i) = inspected.as_deref().and_then(|n| inspect(&q, &live, n)) {
+            if let Some(name) = inspected.as_deref() {
+                // An empty answer when the tensor has no float values: the UI stops waiting.
+                let i = inspect(&q, &live, name).unwrap_or_else(|| Inspect {
+                    tensor: name.to_string(),
+                    fp32: Vec::new(),
+                    quant: Vec::new(),
+                    errors: Vec::new(),
+                    bin_width: 0.0,
+                });
                 let _ = inspect_tx.send(i);
             }
             repaint(ctx);
@@ -1115,6 +1123,10 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
                 ui.weak("loading values…");
                 return;
             };
+            if i.fp32.is_empty() {
+                ui.weak("no float values to show");
+                return;
+            }
             ui.strong("First values (sample 1)");
             egui::Grid::new("quant_values")
                 .num_columns(3)
