@@ -69,6 +69,25 @@ fn precision_change_moves_the_heatmap_and_undo_restores_it() {
         h.query_all_by_label("Quantization").next().is_some(),
         "inspector section"
     );
+    // FP32 against quantized values, the value histogram with the clipping range and step,
+    // and the error histogram of the selected layer.
+    let i = h
+        .state()
+        .quant
+        .session
+        .as_ref()
+        .and_then(|s| s.inspect.clone())
+        .expect("values");
+    assert_eq!(i.fp32.len(), i.quant.len());
+    assert!(!i.fp32.is_empty() && i.fp32 != i.quant, "{i:?}");
+    let errors: usize = i.errors.iter().map(|e| e.1).sum();
+    assert!(errors > 1000, "{errors}");
+    assert_eq!(i.values.iter().map(|e| e.1).sum::<usize>(), errors);
+    let Some((_, (lo, hi), Some(step))) = i.grid else {
+        panic!("an 8-bit grid: {:?}", i.grid)
+    };
+    assert!((step - (hi - lo) / 255.0).abs() < 1e-12, "{lo} {hi} {step}");
+    assert!(h.query_all_by_label("Error histogram (every sample)").next().is_some());
     // fp16 from the inspector.
     h.get_by_label("fp16").click();
     settle(&mut h);

@@ -15,6 +15,7 @@ use npu_core::progress::Silent;
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::live::Keep;
 use npu_core::quant::recipe::{Recipe, Rule};
+use npu_core::quant::scheme::ActFormat;
 use npu_core::quant::{LayerPrecision, QuantPlan, Quantizer, Report, TensorReport};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -95,6 +96,11 @@ pub struct Inspect {
     /// Histogram of quant − fp32 over every sample: (bin centre, count).
     pub errors: Vec<(f64, usize)>,
     pub bin_width: f64,
+    /// Histogram of the FP32 values over every sample: (bin centre, count), bin width.
+    pub values: Vec<(f64, usize)>,
+    pub values_bin_width: f64,
+    /// The grid the tensor lies on: format, clipping range, step (`None`: float).
+    pub grid: Option<(ActFormat, (f64, f64), Option<f64>)>,
 }
 
 /// Values the inspector lists.
@@ -125,6 +131,34 @@ fn inspect(q: &Quantizer<'_>, live: &npu_core::quant::live::Live, name: &str) ->
         }
     }
     let (fp32, quant) = first?;
+    let grid = q
+        .grid(&live.plan, v)
+        .map(|(f, r)| (f, r, f.levels().map(|l| (r.1 - r.0) / l)));
+    // FP32 values over every sample, on bins spanning the values and the clipping range.
+    let mut all: Vec<f32> = Vec::new();
+    for k in 0..live.samples() {
+        if let Some(r) = flat(live.values(k, v).1) {
+            all.extend(r);
+        }
+    }
+    let (mut lo, mut hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+        (a.min(f64::from(x)), b.max(f64::from(x)))
+    });
+    if let Some((_, r, _)) = grid {
+        lo = lo.min(r.0);
+        hi = hi.max(r.1);
+    }
+    let vw = ((hi - lo) / INSPECT_BINS as f64).max(f64::MIN_POSITIVE);
+    let mut vc = vec![0usize; INSPECT_BINS];
+    for x in &all {
+        let b = ((f64::from(*x) - lo) / vw).floor() as usize;
+        vc[b.min(INSPECT_BINS - 1)] += 1;
+    }
+    let values = vc
+        .into_iter()
+        .enumerate()
+        .map(|(b, c)| (lo + (b as f64 + 0.5) * vw, c))
+        .collect();
     let m = errs.iter().fold(0f64, |m, e| m.max(e.abs())).max(f64::MIN_POSITIVE);
     let width = 2.0 * m / INSPECT_BINS as f64;
     let mut counts = vec![0usize; INSPECT_BINS];
@@ -142,6 +176,9 @@ fn inspect(q: &Quantizer<'_>, live: &npu_core::quant::live::Live, name: &str) ->
             .map(|(b, c)| (-m + (b as f64 + 0.5) * width, c))
             .collect(),
         bin_width: width,
+        values,
+        values_bin_width: vw,
+        grid,
     })
 }
 
@@ -435,6 +472,9 @@ fn worker(
                     quant: Vec::new(),
                     errors: Vec::new(),
                     bin_width: 0.0,
+                    values: Vec::new(),
+                    values_bin_width: 0.0,
+                    grid: None,
                 });
                 let _ = inspect_tx.send(i);
             }
@@ -1141,6 +1181,38 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
                         ui.label(format!("{b:.5}"));
                         ui.label(format!("{:+.2e}", b - a));
                         ui.end_row();
+                    }
+                });
+            ui.strong("Values (every sample) and the clipping range");
+            match i.grid {
+                Some((f, r, Some(step))) => {
+                    ui.label(format!("{f:?}: range [{:.4}, {:.4}], grid step {step:.3e}", r.0, r.1));
+                }
+                Some((f, _, None)) => {
+                    ui.label(format!("{f:?}: no integer grid"));
+                }
+                None => {
+                    ui.label("float: not quantized");
+                }
+            }
+            let bars: Vec<egui_plot::Bar> = i
+                .values
+                .iter()
+                .map(|&(x, c)| egui_plot::Bar::new(x, c as f64).width(i.values_bin_width))
+                .collect();
+            let range = i.grid.map(|g| g.1);
+            let edge = st.theme.quant.low;
+            egui_plot::Plot::new("quant_value_histogram")
+                .height(110.0)
+                .allow_drag(false)
+                .allow_zoom(false)
+                .allow_scroll(false)
+                .show_y(false)
+                .show(ui, |p| {
+                    p.bar_chart(egui_plot::BarChart::new("values", bars));
+                    if let Some((lo, hi)) = range {
+                        p.vline(egui_plot::VLine::new("clip low", lo).color(edge));
+                        p.vline(egui_plot::VLine::new("clip high", hi).color(edge));
                     }
                 });
             ui.strong("Error histogram (every sample)");

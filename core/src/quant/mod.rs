@@ -514,7 +514,7 @@ impl<'m> Quantizer<'m> {
     }
 
     /// The format and range of the grid `v` lies on under `plan` (None: float).
-    fn grid(&self, plan: &QuantPlan, v: ValueId) -> Option<(ActFormat, (f64, f64))> {
+    pub fn grid(&self, plan: &QuantPlan, v: ValueId) -> Option<(ActFormat, (f64, f64))> {
         let g = self.graph();
         let src = self.source.get(v).copied().flatten()?;
         let format = match g.values[src].producer {
