@@ -252,6 +252,18 @@ fn recipe_name(path: Option<&Path>, recipe: &Recipe) -> String {
     }
 }
 
+/// What `simulate` and `analyze` start from: the plan, the preprocessing and the optimized
+/// model its names refer to.
+fn plan_inputs(
+    model_path: &Path,
+    plan_path: &Path,
+    preprocess: Option<&str>,
+) -> Result<(QuantPlan, Preprocess, Model)> {
+    let plan = read_plan(plan_path)?;
+    let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
+    Ok((plan, pre, optimized(model_path)?))
+}
+
 fn read_plan(path: &Path) -> Result<QuantPlan> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     ron::from_str(&text).with_context(|| format!("{}: not a quantization plan", path.display()))
@@ -267,9 +279,7 @@ pub fn simulate_plan(
     csv: Option<&Path>,
     threads: usize,
 ) -> Result<()> {
-    let plan = read_plan(plan_path)?;
-    let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
-    let model = optimized(model_path)?;
+    let (plan, pre, model) = plan_inputs(model_path, plan_path, preprocess)?;
     let q = Quantizer::new(&model, threads)?;
     let report = simulate(&q, &plan, eval, &pre)?;
     print_summary(&report);
@@ -334,9 +344,7 @@ pub fn analyze(
     report_path: &Path,
     threads: usize,
 ) -> Result<()> {
-    let plan = read_plan(plan_path)?;
-    let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
-    let model = optimized(model_path)?;
+    let (plan, pre, model) = plan_inputs(model_path, plan_path, preprocess)?;
     let q = Quantizer::new(&model, threads)?;
     let t = std::time::Instant::now();
     let report = simulate(&q, &plan, eval, &pre)?;

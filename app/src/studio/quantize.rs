@@ -116,6 +116,8 @@ fn inspect(q: &Quantizer<'_>, live: &npu_core::quant::live::Live, name: &str) ->
         }
     };
     let mut errs = Vec::new();
+    // FP32 values over every sample.
+    let mut all: Vec<f32> = Vec::new();
     let mut first = None;
     for k in 0..live.samples() {
         let (qt, rt) = live.values(k, v);
@@ -123,6 +125,7 @@ fn inspect(q: &Quantizer<'_>, live: &npu_core::quant::live::Live, name: &str) ->
             continue;
         };
         errs.extend(qv.iter().zip(&rv).map(|(a, b)| f64::from(*a) - f64::from(*b)));
+        all.extend(&rv);
         if first.is_none() {
             first = Some((
                 rv.iter().take(INSPECT_FIRST).copied().collect(),
@@ -134,13 +137,7 @@ fn inspect(q: &Quantizer<'_>, live: &npu_core::quant::live::Live, name: &str) ->
     let grid = q
         .grid(&live.plan, v)
         .map(|(f, r)| (f, r, f.levels().map(|l| (r.1 - r.0) / l)));
-    // FP32 values over every sample, on bins spanning the values and the clipping range.
-    let mut all: Vec<f32> = Vec::new();
-    for k in 0..live.samples() {
-        if let Some(r) = flat(live.values(k, v).1) {
-            all.extend(r);
-        }
-    }
+    // Bins spanning the values and the clipping range.
     let (mut lo, mut hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
         (a.min(f64::from(x)), b.max(f64::from(x)))
     });
@@ -148,38 +145,35 @@ fn inspect(q: &Quantizer<'_>, live: &npu_core::quant::live::Live, name: &str) ->
         lo = lo.min(r.0);
         hi = hi.max(r.1);
     }
-    let vw = ((hi - lo) / INSPECT_BINS as f64).max(f64::MIN_POSITIVE);
-    let mut vc = vec![0usize; INSPECT_BINS];
-    for x in &all {
-        let b = ((f64::from(*x) - lo) / vw).floor() as usize;
-        vc[b.min(INSPECT_BINS - 1)] += 1;
-    }
-    let values = vc
-        .into_iter()
-        .enumerate()
-        .map(|(b, c)| (lo + (b as f64 + 0.5) * vw, c))
-        .collect();
-    let m = errs.iter().fold(0f64, |m, e| m.max(e.abs())).max(f64::MIN_POSITIVE);
-    let width = 2.0 * m / INSPECT_BINS as f64;
-    let mut counts = vec![0usize; INSPECT_BINS];
-    for e in &errs {
-        let b = ((e + m) / width).floor() as usize;
-        counts[b.min(INSPECT_BINS - 1)] += 1;
-    }
+    let (values, values_bin_width) = histogram(all.iter().map(|x| f64::from(*x)), lo, hi);
+    let m = errs.iter().fold(0f64, |m, e| m.max(e.abs()));
+    let (errors, bin_width) = histogram(errs.iter().copied(), -m, m);
     Some(Inspect {
         tensor: name.into(),
         fp32,
         quant,
-        errors: counts
-            .into_iter()
-            .enumerate()
-            .map(|(b, c)| (-m + (b as f64 + 0.5) * width, c))
-            .collect(),
-        bin_width: width,
+        errors,
+        bin_width,
         values,
-        values_bin_width: vw,
+        values_bin_width,
         grid,
     })
+}
+
+/// `INSPECT_BINS` bins over `[lo, hi]`: (bin centre, count) and the bin width.
+fn histogram(xs: impl Iterator<Item = f64>, lo: f64, hi: f64) -> (Vec<(f64, usize)>, f64) {
+    let width = ((hi - lo) / INSPECT_BINS as f64).max(f64::MIN_POSITIVE);
+    let mut counts = vec![0usize; INSPECT_BINS];
+    for x in xs {
+        let b = ((x - lo) / width).floor().max(0.0) as usize;
+        counts[b.min(INSPECT_BINS - 1)] += 1;
+    }
+    let bins = counts
+        .into_iter()
+        .enumerate()
+        .map(|(b, c)| (lo + (b as f64 + 0.5) * width, c))
+        .collect();
+    (bins, width)
 }
 
 /// The optimized graph the plan refers to, and how its nodes map onto the open model's.
@@ -954,24 +948,8 @@ fn rules_list_ui(ui: &mut egui::Ui, q: &mut QuantView) {
             for (k, r) in q.rules.iter_mut().enumerate() {
                 ui.horizontal(|ui| {
                     ui.label(format!("{}.", k + 1));
-                    let mut name = r.name.clone().unwrap_or_default();
-                    let label = ui.label("name");
-                    if ui
-                        .add(egui::TextEdit::singleline(&mut name).desired_width(160.0))
-                        .labelled_by(label.id)
-                        .changed()
-                    {
-                        r.name = (!name.is_empty()).then_some(name);
-                    }
-                    let mut op = r.op.clone().unwrap_or_default();
-                    let label = ui.label("op");
-                    if ui
-                        .add(egui::TextEdit::singleline(&mut op).desired_width(90.0))
-                        .labelled_by(label.id)
-                        .changed()
-                    {
-                        r.op = (!op.is_empty()).then_some(op);
-                    }
+                    optional_text(ui, "name", &mut r.name, 160.0);
+                    optional_text(ui, "op", &mut r.op, 90.0);
                     egui::ComboBox::from_id_salt(("rule_precision", k))
                         .selected_text(r.precision.clone())
                         .show_ui(ui, |ui| {
@@ -1013,6 +991,19 @@ fn rules_list_ui(ui: &mut egui::Ui, q: &mut QuantView) {
                 }
             });
         }
+    }
+}
+
+/// A labelled text field for an optional string (empty: `None`).
+fn optional_text(ui: &mut egui::Ui, label: &str, value: &mut Option<String>, width: f32) {
+    let mut text = value.clone().unwrap_or_default();
+    let label = ui.label(label);
+    if ui
+        .add(egui::TextEdit::singleline(&mut text).desired_width(width))
+        .labelled_by(label.id)
+        .changed()
+    {
+        *value = (!text.is_empty()).then_some(text);
     }
 }
 

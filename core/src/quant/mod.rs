@@ -668,14 +668,7 @@ impl<'m> Quantizer<'m> {
                 node.attrs.remove(a);
             }
             let run = |quant: bool| -> Result<Tensor, QuantError> {
-                let ins: Vec<Option<Tensor>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, quant)))
-                    .collect();
-                let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-                let mut out = self.pool.install(|| self.eval_node(&node, &refs))?;
-                Ok(out.swap_remove(0))
+                Ok(self.run_alone(plan, &node, reference, weights, quant)?.swap_remove(0))
             };
             let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else {
                 continue;
@@ -754,6 +747,25 @@ impl<'m> Quantizer<'m> {
         Ok(self.report(plan, &weights, &local, &cumulative, n, t0.elapsed().as_secs_f64()))
     }
 
+    /// A node run alone on its FP32 inputs, put on their grids and with quantized constants
+    /// (`quant`), or as they are.
+    fn run_alone(
+        &self,
+        plan: &QuantPlan,
+        node: &Node,
+        reference: &HashMap<ValueId, Tensor>,
+        weights: &HashMap<ValueId, Tensor>,
+        quant: bool,
+    ) -> Result<Vec<Tensor>, QuantError> {
+        let ins: Vec<Option<Tensor>> = node
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, quant)))
+            .collect();
+        let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+        self.pool.install(|| self.eval_node(node, &refs))
+    }
+
     /// The float outputs a node's errors are measured on (none for a `Constant`).
     fn float_outputs(&self, node: &Node) -> Vec<ValueId> {
         if node.op == "Constant" {
@@ -781,13 +793,7 @@ impl<'m> Quantizer<'m> {
         if float_outs.is_empty() {
             return Ok(Vec::new());
         }
-        let ins: Vec<Option<Tensor>> = node
-            .inputs
-            .iter()
-            .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, true)))
-            .collect();
-        let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-        let outs = self.pool.install(|| self.eval_node(node, &refs))?;
+        let outs = self.run_alone(plan, node, reference, weights, true)?;
         let mut res = Vec::new();
         for (o, mut t) in node.outputs.iter().zip(outs) {
             let Some(o) = *o else { continue };
