@@ -148,8 +148,7 @@ fn project_reopens_with_the_same_overlays_and_recovers_unsaved_edits() {
     let project = dir.join("cls.npuproj.ron");
     let mut h = open(&ppocr("cls"));
     h.state_mut().quant.setup.data = dir.display().to_string();
-    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
-    h.state_mut().quant.start(model, None);
+    h.state_mut().start_quantization();
     settle(&mut h);
     let conv = |st: &Studio, k: usize| -> usize {
         let s = st.quant.session.as_ref().expect("session");
@@ -171,7 +170,7 @@ fn project_reopens_with_the_same_overlays_and_recovers_unsaved_edits() {
     h.state_mut().send(Command::OpenProject(project.clone()));
     settle(&mut h);
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
-    assert!(h.state().recovery.is_none());
+    assert!(h.state().recovery.is_none(), "{:?}", h.state().recovery);
     assert_eq!(snapshot_of(h.state()), saved, "reopened project");
 
     // An edit, then the process goes away without saving.
@@ -210,8 +209,7 @@ fn frames_keep_their_time_while_the_quantizer_runs() {
     let mut idle: Vec<f64> = (0..20).map(|_| time(&mut h)).collect();
     idle.sort_by(f64::total_cmp);
     h.state_mut().quant.setup.data = dir.display().to_string();
-    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
-    h.state_mut().quant.start(model, None);
+    h.state_mut().start_quantization();
     let mut busy = Vec::new();
     while h.state().quant.busy() {
         busy.push(time(&mut h));
@@ -235,8 +233,7 @@ fn recipe_rules_apply_as_one_undoable_edit() {
     let mut h = open(&ppocr("cls"));
     h.state_mut().quant.open = true;
     h.state_mut().quant.setup.data = dir.display().to_string();
-    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
-    h.state_mut().quant.start(model, None);
+    h.state_mut().start_quantization();
     settle(&mut h);
     h.get_by_label("Recipe…").click();
     // Let the window appear.

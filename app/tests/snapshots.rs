@@ -6,6 +6,7 @@ mod common;
 
 use common::{node, open, ppocr, repo, sample, settle};
 use egui_kittest::SnapshotOptions;
+use egui_kittest::kittest::Queryable;
 use npu_studio::studio::commands::{Command, Selection};
 
 #[test]
@@ -106,8 +107,7 @@ fn readme_quantization_heatmap() {
     h.state_mut().quant.setup.data = rel.into();
     h.state_mut().quant.show_timings = false;
     h.step();
-    let model = h.state().loaded.as_ref().expect("loaded").model.clone();
-    h.state_mut().quant.start(model, None);
+    h.state_mut().start_quantization();
     settle(&mut h);
     let n = {
         let st = h.state();
@@ -135,5 +135,15 @@ fn readme_quantization_heatmap() {
     settle(&mut h);
     h.state_mut().send(Command::ZoomBy(0.6));
     settle(&mut h);
+    // The sensitivity bars and the mixed-precision curve, a point picked on it.
+    h.get_by_label("Measure sensitivity").click();
+    settle(&mut h);
+    h.get_by_label("Find mixed precision").click();
+    settle(&mut h);
+    h.state_mut().quant.pareto_point = 5;
+    // The pointer away from the plots (no crosshair).
+    h.event(egui::Event::PointerGone);
+    h.step();
+    h.step();
     h.snapshot_options("studio_quantization", &shots);
 }

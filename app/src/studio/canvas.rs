@@ -65,6 +65,8 @@ pub struct Highlights {
     pub linked: HashSet<usize>,
     /// Quantization overlay: box → colour and badge text.
     pub marks: HashMap<usize, (Color32, String)>,
+    /// Boxes of the nodes in the multi-selection.
+    pub multi: HashSet<usize>,
 }
 
 /// What the user did in a pane this frame.
@@ -77,6 +79,10 @@ pub struct PaneEvents {
     pub secondary_clicked: Option<Option<usize>>,
     /// The pane's response (for its context menu).
     pub response: Option<egui::Response>,
+    /// Shift was held during the click.
+    pub shift: bool,
+    /// A Shift+drag ended: the band's rectangle (graph units).
+    pub band: Option<Rect>,
 }
 
 pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui) {
@@ -119,6 +125,7 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
     let mut hl = Highlights {
         selected_box: st.selection.and_then(|s| st.box_of(s)),
         hits: st.search.hit_boxes(&doc, &scene),
+        multi: st.multi.iter().filter_map(|&n| own_card_box(&doc, &scene, n)).collect(),
         ..Highlights::default()
     };
     if let Some(after) = &st.optimizer.after {
@@ -154,7 +161,34 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
             BoxKind::Item(i) => selection_of_item(&doc, i),
             BoxKind::Collapsed(s) | BoxKind::Frame(s) => Selection::Scope(s),
         });
+        match (events.shift, sel) {
+            // Shift+click adds a node to the multi-selection, or takes it out.
+            (true, Some(Selection::Node(n))) => {
+                let mut multi = st.multi.clone();
+                if let Some(Selection::Node(m)) = st.selection {
+                    multi.insert(m);
+                }
+                if !multi.remove(&n) {
+                    multi.insert(n);
+                }
+                st.send(Command::SetMulti(multi.into_iter().collect()));
+            }
+            _ => st.send(Command::SetMulti(Vec::new())),
+        }
         st.send(Command::Select(sel));
+    }
+    if let Some(band) = events.band {
+        // Every node card the band touches joins the multi-selection.
+        let mut multi = st.multi.clone();
+        for b in &scene.boxes {
+            if let BoxKind::Item(i) = b.kind
+                && let ItemKind::Node(n) = doc.items[i].kind
+                && b.rect.intersects(band)
+            {
+                multi.insert(n);
+            }
+        }
+        st.send(Command::SetMulti(multi.into_iter().collect()));
     }
     if let Some(hit) = events.secondary_clicked {
         st.quant.menu_node = hit.and_then(|b| match scene.boxes[b].kind {
@@ -172,16 +206,33 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
                 ui.label("Right-click a node to set its precision");
                 return;
             };
-            ui.strong(format!("Precision of {}", model.graph.nodes[n].label()));
-            if st.quant.precision_of(n).is_none() {
-                ui.label("(not quantized: no layer of the plan)");
-                return;
+            let group: Vec<usize> = if st.multi.len() > 1 && st.multi.contains(&n) {
+                st.multi.iter().copied().collect()
+            } else {
+                vec![n]
+            };
+            if group.len() > 1 {
+                ui.strong(format!("Precision of {} selected nodes", group.len()));
+            } else {
+                ui.strong(format!("Precision of {}", model.graph.nodes[n].label()));
+                if st.quant.precision_of(n).is_none() {
+                    ui.label("(not quantized: no layer of the plan)");
+                    return;
+                }
             }
-            if super::quantize::precision_menu(ui, &mut st.quant, n) {
+            if super::quantize::precision_menu(ui, &mut st.quant, &group) {
                 ui.close();
             }
             ui.separator();
             if super::quantize::op_type_menu(ui, &mut st.quant, &model, n) {
+                ui.close();
+            }
+            let op = &model.graph.nodes[n].op;
+            let same: Vec<usize> = (0..model.graph.nodes.len())
+                .filter(|&m| &model.graph.nodes[m].op == op)
+                .collect();
+            if ui.button(format!("Select all {} {op} nodes", same.len())).clicked() {
+                st.send(Command::SetMulti(same));
                 ui.close();
             }
         });
@@ -225,7 +276,26 @@ pub fn pane_ui(
     let resp = ui.interact(rect, id, Sense::click_and_drag());
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 0.0, theme.canvas);
-    if resp.dragged() {
+    let mut events = PaneEvents::default();
+    // Shift+drag draws a selection band; a plain drag pans.
+    let band_id = id.with("band");
+    if resp.drag_started() && ui.input(|i| i.modifiers.shift) {
+        let start = ui.input(|i| i.pointer.press_origin()).or(resp.interact_pointer_pos());
+        if let Some(p) = start {
+            ui.data_mut(|d| d.insert_temp(band_id, p));
+        }
+    }
+    let band_start: Option<Pos2> = ui.data(|d| d.get_temp(band_id));
+    let band_end = ui.input(|i| i.pointer.latest_pos());
+    let mut band_screen = None;
+    if let (Some(a), Some(b)) = (band_start, band_end) {
+        band_screen = Some(Rect::from_two_pos(a, b));
+        if !resp.dragged() {
+            ui.data_mut(|d| d.remove::<Pos2>(band_id));
+            let xf = Xf::new(rect, view);
+            events.band = Some(Rect::from_two_pos(xf.graph(a), xf.graph(b)));
+        }
+    } else if resp.dragged() {
         view.center -= resp.drag_delta() / view.zoom;
     }
     if resp.hovered() {
@@ -248,7 +318,7 @@ pub fn pane_ui(
         .input(|i| i.pointer.interact_pos())
         .filter(|p| rect.contains(*p))
         .and_then(|p| scene.hit(xf.graph(p)));
-    let mut events = PaneEvents::default();
+    events.shift = ui.input(|i| i.modifiers.shift);
     if resp.double_clicked() {
         events.double_clicked = pressed_on;
     } else if resp.clicked() {
@@ -258,6 +328,15 @@ pub fn pane_ui(
         events.secondary_clicked = Some(pressed_on);
     }
     paint(&painter, scene, doc, model, &xf, theme, hl);
+    if let Some(r) = band_screen {
+        painter.rect(
+            r,
+            2.0,
+            theme.selected.gamma_multiply(0.12),
+            Stroke::new(1.0, theme.selected),
+            StrokeKind::Inside,
+        );
+    }
     if let Some(b) = hovered {
         let text = match scene.boxes[b].kind {
             BoxKind::Item(i) => format!("{}\n{}", doc.items[i].title, doc.items[i].name),
@@ -403,6 +482,7 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
         }
         let r = xf.rect(b.rect);
         let marked = hl.selected_box == Some(bi)
+            || hl.multi.contains(&bi)
             || hl.hits.contains(&bi)
             || hl.linked.contains(&bi)
             || hl.rewritten.contains(&bi)
@@ -417,7 +497,7 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
                 painted[cy * gw + cx] = true;
             }
         }
-        let outline = if hl.selected_box == Some(bi) {
+        let outline = if hl.selected_box == Some(bi) || hl.multi.contains(&bi) {
             Some(theme.selected)
         } else if hl.linked.contains(&bi) {
             Some(theme.linked)

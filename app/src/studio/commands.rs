@@ -51,6 +51,8 @@ pub enum Command {
     RunOptimizer,
     /// Show or hide the quantization panel.
     ToggleQuantize,
+    /// Replace the multi-selection (Shift+click, Shift+drag, "select all of op type").
+    SetMulti(Vec<NodeId>),
     /// Set the precision of nodes of the open model (an undoable edit).
     SetPrecision(Vec<NodeId>, npu_core::quant::LayerPrecision),
     /// Undo or redo the last project edit.

@@ -8,6 +8,7 @@ pub mod export;
 pub mod inspector;
 pub mod jobs;
 pub mod optimize;
+pub mod pipeline;
 pub mod project;
 pub mod quantize;
 pub mod search;
@@ -49,6 +50,8 @@ pub struct Loaded {
     /// `None` while a layout job owns it.
     builder: Option<SceneBuilder>,
     pub warnings: Vec<String>,
+    /// The file's modification time when it was opened (a later one makes the import stale).
+    pub modified: Option<std::time::SystemTime>,
 }
 
 /// Pan and zoom of the graph canvas.
@@ -77,6 +80,7 @@ struct Opened {
     scene: Scene,
     collapsed: HashSet<ScopeId>,
     warnings: Vec<String>,
+    modified: Option<std::time::SystemTime>,
 }
 
 struct Relaid {
@@ -102,6 +106,8 @@ pub struct Studio {
     pub loaded: Option<Loaded>,
     pub view: ViewState,
     pub selection: Option<Selection>,
+    /// Nodes selected together (Shift+click, Shift+drag, "select all of op type").
+    pub multi: std::collections::BTreeSet<npu_core::ir::NodeId>,
     pub search: search::Search,
     pub inspector: inspector::InspectorState,
     pub status: String,
@@ -109,6 +115,7 @@ pub struct Studio {
     pub show_help: bool,
     pub optimizer: optimize::OptimizerState,
     pub quant: quantize::QuantView,
+    pub pipeline: pipeline::PipelineState,
     /// The project file, once saved or opened.
     pub project_path: Option<PathBuf>,
     /// The project as last saved or opened.
@@ -144,6 +151,7 @@ impl Studio {
             loaded: None,
             view: ViewState::default(),
             selection: None,
+            multi: std::collections::BTreeSet::new(),
             search: search::Search::default(),
             inspector: inspector::InspectorState::default(),
             status: "Open a model: File › Open…, drop a file here, or pass one on the command line".into(),
@@ -151,6 +159,10 @@ impl Studio {
             show_help: false,
             optimizer: optimize::OptimizerState::default(),
             quant: quantize::QuantView::default(),
+            pipeline: pipeline::PipelineState {
+                open: true,
+                export_dir: None,
+            },
             project_path: None,
             saved_project: None,
             recovery: None,
@@ -165,6 +177,15 @@ impl Studio {
             export: export::ExportState::default(),
             ctx: None,
             theme_applied: None,
+        }
+    }
+
+    /// Starts calibration and simulation of the open model with the quantization panel's
+    /// setup and the optimizer's enabled passes.
+    pub fn start_quantization(&mut self) {
+        if let Some(l) = &self.loaded {
+            let model = l.model.clone();
+            self.quant.start(model, self.optimizer.enabled(), self.ctx.clone());
         }
     }
 
@@ -202,6 +223,9 @@ impl Studio {
 
         egui::Panel::top("menu_bar").show(ui, |ui| self.menu_ui(ui));
         egui::Panel::top("tool_bar").show(ui, |ui| search::toolbar_ui(self, ui));
+        if self.pipeline.open && self.loaded.is_some() {
+            egui::Panel::top("pipeline").show(ui, |ui| pipeline::panel_ui(self, ui));
+        }
         if self.recovery.is_some() {
             egui::Panel::top("recovery_bar").show(ui, |ui| {
                 ui.horizontal(|ui| {
@@ -219,6 +243,12 @@ impl Studio {
             });
         }
         egui::Panel::bottom("status_bar").show(ui, |ui| self.status_ui(ui));
+        // The inspector runs the full height, beside the bottom panels.
+        egui::Panel::right("inspector")
+            .resizable(true)
+            .default_size(330.0)
+            .size_range(240.0..=720.0)
+            .show(ui, |ui| inspector::inspector_ui(self, ui));
         if self.optimizer.open {
             egui::Panel::bottom("optimizer").show(ui, |ui| optimize::panel_ui(self, ui));
         }
@@ -229,11 +259,6 @@ impl Studio {
             .resizable(true)
             .default_size(230.0)
             .show(ui, |ui| self.outline_ui(ui));
-        egui::Panel::right("inspector")
-            .resizable(true)
-            .default_size(330.0)
-            .size_range(240.0..=720.0)
-            .show(ui, |ui| inspector::inspector_ui(self, ui));
         egui::CentralPanel::no_frame().show(ui, |ui| canvas::canvas_ui(self, ui));
         self.windows_ui(&ctx);
         self.export.poll(&mut self.status, &mut self.error);
@@ -294,6 +319,9 @@ impl Studio {
         if pressed(Key::Q) {
             self.send(Command::ToggleQuantize);
         }
+        if pressed(Key::P) {
+            self.pipeline.open = !self.pipeline.open;
+        }
         if pressed(Key::F1) || pressed(Key::Questionmark) {
             self.send(Command::ToggleHelp);
         }
@@ -311,6 +339,7 @@ impl Studio {
         }
         if pressed(Key::Escape) {
             self.send(Command::Select(None));
+            self.send(Command::SetMulti(Vec::new()));
         }
         if pressed(Key::N) {
             let back = ctx.input(|i| i.modifiers.shift);
@@ -348,6 +377,7 @@ impl Studio {
             Command::Select(s) => {
                 self.selection = s;
             }
+            Command::SetMulti(nodes) => self.multi = nodes.into_iter().collect(),
             Command::Reveal(s) => self.reveal(s),
             Command::ToggleScope(s) => {
                 if let Some(l) = &mut self.loaded {
@@ -410,11 +440,11 @@ impl Studio {
                     self.quant.setup = p.setup();
                     self.quant.rules.clone_from(&p.rules);
                     self.quant.open = true;
-                    self.quant.apply_layers(p.layers);
+                    self.quant.apply_edits(p.edits());
                     if start && let Some(l) = &self.loaded {
                         let model = l.model.clone();
                         let pending = self.quant.pending_layers.take();
-                        self.quant.start(model, self.ctx.clone());
+                        self.quant.start(model, self.optimizer.enabled(), self.ctx.clone());
                         self.quant.pending_layers = pending;
                     }
                     self.status = "Recovered the unsaved edits".into();
@@ -460,7 +490,7 @@ impl Studio {
         self.quant.dirty = false;
         let Some(l) = &self.loaded else { return };
         let side = project::autosave_path(self.project_path.as_deref(), &l.path, self.autosave_dir.as_deref());
-        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.layers, &self.quant.rules)
+        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.edits(), &self.quant.rules)
             .and_then(|p| p.save(&side));
         if let Err(e) = r {
             self.status = format!("Autosave failed: {e}");
@@ -491,7 +521,7 @@ impl Studio {
             }
         };
         let r =
-            project::Project::new(&l.path, &self.quant.setup, &self.quant.layers, &self.quant.rules).and_then(|p| {
+            project::Project::new(&l.path, &self.quant.setup, &self.quant.edits(), &self.quant.rules).and_then(|p| {
                 p.save(&path)?;
                 Ok(p)
             });
@@ -641,6 +671,7 @@ impl Studio {
         // A layout still running belongs to the previous model: its result is dropped.
         self.layout_job = None;
         self.selection = None;
+        self.multi.clear();
         self.search = search::Search::default();
         self.inspector = inspector::InspectorState::default();
         self.optimizer.reset();
@@ -659,9 +690,10 @@ impl Studio {
                 self.quant.rules.clone_from(&p.rules);
                 self.quant.open = true;
                 if !p.data.is_empty() {
-                    self.quant.start(o.model.clone(), self.ctx.clone());
+                    self.quant
+                        .start(o.model.clone(), self.optimizer.enabled(), self.ctx.clone());
                 }
-                self.quant.pending_layers = Some(p.layers.clone());
+                self.quant.pending_layers = Some(p.edits());
                 self.quant.dirty = false;
                 self.saved_project = Some(p);
             }
@@ -681,6 +713,7 @@ impl Studio {
             collapsed: o.collapsed,
             builder: Some(o.builder),
             warnings: o.warnings,
+            modified: o.modified,
         });
         self.pending_view = Some(PendingView::OpenDefault);
         self.apply_pending_view();
@@ -883,6 +916,8 @@ impl Studio {
                 if ui.button("Expand all scopes").clicked() {
                     self.send(Command::SetAllScopes { collapsed: false });
                 }
+                ui.checkbox(&mut self.pipeline.open, "Pipeline (P)");
+                ui.checkbox(&mut self.quant.open, "Quantization panel (Q)");
                 let mut dark = self.settings.dark;
                 if ui.checkbox(&mut dark, "Dark theme").changed() {
                     self.send(Command::SetDarkTheme(dark));
@@ -1021,6 +1056,12 @@ pub const SHORTCUTS: &[(&str, &str)] = &[
     ("Z or .", "zoom to the selection"),
     ("double-click a scope", "expand or collapse it"),
     ("Enter", "expand or collapse the selected scope"),
+    ("Shift+click, Shift+drag", "add nodes to the multi-selection"),
+    ("right-click a node", "set its precision (or the multi-selection's)"),
+    ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a precision edit"),
+    ("Ctrl+S", "save the project"),
+    ("Q", "show or hide the quantization panel"),
+    ("P", "show or hide the pipeline"),
     ("Esc", "clear the selection"),
     ("Ctrl+E / Ctrl+Shift+E", "export the view as PNG / SVG"),
     ("Ctrl+T", "switch light / dark theme"),
@@ -1076,6 +1117,7 @@ fn scope_tree_ui(
 /// Imports, builds the cards and lays out: the open job.
 fn open_model(path: &Path, p: &JobProgress) -> Result<Opened, String> {
     p.set(0.05, "reading");
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let opts = npu_core::import::onnx::LoadOptions {
         allow_unsupported: true,
     };
@@ -1102,6 +1144,7 @@ fn open_model(path: &Path, p: &JobProgress) -> Result<Opened, String> {
         scene,
         collapsed,
         warnings: report.warnings,
+        modified,
     })
 }
 

@@ -22,6 +22,8 @@ pub struct OptRun {
     pub rounds: usize,
     pub converged: bool,
     pub nodes_after: usize,
+    /// The passes it ran.
+    pub passes: Vec<String>,
 }
 
 /// The model after one step, laid out, with what changed against the original.
@@ -178,6 +180,16 @@ impl OptimizerState {
         self.job.is_some()
     }
 
+    /// The names of the enabled passes.
+    pub fn enabled(&self) -> Vec<String> {
+        self.passes.iter().filter(|p| p.2).map(|p| p.0.to_owned()).collect()
+    }
+
+    /// The running job's progress.
+    pub fn progress(&self) -> Option<(f32, String)> {
+        self.job.as_ref().map(|j| j.progress.fraction())
+    }
+
     pub fn cancel(&self) {
         if let Some(j) = &self.job {
             j.progress.cancel.cancel();
@@ -200,6 +212,7 @@ pub fn start(st: &mut Studio) {
     st.optimizer.reset();
     st.optimizer.job = Some(Job::spawn("optimize", ctx.as_ref(), move |p| {
         let passes = passes::select(&names)?;
+        let ran = names.clone();
         let opts = passes::Options {
             passes,
             progress: p,
@@ -212,6 +225,7 @@ pub fn start(st: &mut Studio) {
             log: r.log,
             rounds: r.rounds,
             converged: r.converged,
+            passes: ran,
         })
     }));
     st.status = "Optimizing…".into();

@@ -4,9 +4,9 @@
 //! saved; when a model is opened and its sidecar holds edits newer than the project, the
 //! studio offers to recover them.
 
-use super::quantize::Setup;
-use npu_core::quant::LayerPrecision;
+use super::quantize::{Edits, Setup};
 use npu_core::quant::recipe::Rule;
+use npu_core::quant::{LayerPrecision, QuantPlan};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,10 @@ pub struct Project {
     /// The recipe editor's rules.
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// The plan of an applied mixed-precision point (its input format and bias corrections),
+    /// which `layers` edit; absent: the calibrated plan.
+    #[serde(default)]
+    pub plan: Option<QuantPlan>,
 }
 
 /// FNV-1a 64 of a file's bytes, as 16 hex digits.
@@ -40,12 +44,7 @@ pub fn file_hash(path: &Path) -> Result<String, String> {
 }
 
 impl Project {
-    pub fn new(
-        model: &Path,
-        setup: &Setup,
-        layers: &BTreeMap<String, LayerPrecision>,
-        rules: &[Rule],
-    ) -> Result<Self, String> {
+    pub fn new(model: &Path, setup: &Setup, edits: &Edits, rules: &[Rule]) -> Result<Self, String> {
         Ok(Self {
             version: 1,
             model: model.to_path_buf(),
@@ -53,9 +52,18 @@ impl Project {
             data: setup.data.clone(),
             preprocess: setup.preprocess.clone(),
             preset: setup.preset.clone(),
-            layers: layers.clone(),
+            layers: edits.layers.clone(),
             rules: rules.to_vec(),
+            plan: edits.base.as_deref().cloned(),
         })
+    }
+
+    /// The precision state the project holds.
+    pub fn edits(&self) -> Edits {
+        Edits {
+            layers: self.layers.clone(),
+            base: self.plan.clone().map(std::sync::Arc::new),
+        }
     }
 
     pub fn setup(&self) -> Setup {
@@ -108,8 +116,10 @@ pub fn autosave_path(project: Option<&Path>, model: &Path, dir: Option<&Path>) -
 pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> {
     let p = Project::load(autosave).ok()?;
     let differs = match saved {
-        Some(s) => s.layers != p.layers || s.data != p.data || s.preset != p.preset || s.rules != p.rules,
-        None => !p.layers.is_empty(),
+        Some(s) => {
+            s.layers != p.layers || s.data != p.data || s.preset != p.preset || s.rules != p.rules || s.plan != p.plan
+        }
+        None => !p.layers.is_empty() || p.plan.is_some(),
     };
     differs.then_some(p)
 }
@@ -136,7 +146,8 @@ mod tests {
             op: None,
             precision: "fp16".into(),
         }];
-        let p = Project::new(&model, &setup, &layers, &rules).expect("project");
+        let edits = Edits { layers, base: None };
+        let p = Project::new(&model, &setup, &edits, &rules).expect("project");
         let path = dir.join("p.npuproj.ron");
         p.save(&path).expect("save");
         let text = std::fs::read_to_string(&path).expect("read");

@@ -12,6 +12,8 @@ use super::theme::QuantColours;
 use egui::Color32;
 use npu_core::ir::{Model, NodeId};
 use npu_core::progress::Silent;
+use npu_core::quant::amp::MixedPrecision;
+use npu_core::quant::analysis::{Analysis, Cached};
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::live::Keep;
 use npu_core::quant::recipe::{Recipe, Rule};
@@ -42,6 +44,9 @@ impl Overlay {
         }
     }
 }
+
+/// The presets a plan starts from.
+pub const PRESETS: [&str; 4] = ["w8a8", "w8a16", "w4a16", "fp16"];
 
 /// The precisions offered for a layer, with their menu labels.
 pub const PRECISIONS: [(&str, LayerPrecision); 5] = [
@@ -80,10 +85,39 @@ pub struct Reply {
     pub seconds: f64,
 }
 
+/// The project's precision state: per-layer edits on top of the calibrated plan, or on top
+/// of the plan of an applied mixed-precision point.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Edits {
+    pub layers: BTreeMap<String, LayerPrecision>,
+    /// An applied mixed-precision point's plan (its input format and re-measured bias
+    /// corrections); `None`: the calibrated plan.
+    pub base: Option<Arc<QuantPlan>>,
+}
+
 enum Msg {
-    Layers(u64, BTreeMap<String, LayerPrecision>),
+    Layers(u64, Edits),
+    /// Simulate every sample again from scratch (no incremental reuse) as this generation.
+    Full(u64),
+    /// Measure every layer's sensitivity on the current plan.
+    Sensitivity(Arc<JobProgress>),
+    /// Search mixed precision (8 → 16-bit activations) from the current plan to this target.
+    Pareto(f64, Arc<JobProgress>),
     /// Values of this tensor (by name in the optimized graph) for the inspector.
     Inspect(String),
+}
+
+/// What a sensitivity or mixed-precision job measured, and on which edit generation.
+pub enum JobReply {
+    Sensitivity(u64, Result<Analysis, String>),
+    Pareto(u64, Result<MixedPrecision, String>),
+}
+
+/// The analyses a session can run besides simulation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    Sensitivity,
+    Pareto,
 }
 
 /// FP32 against fake-quant values of one tensor, for the inspector.
@@ -102,6 +136,11 @@ pub struct Inspect {
     /// The grid the tensor lies on: format, clipping range, step (`None`: float).
     pub grid: Option<(ActFormat, (f64, f64), Option<f64>)>,
 }
+
+/// Grids with up to this many levels are drawn as lines on the value histogram; up to
+/// `GRID_TICKS_MAX` as ticks on its axis; finer ones are only counted.
+const GRID_LINES_MAX: usize = 64;
+const GRID_TICKS_MAX: f64 = 4096.0;
 
 /// Values the inspector lists.
 const INSPECT_FIRST: usize = 8;
@@ -176,6 +215,97 @@ fn histogram(xs: impl Iterator<Item = f64>, lo: f64, hi: f64) -> (Vec<(f64, usiz
     (bins, width)
 }
 
+/// The first preprocessed sample, as the calibration will see it.
+pub struct Preview {
+    /// (samples folder, preprocessing) it was made from.
+    pub key: (String, String),
+    /// An RGB (or grey) picture of the first image input, its values stretched to 0–255.
+    pub image: Option<egui::ColorImage>,
+    /// What it is: the file, the input's name, shape and value range, or why it failed.
+    pub text: String,
+}
+
+/// Makes the preview of the first sample of `data` preprocessed with `preprocess`.
+#[allow(clippy::disallowed_methods)] // the pixels of a picture, not UI colours
+pub fn make_preview(model: &Model, data: &str, preprocess: &str) -> Preview {
+    let key = (data.to_string(), preprocess.to_string());
+    let fail = |text: String| Preview {
+        key: key.clone(),
+        image: None,
+        text,
+    };
+    let src = match source(data) {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let pre = match Preprocess::parse(preprocess) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("preprocessing: {e}")),
+    };
+    let Some(first) = src.samples(model, &pre).next() else {
+        return fail(format!("{data}: no samples"));
+    };
+    let (label, sample) = match first {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let mut names: Vec<&String> = sample.keys().collect();
+    names.sort();
+    let Some(name) = names.first() else {
+        return fail(format!("{label}: no input"));
+    };
+    let t = sample[*name].to_f32();
+    let shape = t.shape().to_vec();
+    let flat: Vec<f32> = t.iter().copied().collect();
+    let (lo, hi) = flat
+        .iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+    let file = std::path::Path::new(&label)
+        .file_name()
+        .map_or_else(|| label.clone(), |f| f.to_string_lossy().into_owned());
+    let text = format!("{file} → {name} {shape:?}, values [{lo:.3}, {hi:.3}]");
+    // [1, C, H, W] or [1, H, W, C] with C = 1 or 3.
+    let (c, h, w, nhwc) = match shape.as_slice() {
+        [1, c @ (1 | 3), h, w] if !pre.nhwc => (*c, *h, *w, false),
+        [1, h, w, c @ (1 | 3)] => (*c, *h, *w, true),
+        [1, c @ (1 | 3), h, w] => (*c, *h, *w, false),
+        _ => {
+            return Preview {
+                key,
+                image: None,
+                text: format!("{text} (not an image)"),
+            };
+        }
+    };
+    let span = (hi - lo).max(f32::MIN_POSITIVE);
+    let at = |ch: usize, y: usize, x: usize| -> u8 {
+        let k = if nhwc {
+            (y * w + x) * c + ch
+        } else {
+            (ch * h + y) * w + x
+        };
+        (((flat[k] - lo) / span) * 255.0).round().clamp(0.0, 255.0) as u8
+    };
+    let mut pixels = Vec::with_capacity(h * w);
+    for y in 0..h {
+        for x in 0..w {
+            pixels.push(if c == 1 {
+                let v = at(0, y, x);
+                Color32::from_gray(v)
+            } else if pre.bgr {
+                Color32::from_rgb(at(2, y, x), at(1, y, x), at(0, y, x))
+            } else {
+                Color32::from_rgb(at(0, y, x), at(1, y, x), at(2, y, x))
+            });
+        }
+    }
+    Preview {
+        key,
+        image: Some(egui::ColorImage::new([w, h], pixels)),
+        text,
+    }
+}
+
 /// The optimized graph the plan refers to, and how its nodes map onto the open model's.
 pub struct Mapping {
     pub optimized: Arc<Model>,
@@ -216,16 +346,29 @@ pub struct Session {
     /// The inspector's values of the last requested tensor.
     pub inspect: Option<Inspect>,
     inspect_asked: Option<String>,
+    jobs: Option<Receiver<JobReply>>,
+    /// The analysis job running, with its progress.
+    pub job: Option<(JobKind, Arc<JobProgress>)>,
+    /// The last sensitivity analysis, with the edit generation it measured.
+    pub sensitivity: Option<(u64, Analysis)>,
+    /// The last mixed-precision curve, with the edit generation it started from.
+    pub pareto: Option<(u64, MixedPrecision)>,
+    /// What it was started with: the setup and the optimizer's passes.
+    pub setup: Setup,
+    pub passes: Vec<String>,
+    /// Set once calibration is done and the samples are being simulated.
+    pub simulating: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct Started {
     mapping: Arc<Mapping>,
     updates: Receiver<Result<Reply, String>>,
     inspected: Receiver<Inspect>,
+    jobs: Receiver<JobReply>,
 }
 
 /// What the calibration uses.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Setup {
     /// A folder (or file) of samples: .npy/.npz/.png/.jpg, or `synthetic:N`.
     pub data: String,
@@ -236,14 +379,21 @@ pub struct Setup {
 impl Session {
     /// Starts the worker: optimizes the model, calibrates on `setup.data`, simulates every
     /// sample, then waits for plan edits.
-    pub fn start(model: Arc<Model>, setup: Setup, ctx: Option<egui::Context>) -> Self {
+    pub fn start(model: Arc<Model>, setup: Setup, passes: Vec<String>, ctx: Option<egui::Context>) -> Self {
         let (tx, msgs) = channel::<Msg>();
         let (started_tx, rx) = channel();
         let progress = Arc::new(JobProgress::default());
         progress.set_ctx(ctx.clone());
         let p = progress.clone();
+        let simulating = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let w = Work {
+            model,
+            setup: setup.clone(),
+            passes: passes.clone(),
+            simulating: simulating.clone(),
+        };
         let spawned = std::thread::Builder::new().name("quantize".into()).spawn(move || {
-            worker(&model, &setup, &p, &msgs, &started_tx, ctx.as_ref());
+            worker(&w, &p, &msgs, &started_tx, ctx.as_ref());
         });
         let session = Self {
             tx,
@@ -258,6 +408,13 @@ impl Session {
             inspected: None,
             inspect: None,
             inspect_asked: None,
+            jobs: None,
+            job: None,
+            sensitivity: None,
+            pareto: None,
+            setup,
+            passes,
+            simulating,
         };
         if let Err(e) = spawned {
             session
@@ -285,9 +442,9 @@ impl Session {
                 .is_some_and(|r| self.sent.keys().any(|g| *g > r.generation))
     }
 
-    fn send(&mut self, generation: u64, layers: BTreeMap<String, LayerPrecision>) {
+    fn send(&mut self, generation: u64, edits: Edits) {
         self.sent.insert(generation, Instant::now());
-        let _ = self.tx.send(Msg::Layers(generation, layers));
+        let _ = self.tx.send(Msg::Layers(generation, edits));
     }
 
     /// Takes what the worker sent; returns an error message when it failed.
@@ -299,6 +456,7 @@ impl Session {
                     self.mapping = Some(s.mapping);
                     self.updates = Some(s.updates);
                     self.inspected = Some(s.inspected);
+                    self.jobs = Some(s.jobs);
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(TryRecvError::Empty) => return Ok(false),
@@ -309,6 +467,21 @@ impl Session {
             while let Ok(i) = rx.try_recv() {
                 self.inspect = Some(i);
                 changed = true;
+            }
+        }
+        if let Some(rx) = &self.jobs {
+            while let Ok(j) = rx.try_recv() {
+                self.job = None;
+                changed = true;
+                match j {
+                    JobReply::Sensitivity(g, Ok(a)) => self.sensitivity = Some((g, a)),
+                    JobReply::Pareto(g, Ok(m)) => self.pareto = Some((g, m)),
+                    JobReply::Sensitivity(_, Err(e)) | JobReply::Pareto(_, Err(e)) => {
+                        if e != "cancelled" {
+                            return Err(e);
+                        }
+                    }
+                }
             }
         }
         let Some(updates) = &self.updates else {
@@ -368,6 +541,35 @@ impl Session {
         }
     }
 
+    /// Starts a sensitivity analysis or a mixed-precision search on the current plan.
+    pub fn start_job(&mut self, kind: JobKind, target_db: f64, ctx: Option<egui::Context>) {
+        if self.job.is_some() {
+            return;
+        }
+        let p = Arc::new(JobProgress::default());
+        p.set_ctx(ctx);
+        p.set(0.0, "waiting for the quantizer");
+        let msg = match kind {
+            JobKind::Sensitivity => Msg::Sensitivity(p.clone()),
+            JobKind::Pareto => Msg::Pareto(target_db, p.clone()),
+        };
+        if self.tx.send(msg).is_ok() {
+            self.job = Some((kind, p));
+        }
+    }
+
+    /// Cancels the analysis job (its result is dropped).
+    pub fn cancel_job(&mut self) {
+        if let Some((_, p)) = self.job.take() {
+            p.cancel.cancel();
+        }
+    }
+
+    /// The edit generation of the newest simulation.
+    pub fn generation(&self) -> u64 {
+        self.result.as_ref().map_or(0, |r| r.generation)
+    }
+
     /// The report row of a node of the open model.
     pub fn row(&self, node: NodeId) -> Option<&TensorReport> {
         let r = self.result.as_ref()?;
@@ -378,22 +580,35 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.progress.cancel.cancel();
+        self.cancel_job();
     }
+}
+
+/// What a session's worker is given.
+struct Work {
+    model: Arc<Model>,
+    setup: Setup,
+    passes: Vec<String>,
+    simulating: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Everything the worker does: one calibration, then incremental updates until the UI
 /// drops the session.
 fn worker(
-    model: &Model,
-    setup: &Setup,
+    w: &Work,
     progress: &JobProgress,
     msgs: &Receiver<Msg>,
     started: &Sender<Result<Started, String>>,
     ctx: Option<&egui::Context>,
 ) {
     let run = || -> Result<(), String> {
+        let setup = &w.setup;
         progress.set(0.0, "optimizing the graph");
-        let optimized = npu_core::passes::optimize(model, &npu_core::passes::Options::default())
+        let opts = npu_core::passes::Options {
+            passes: npu_core::passes::select(&w.passes)?,
+            ..npu_core::passes::Options::default()
+        };
+        let optimized = npu_core::passes::optimize(&w.model, &opts)
             .map_err(|e| format!("optimizing: {e}"))?
             .model;
         let optimized = Arc::new(optimized);
@@ -420,11 +635,14 @@ fn worker(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
         let t = Instant::now();
+        w.simulating.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut live = q
             .live(plan, samples, Keep::PerTensor, progress)
             .map_err(|e| e.to_string())?;
+        let calibrated = live.plan.clone();
         let (updates_tx, updates) = channel();
         let (inspect_tx, inspected) = channel();
+        let (jobs_tx, jobs) = channel();
         let first = Reply {
             generation: 0,
             plan: live.plan.clone(),
@@ -437,6 +655,7 @@ fn worker(
                 mapping: Arc::new(Mapping::new(optimized.clone())),
                 updates,
                 inspected,
+                jobs,
             }))
             .map_err(|_| "the studio closed".to_string())?;
         let _ = updates_tx.send(Ok(first));
@@ -444,19 +663,67 @@ fn worker(
         repaint(ctx);
         // Edits: only the newest waiting one is simulated.
         let mut inspected: Option<String> = None;
+        let mut generation = 0;
+        let mut cached: Option<Cached> = None;
         while let Ok(first) = msgs.recv() {
             let mut edit = None;
+            let mut full = None;
+            let mut jobs = Vec::new();
             for msg in std::iter::once(first).chain(msgs.try_iter()) {
                 match msg {
                     Msg::Layers(g, l) => edit = Some((g, l)),
+                    Msg::Full(g) => full = Some(g),
                     Msg::Inspect(name) => inspected = Some(name),
+                    job => jobs.push(job),
                 }
             }
-            if let Some((generation, layers)) = edit {
-                let reply = update(&q, &mut live, generation, layers);
+            if let Some((g, edits)) = edit {
+                generation = g;
+                let reply = update(&q, &mut live, &calibrated, g, edits);
                 if updates_tx.send(reply).is_err() {
                     break;
                 }
+            }
+            if let Some(g) = full {
+                generation = g;
+                let t = Instant::now();
+                let plan = live.plan.clone();
+                live = q
+                    .live(plan, live.sample_inputs(), Keep::PerTensor, &Silent)
+                    .map_err(|e| e.to_string())?;
+                let reply = Reply {
+                    generation: g,
+                    plan: live.plan.clone(),
+                    report: q.live_report(&live),
+                    recomputed: optimized.graph.nodes.len() * live.samples(),
+                    seconds: t.elapsed().as_secs_f64(),
+                };
+                if updates_tx.send(Ok(reply)).is_err() {
+                    break;
+                }
+            }
+            for job in jobs {
+                if cached.is_none() {
+                    let mut samples = live.sample_inputs().into_iter().map(|s| Ok((String::new(), s)));
+                    cached = Some(q.cache(&mut samples).map_err(|e| e.to_string())?);
+                }
+                let Some(c) = cached.as_ref() else { break };
+                let reply = match job {
+                    Msg::Sensitivity(p) => {
+                        JobReply::Sensitivity(generation, q.analyze(&live.plan, c, &*p).map_err(|e| e.to_string()))
+                    }
+                    Msg::Pareto(target, p) => JobReply::Pareto(
+                        generation,
+                        q.mixed_precision(&live.plan, c, target, LayerPrecision::INT16, &*p)
+                            .map(|(m, _)| m)
+                            .map_err(|e| e.to_string()),
+                    ),
+                    _ => continue,
+                };
+                if jobs_tx.send(reply).is_err() {
+                    break;
+                }
+                repaint(ctx);
             }
             if let Some(name) = inspected.as_deref() {
                 // An empty answer when the tensor has no float values: the UI stops waiting.
@@ -488,17 +755,18 @@ fn repaint(ctx: Option<&egui::Context>) {
     }
 }
 
-/// One edit: the plan with `layers`, simulated incrementally, and its report. The
-/// `bench-quant-edit` command times exactly this.
+/// One edit: the calibrated plan (or an applied point's) with the edited layers, simulated
+/// incrementally, and its report. The `bench-quant-edit` command times exactly this.
 pub fn update(
     q: &Quantizer<'_>,
     live: &mut npu_core::quant::live::Live,
+    calibrated: &QuantPlan,
     generation: u64,
-    layers: BTreeMap<String, LayerPrecision>,
+    edits: Edits,
 ) -> Result<Reply, String> {
     let t = Instant::now();
-    let mut plan = live.plan.clone();
-    plan.layers = layers;
+    let mut plan = edits.base.as_deref().unwrap_or(calibrated).clone();
+    plan.layers = edits.layers;
     let recomputed = q.live_update(live, &plan, &Silent).map_err(|e| e.to_string())?;
     let report = q.live_report(live);
     Ok(Reply {
@@ -522,15 +790,17 @@ pub struct QuantView {
     pub session: Option<Session>,
     /// Per-node precision edits (optimized node name → precision), the project's state.
     pub layers: BTreeMap<String, LayerPrecision>,
-    undo: Vec<BTreeMap<String, LayerPrecision>>,
-    redo: Vec<BTreeMap<String, LayerPrecision>>,
+    /// The applied mixed-precision point's plan, if any (part of the project's state).
+    pub base: Option<Arc<QuantPlan>>,
+    undo: Vec<Edits>,
+    redo: Vec<Edits>,
     generation: u64,
     /// The node whose context menu is open.
     pub menu_node: Option<NodeId>,
     /// Show update times (off for reproducible screenshots).
     pub show_timings: bool,
     /// Edits to apply once the session's first simulation arrives (a project being opened).
-    pub pending_layers: Option<BTreeMap<String, LayerPrecision>>,
+    pub pending_layers: Option<Edits>,
     /// An edit not yet autosaved.
     pub dirty: bool,
     /// The recipe's ordered rules (name regex and/or op type → precision; later rules win).
@@ -539,6 +809,18 @@ pub struct QuantView {
     pub rules_note: Option<String>,
     /// The recipe window is open.
     pub show_recipe: bool,
+    /// The recipe file the recipe window loads and saves.
+    pub recipe_path: String,
+    /// The mixed-precision search's target output SQNR (dB).
+    pub pareto_target: f64,
+    /// The point of the mixed-precision curve picked for "Apply this point".
+    pub pareto_point: usize,
+    /// The edit generation last exported, and where.
+    pub exported: Option<(u64, std::path::PathBuf)>,
+    /// The first preprocessed sample, its texture, and the job making the next one.
+    pub preview: Option<Preview>,
+    preview_texture: Option<egui::TextureHandle>,
+    preview_job: Option<super::jobs::Job<Preview>>,
 }
 
 impl Default for QuantView {
@@ -555,6 +837,7 @@ impl Default for QuantView {
             green_above: 40.0,
             session: None,
             layers: BTreeMap::new(),
+            base: None,
             undo: Vec::new(),
             redo: Vec::new(),
             generation: 0,
@@ -565,22 +848,34 @@ impl Default for QuantView {
             rules: Vec::new(),
             rules_note: None,
             show_recipe: false,
+            recipe_path: String::new(),
+            pareto_target: 30.0,
+            pareto_point: 0,
+            exported: None,
+            preview: None,
+            preview_texture: None,
+            preview_job: None,
         }
     }
 }
 
 impl QuantView {
     pub fn busy(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| s.starting() || s.updating())
+        self.session
+            .as_ref()
+            .is_some_and(|s| s.starting() || s.updating() || s.job.is_some())
+            || self.preview_job.is_some()
     }
 
-    /// Starts calibration and simulation of the open model.
-    pub fn start(&mut self, model: Arc<Model>, ctx: Option<egui::Context>) {
-        self.session = Some(Session::start(model, self.setup.clone(), ctx));
-        if !self.layers.is_empty() {
+    /// Starts calibration and simulation of the open model, optimized with `passes`.
+    pub fn start(&mut self, model: Arc<Model>, passes: Vec<String>, ctx: Option<egui::Context>) {
+        self.exported = None;
+        self.session = Some(Session::start(model, self.setup.clone(), passes, ctx));
+        if !self.layers.is_empty() || self.base.is_some() {
             self.dirty = true;
         }
         self.layers.clear();
+        self.base = None;
         self.undo.clear();
         self.redo.clear();
         self.generation = 0;
@@ -590,6 +885,7 @@ impl QuantView {
     pub fn reset(&mut self) {
         self.session = None;
         self.layers.clear();
+        self.base = None;
         self.undo.clear();
         self.redo.clear();
         self.menu_node = None;
@@ -607,9 +903,9 @@ impl QuantView {
         match s.poll() {
             Ok(_) => {
                 if s.result.is_some()
-                    && let Some(layers) = self.pending_layers.take()
+                    && let Some(edits) = self.pending_layers.take()
                 {
-                    self.layers = layers;
+                    self.set_edits(edits);
                     self.push();
                 }
                 None
@@ -654,9 +950,36 @@ impl QuantView {
             }
         }
         if layers != self.layers {
-            self.undo.push(std::mem::replace(&mut self.layers, layers));
+            let before = self.edits();
+            self.layers = layers;
+            self.undo.push(before);
             self.redo.clear();
             self.push();
+        }
+    }
+
+    /// The project's precision state.
+    pub fn edits(&self) -> Edits {
+        Edits {
+            layers: self.layers.clone(),
+            base: self.base.clone(),
+        }
+    }
+
+    fn set_edits(&mut self, e: Edits) {
+        self.layers = e.layers;
+        self.base = e.base;
+    }
+
+    /// Simulates every sample again from scratch with the current edits.
+    pub fn resimulate(&mut self) {
+        if self.session.as_ref().is_some_and(|s| s.result.is_some()) {
+            self.generation += 1;
+            let g = self.generation;
+            if let Some(s) = &mut self.session {
+                s.sent.insert(g, Instant::now());
+                let _ = s.tx.send(Msg::Full(g));
+            }
         }
     }
 
@@ -670,39 +993,48 @@ impl QuantView {
 
     pub fn undo(&mut self) {
         if let Some(prev) = self.undo.pop() {
-            self.redo.push(std::mem::replace(&mut self.layers, prev));
+            self.redo.push(self.edits());
+            self.set_edits(prev);
             self.push();
         }
     }
 
     pub fn redo(&mut self) {
         if let Some(next) = self.redo.pop() {
-            self.undo.push(std::mem::replace(&mut self.layers, next));
+            self.undo.push(self.edits());
+            self.set_edits(next);
             self.push();
         }
     }
 
     /// Replaces every edit at once (an undoable edit once the session runs; applied when
     /// its first simulation arrives before that).
-    pub fn apply_layers(&mut self, layers: BTreeMap<String, LayerPrecision>) {
+    pub fn apply_edits(&mut self, edits: Edits) {
         if self.session.as_ref().is_some_and(|s| s.result.is_some()) {
-            if layers != self.layers {
-                self.undo.push(std::mem::replace(&mut self.layers, layers));
+            if edits != self.edits() {
+                self.undo.push(self.edits());
+                self.set_edits(edits);
                 self.redo.clear();
                 self.push();
             }
         } else {
-            self.pending_layers = Some(layers);
+            self.pending_layers = Some(edits);
         }
+    }
+
+    /// Replaces the per-layer edits (keeping the base plan) as one undoable edit.
+    pub fn apply_layers(&mut self, layers: BTreeMap<String, LayerPrecision>) {
+        let base = self.base.clone();
+        self.apply_edits(Edits { layers, base });
     }
 
     fn push(&mut self) {
         self.dirty = true;
         self.generation += 1;
         let g = self.generation;
-        let layers = self.layers.clone();
+        let edits = self.edits();
         if let Some(s) = &mut self.session {
-            s.send(g, layers);
+            s.send(g, edits);
         }
     }
 
@@ -786,7 +1118,7 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
         egui::ComboBox::from_id_salt("quant_preset")
             .selected_text(st.quant.setup.preset.clone())
             .show_ui(ui, |ui| {
-                for p in ["w8a8", "w8a16", "w4a16", "fp16"] {
+                for p in PRESETS {
                     ui.selectable_value(&mut st.quant.setup.preset, p.to_string(), p);
                 }
             });
@@ -815,10 +1147,9 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
             st.quant.setup.data = p.display().to_string();
         }
     }
-    if run && let Some(l) = &st.loaded {
-        let model = l.model.clone();
-        let ctx = st.ctx.clone();
-        st.quant.start(model, ctx);
+    preview_ui(st, ui);
+    if run {
+        st.start_quantization();
     }
     let Some(s) = &st.quant.session else {
         ui.label("Pick a folder of samples and run: the heatmap shows on the graph.");
@@ -873,15 +1204,40 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
         ui.toggle_value(&mut st.quant.show_recipe, "Recipe…");
     });
     legend_ui(ui, &st.quant, &st.theme.quant);
+    if !st.multi.is_empty() {
+        let nodes: Vec<NodeId> = st.multi.iter().copied().collect();
+        let mut clear = false;
+        ui.horizontal_wrapped(|ui| {
+            ui.label(format!("{} nodes selected:", nodes.len()));
+            for (name, p) in PRECISIONS {
+                if ui.button(format!("Set selected to {name}")).clicked() {
+                    st.quant.set_precision(&nodes, p);
+                }
+            }
+            clear = ui.button("Clear selection").clicked();
+        });
+        if clear {
+            st.send(Command::SetMulti(Vec::new()));
+        }
+    }
     let mut open = st.quant.show_recipe;
-    egui::Window::new("Recipe rules")
+    egui::Window::new("Recipe")
         .open(&mut open)
         .default_pos(ui.max_rect().left_top() - egui::vec2(0.0, 220.0))
         .show(ui.ctx(), |ui| rules_ui(ui, &mut st.quant));
     st.quant.show_recipe = open;
     let Some(s) = &st.quant.session else { return };
     let Some(r) = &s.result else { return };
-    depth_plot_ui(ui, &r.report, st.quant.red_below, &st.theme.quant);
+    let report = r.report.clone();
+    ui.columns(3, |cols| {
+        depth_plot_ui(&mut cols[0], &report, st.quant.red_below, &st.theme.quant);
+        if let Some(n) = sensitivity_ui(&mut cols[1], st) {
+            select = Some(n);
+        }
+        pareto_ui(&mut cols[2], st);
+    });
+    let Some(s) = &st.quant.session else { return };
+    let Some(r) = &s.result else { return };
     ui.horizontal_wrapped(|ui| {
         ui.label("Worst layers (cumulative):");
         let mut rows: Vec<(NodeId, &TensorReport)> = s.rows.keys().filter_map(|&n| Some((n, s.row(n)?))).collect();
@@ -899,6 +1255,234 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
     });
     if let Some(n) = select {
         st.send(Command::Reveal(Selection::Node(n)));
+    }
+}
+
+/// The first preprocessed sample next to the form; made again (off the UI thread) whenever
+/// the samples or the preprocessing change.
+fn preview_ui(st: &mut Studio, ui: &mut egui::Ui) {
+    let q = &mut st.quant;
+    if let Some(r) = q.preview_job.as_ref().and_then(super::jobs::Job::poll) {
+        q.preview_job = None;
+        if let Ok(p) = r {
+            q.preview_texture = p.image.clone().map(|img| {
+                ui.ctx()
+                    .load_texture("calibration_preview", img, egui::TextureOptions::NEAREST)
+            });
+            q.preview = Some(p);
+        }
+    }
+    let key = (q.setup.data.clone(), q.setup.preprocess.clone());
+    let current = q.preview.as_ref().is_some_and(|p| p.key == key);
+    if !current
+        && q.preview_job.is_none()
+        && !key.0.is_empty()
+        && let Some(l) = &st.loaded
+    {
+        let model = l.model.clone();
+        q.preview_job = Some(super::jobs::Job::spawn("preview", st.ctx.as_ref(), move |_| {
+            Ok(make_preview(&model, &key.0, &key.1))
+        }));
+    }
+    let Some(p) = &q.preview else { return };
+    if q.setup.data.is_empty() {
+        return;
+    }
+    ui.horizontal(|ui| {
+        ui.weak("First sample:");
+        if let (Some(t), true) = (&q.preview_texture, p.image.is_some()) {
+            let size = t.size_vec2();
+            let scale = (48.0 / size.y).min(240.0 / size.x);
+            ui.add(egui::Image::new(t).fit_to_exact_size(size * scale))
+                .on_hover_text("the first sample after preprocessing, values stretched to the full grey range");
+        }
+        if current {
+            ui.label(&p.text);
+        } else {
+            ui.weak("updating…");
+        }
+    });
+}
+
+/// The run button, progress and cancel of an analysis job; true when Run was clicked.
+fn job_row(ui: &mut egui::Ui, s: &mut Session, kind: JobKind, run: &str) -> bool {
+    let mut clicked = false;
+    ui.horizontal(|ui| match s.job.clone() {
+        Some((k, p)) if k == kind => {
+            let (f, what) = p.fraction();
+            ui.add(egui::ProgressBar::new(f).desired_width(160.0).text(what).animate(true));
+            if ui.button(format!("Cancel {}", run.to_lowercase())).clicked() {
+                s.cancel_job();
+            }
+        }
+        busy => {
+            clicked = ui.add_enabled(busy.is_none(), egui::Button::new(run)).clicked();
+        }
+    });
+    clicked
+}
+
+/// The node of the open model an optimized node was made from.
+fn open_node(m: &Mapping, optimized_name: &str) -> Option<NodeId> {
+    m.optimized
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.name == optimized_name)
+        .and_then(|n| n.origin.last().copied())
+}
+
+/// Sensitivity bars: the output SQNR gained when one layer alone stays float (all the
+/// others quantized), the largest first. Returns a layer the user clicked.
+fn sensitivity_ui(ui: &mut egui::Ui, st: &mut Studio) -> Option<NodeId> {
+    let ctx = st.ctx.clone();
+    let s = st.quant.session.as_mut()?;
+    let mut select = None;
+    egui::CollapsingHeader::new("Layer sensitivity")
+        .default_open(true)
+        .show(ui, |ui| {
+            if job_row(ui, s, JobKind::Sensitivity, "Measure sensitivity") {
+                s.start_job(JobKind::Sensitivity, 0.0, ctx.clone());
+            }
+            let Some((g, a)) = &s.sensitivity else {
+                ui.weak("Each layer alone kept float: how much output SQNR it gains.");
+                return;
+            };
+            let Some(full) = a.full.sqnr_db else {
+                ui.label("The plan is exact: no layer loses anything.");
+                return;
+            };
+            let gains = sensitivity_gains(a, full);
+            if *g != s.generation() {
+                ui.weak("measured on an earlier plan: measure again");
+            }
+            let bars: Vec<egui_plot::Bar> = gains
+                .iter()
+                .enumerate()
+                .map(|(k, (n, d))| egui_plot::Bar::new(k as f64, *d).name(n).width(0.7))
+                .collect();
+            egui_plot::Plot::new("sensitivity_bars")
+                .height(110.0)
+                .allow_drag(false)
+                .allow_zoom(false)
+                .allow_scroll(false)
+                .x_axis_label("layer (most sensitive first)")
+                .y_axis_label("dB gained")
+                .show(ui, |p| p.bar_chart(egui_plot::BarChart::new("gain", bars)));
+            ui.horizontal_wrapped(|ui| {
+                for (n, d) in gains.iter().take(5) {
+                    if ui.link(format!("{n} +{d:.1} dB")).clicked() {
+                        select = s.mapping.as_deref().and_then(|m| open_node(m, n));
+                    }
+                }
+            });
+        });
+    select
+}
+
+/// The 12 layers whose staying float gains the output the most: (layer, dB gained).
+pub fn sensitivity_gains(a: &Analysis, full_db: f64) -> Vec<(String, f64)> {
+    let mut gains: Vec<(String, f64)> = a
+        .layers
+        .iter()
+        .filter_map(|l| Some((l.node.clone(), l.all_but_this_db? - full_db)))
+        .collect();
+    gains.sort_by(|a, b| b.1.total_cmp(&a.1));
+    gains.truncate(12);
+    gains
+}
+
+/// The mixed-precision curve (output SQNR against layers promoted to 16-bit activations),
+/// a point picked on it, and "Apply this point".
+fn pareto_ui(ui: &mut egui::Ui, st: &mut Studio) {
+    let ctx = st.ctx.clone();
+    let (mid, low) = (st.theme.quant.mid, st.theme.quant.low);
+    let q = &mut st.quant;
+    let Some(s) = q.session.as_mut() else { return };
+    let mut apply = None;
+    egui::CollapsingHeader::new("Mixed precision (Pareto curve)")
+        .default_open(true)
+        .show(ui, |ui| {
+            ui.horizontal(|ui| {
+                let label = ui.label("target");
+                ui.add(egui::DragValue::new(&mut q.pareto_target).speed(0.5).suffix(" dB"))
+                    .labelled_by(label.id);
+            });
+            if job_row(ui, s, JobKind::Pareto, "Find mixed precision") {
+                s.start_job(JobKind::Pareto, q.pareto_target, ctx.clone());
+            }
+            let Some((g, m)) = &s.pareto else {
+                ui.weak("Promotes the most sensitive layers to 16-bit activations, one at a time.");
+                return;
+            };
+            if *g != s.generation() {
+                ui.weak("searched from an earlier plan");
+            }
+            let last = m.curve.len().saturating_sub(1);
+            q.pareto_point = q.pareto_point.min(last);
+            let pts: Vec<[f64; 2]> = m
+                .curve
+                .iter()
+                .filter_map(|c| Some([c.promoted as f64, c.sqnr_db?]))
+                .collect();
+            let picked = &m.curve[q.pareto_point];
+            let r = egui_plot::Plot::new("pareto_curve")
+                .height(110.0)
+                .allow_drag(false)
+                .allow_zoom(false)
+                .allow_scroll(false)
+                .x_axis_label("layers at 16 bits")
+                .y_axis_label("output dB")
+                .show(ui, |p| {
+                    p.line(egui_plot::Line::new("SQNR", pts.clone()));
+                    p.points(egui_plot::Points::new("points", pts.clone()).radius(2.5));
+                    p.hline(egui_plot::HLine::new("target", m.target_db).color(mid));
+                    if let Some(v) = picked.sqnr_db {
+                        p.points(
+                            egui_plot::Points::new("picked", vec![[picked.promoted as f64, v]])
+                                .radius(5.0)
+                                .color(low),
+                        );
+                    }
+                    p.pointer_coordinate()
+                });
+            // A click on the plot picks the nearest point.
+            if r.response.clicked()
+                && let Some(at) = r.inner
+            {
+                let near = m.curve.iter().enumerate().min_by(|a, b| {
+                    let d = |c: &npu_core::quant::amp::CurvePoint| (c.promoted as f64 - at.x).abs();
+                    d(a.1).total_cmp(&d(b.1))
+                });
+                if let Some((k, _)) = near {
+                    q.pareto_point = k;
+                }
+            }
+            ui.horizontal_wrapped(|ui| {
+                let label = ui.label("point");
+                ui.add(egui::Slider::new(&mut q.pareto_point, 0..=last))
+                    .labelled_by(label.id);
+                let c = &m.curve[q.pareto_point];
+                ui.label(format!(
+                    "{} of {} at 16 bits · {} · {:.0} KiB",
+                    c.promoted,
+                    m.layers_total,
+                    db(c.sqnr_db),
+                    c.cost_bytes / 1024.0
+                ));
+                if let Some(plan) = m.plans.get(q.pareto_point)
+                    && ui.button("Apply this point").clicked()
+                {
+                    apply = Some(plan.clone());
+                }
+            });
+        });
+    if let Some(plan) = apply {
+        let layers = plan.layers.clone();
+        q.apply_edits(Edits {
+            layers,
+            base: Some(Arc::new(plan)),
+        });
     }
 }
 
@@ -939,6 +1523,18 @@ fn rules_ui(ui: &mut egui::Ui, q: &mut QuantView) {
 }
 
 fn rules_list_ui(ui: &mut egui::Ui, q: &mut QuantView) {
+    recipe_file_ui(ui, q);
+    ui.horizontal(|ui| {
+        ui.label("Preset (recalibrate after a change):");
+        egui::ComboBox::from_id_salt("recipe_preset")
+            .selected_text(q.setup.preset.clone())
+            .show_ui(ui, |ui| {
+                for p in PRESETS {
+                    ui.selectable_value(&mut q.setup.preset, p.to_string(), p);
+                }
+            });
+    });
+    ui.separator();
     {
         {
             ui.weak("Later rules win. A name pattern is a regex searched in the optimized graph's node names; op Conv also matches FusedConv.");
@@ -991,6 +1587,128 @@ fn rules_list_ui(ui: &mut egui::Ui, q: &mut QuantView) {
                 }
             });
         }
+    }
+    ui.separator();
+    overrides_ui(ui, q);
+}
+
+/// The recipe file row: its path, Browse…, Load recipe and Save recipe.
+fn recipe_file_ui(ui: &mut egui::Ui, q: &mut QuantView) {
+    ui.horizontal(|ui| {
+        let label = ui.label("Recipe file:");
+        ui.add(
+            egui::TextEdit::singleline(&mut q.recipe_path)
+                .hint_text("recipe.ron")
+                .desired_width(240.0),
+        )
+        .labelled_by(label.id);
+        if ui.button("Browse recipes…").clicked()
+            && let Some(p) = rfd::FileDialog::new().add_filter("Recipe", &["ron"]).pick_file()
+        {
+            q.recipe_path = p.display().to_string();
+        }
+        if ui.button("Load recipe").clicked() {
+            q.load_recipe();
+        }
+        if ui.button("Save recipe").clicked() {
+            q.save_recipe();
+        }
+    });
+}
+
+/// The per-node overrides (the current edits), each removable.
+fn overrides_ui(ui: &mut egui::Ui, q: &mut QuantView) {
+    let mut remove = None;
+    egui::CollapsingHeader::new(format!("Per-node overrides ({})", q.layers.len()))
+        .id_salt("overrides")
+        .default_open(true)
+        .show(ui, |ui| {
+            if q.layers.is_empty() {
+                ui.weak("none: right-click a node, or apply rules");
+            }
+            egui::ScrollArea::vertical().max_height(160.0).show(ui, |ui| {
+                for (name, p) in &q.layers {
+                    ui.horizontal(|ui| {
+                        ui.label(name);
+                        ui.label(precision_name(*p));
+                        if ui.small_button(format!("Remove override {name}")).clicked() {
+                            remove = Some(name.clone());
+                        }
+                    });
+                }
+            });
+        });
+    if let Some(n) = remove {
+        let mut layers = q.layers.clone();
+        layers.remove(&n);
+        q.apply_layers(layers);
+    }
+}
+
+impl QuantView {
+    /// The recipe the editor shows: the preset, the rules and the overrides.
+    pub fn recipe(&self) -> Recipe {
+        Recipe {
+            preset: self.setup.preset.clone(),
+            rules: self.rules.clone(),
+            overrides: self
+                .layers
+                .iter()
+                .filter_map(|(n, p)| Some((n.clone(), p.keyword()?.to_string())))
+                .collect(),
+            ..Recipe::default()
+        }
+    }
+
+    /// Reads `recipe_path`: its preset and rules replace the editor's, and once a plan is
+    /// calibrated its rules and overrides become the edits (one undoable edit).
+    pub fn load_recipe(&mut self) {
+        let path = self.recipe_path.clone();
+        let r = std::fs::read_to_string(&path)
+            .map_err(|e| format!("{path}: {e}"))
+            .and_then(|t| Recipe::parse_ron(&t).map_err(|e| format!("{path}: not a recipe: {e}")));
+        let recipe = match r {
+            Ok(r) => r,
+            Err(e) => {
+                self.rules_note = Some(e);
+                return;
+            }
+        };
+        if recipe.preset != self.setup.preset {
+            self.setup.preset.clone_from(&recipe.preset);
+        }
+        self.rules.clone_from(&recipe.rules);
+        self.dirty = true;
+        let Some(m) = self.session.as_ref().and_then(|s| s.mapping.clone()) else {
+            self.rules_note = Some(format!(
+                "loaded {} rules and {} overrides: they apply once the plan is calibrated",
+                recipe.rules.len(),
+                recipe.overrides.len()
+            ));
+            return;
+        };
+        match recipe.resolve(&m.optimized.graph) {
+            Ok(r) => {
+                self.rules_note = Some(format!("loaded and applied: {} layers off the preset", r.layers.len()));
+                self.apply_layers(r.layers);
+            }
+            Err(e) => self.rules_note = Some(format!("{path}: {e}")),
+        }
+    }
+
+    /// Writes the editor's recipe to `recipe_path` (atomically).
+    pub fn save_recipe(&mut self) {
+        let path = std::path::PathBuf::from(&self.recipe_path);
+        if self.recipe_path.is_empty() {
+            self.rules_note = Some("type a recipe file name first".into());
+            return;
+        }
+        self.rules_note = Some(
+            match npu_core::export::write_atomic(&path, self.recipe().to_ron().as_bytes()) {
+                Ok(()) => format!("saved to {}", path.display()),
+                Err(e) => format!("{}: {e}", path.display()),
+            },
+        );
     }
 }
 
@@ -1082,12 +1800,15 @@ fn legend_ui(ui: &mut egui::Ui, q: &QuantView, c: &QuantColours) {
 }
 
 /// The precision menu of a node card (right-click) or the inspector.
-pub fn precision_menu(ui: &mut egui::Ui, q: &mut QuantView, node: NodeId) -> bool {
-    let current = q.precision_of(node);
+pub fn precision_menu(ui: &mut egui::Ui, q: &mut QuantView, nodes: &[NodeId]) -> bool {
+    // The precision they share, if they do.
+    let mut all = nodes.iter().filter_map(|&n| q.precision_of(n));
+    let first = all.next();
+    let current = first.filter(|p| all.all(|x| x == *p));
     let mut chosen = false;
     for (name, p) in PRECISIONS {
         if ui.radio(current == Some(p), name).clicked() {
-            q.set_precision(&[node], p);
+            q.set_precision(nodes, p);
             chosen = true;
         }
     }
@@ -1146,7 +1867,7 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
             });
             ui.label("Precision:");
             ui.horizontal_wrapped(|ui| {
-                precision_menu(ui, &mut st.quant, node);
+                precision_menu(ui, &mut st.quant, &[node]);
             });
             let Some(s) = st.quant.session.as_mut() else { return };
             s.request_inspect(&t.name);
@@ -1192,6 +1913,23 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
                 .map(|&(x, c)| egui_plot::Bar::new(x, c as f64).width(i.values_bin_width))
                 .collect();
             let range = i.grid.map(|g| g.1);
+            // The grid's levels: lines when few, ticks on the axis when many.
+            let levels: Vec<f64> = match i.grid {
+                Some((_, (lo, hi), Some(step))) if step > 0.0 && (hi - lo) / step <= GRID_TICKS_MAX => {
+                    let n = ((hi - lo) / step).round() as usize;
+                    (0..=n).map(|k| lo + k as f64 * step).collect()
+                }
+                _ => Vec::new(),
+            };
+            if let Some((_, (lo, hi), Some(step))) = i.grid {
+                let n = ((hi - lo) / step).round() + 1.0;
+                if levels.is_empty() {
+                    ui.weak(format!("{n:.0} grid levels: too fine to draw"));
+                } else {
+                    ui.weak(format!("{n:.0} grid levels, drawn as ticks on the axis"));
+                }
+            }
+            let grid_colour = st.theme.text_weak;
             let edge = st.theme.quant.low;
             egui_plot::Plot::new("quant_value_histogram")
                 .height(110.0)
@@ -1204,6 +1942,14 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
                     if let Some((lo, hi)) = range {
                         p.vline(egui_plot::VLine::new("clip low", lo).color(edge));
                         p.vline(egui_plot::VLine::new("clip high", hi).color(edge));
+                    }
+                    if levels.len() <= GRID_LINES_MAX {
+                        for &x in &levels {
+                            p.vline(egui_plot::VLine::new("grid", x).color(grid_colour.gamma_multiply(0.5)));
+                        }
+                    } else {
+                        let ticks: Vec<[f64; 2]> = levels.iter().map(|&x| [x, 0.0]).collect();
+                        p.points(egui_plot::Points::new("grid", ticks).radius(1.0).color(grid_colour));
                     }
                 });
             ui.strong("Error histogram (every sample)");
@@ -1247,7 +1993,14 @@ pub fn bench_edits(model: Arc<Model>, name: &str, setup: Setup, edits: usize) ->
         ..QuantView::default()
     };
     let t0 = Instant::now();
-    q.start(model.clone(), None);
+    q.start(
+        model.clone(),
+        npu_core::passes::all_passes()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect(),
+        None,
+    );
     let wait = |q: &mut QuantView, generation: u64| -> Result<(), String> {
         loop {
             if let Some(e) = q.poll() {

@@ -27,9 +27,11 @@ pub fn ppocr(which: &str) -> PathBuf {
     p
 }
 
-/// A folder of this test process for autosave files (never next to the repository's models).
+/// A folder of this test (its thread) for autosave files, never next to the repository's
+/// models and never shared with another test.
 pub fn autosave_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("npu_studio_autosave_{}", std::process::id()));
+    let test = std::thread::current().name().unwrap_or("main").replace("::", "_");
+    let d = std::env::temp_dir().join(format!("npu_studio_autosave_{}_{test}", std::process::id()));
     std::fs::create_dir_all(&d).expect("autosave dir");
     d
 }

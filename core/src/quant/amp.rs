@@ -42,6 +42,9 @@ pub struct MixedPrecision {
     /// Layers promoted in the returned plan (`None`: the target was not reached).
     pub chosen: Option<usize>,
     pub seconds: f64,
+    /// The plan of each point of the curve (not written to reports).
+    #[serde(skip)]
+    pub plans: Vec<QuantPlan>,
 }
 
 impl Quantizer<'_> {
@@ -226,6 +229,7 @@ impl Quantizer<'_> {
             cost_bytes: cost(plan),
             sqnr_db: Some(base_db),
         }];
+        let mut plans = vec![plan.clone()];
         let mut chosen = (base_db >= target_db).then_some(0);
         let mut chosen_plan = chosen.map(|_| plan.clone());
         let dense = (layers_total / 10).max(8);
@@ -248,6 +252,7 @@ impl Quantizer<'_> {
                 cost_bytes: cost(&current),
                 sqnr_db: db.is_finite().then_some(db),
             });
+            plans.push(current.clone());
             if chosen.is_none() && db >= target_db {
                 chosen = Some(k);
                 chosen_plan = Some(current.clone());
@@ -267,6 +272,7 @@ impl Quantizer<'_> {
                 curve,
                 chosen,
                 seconds: t0.elapsed().as_secs_f64(),
+                plans,
             },
             chosen_plan.unwrap_or_else(|| plan.clone()),
         ))

@@ -105,6 +105,13 @@ impl LayerPrecision {
         activations: ActFormat::Float,
     };
 
+    /// The word `parse` reads back (`None` for a combination no word names).
+    pub fn keyword(self) -> Option<&'static str> {
+        ["int8", "int16", "fp16", "int4", "float"]
+            .into_iter()
+            .find(|k| Self::parse(k).is_ok_and(|p| p == self))
+    }
+
     /// `int8`, `int16`, `fp16`, `int4`, `float`.
     pub fn parse(s: &str) -> Result<Self, String> {
         Ok(match s {

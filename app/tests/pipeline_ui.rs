@@ -1,0 +1,436 @@
+//! The pipeline panel, multi-selection, sensitivity bars, the mixed-precision curve, the
+//! calibration preview and recipe files, driven as a user would on PP-OCR cls with its six
+//! preprocessed photos (no GPU needed).
+
+mod common;
+
+use common::{open, ppocr, settle};
+use egui::{Event, Modifiers, PointerButton, Pos2, Rect};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use npu_core::quant::LayerPrecision;
+use npu_studio::studio::Studio;
+use npu_studio::studio::canvas::Xf;
+use npu_studio::studio::commands::{Command, Selection};
+use npu_studio::studio::pipeline::{Stage, Status, status};
+use std::path::PathBuf;
+
+fn cls_samples(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("npu_pipeline_ui_{name}_{}", std::process::id()));
+    common::cls_samples_in(&dir);
+    dir
+}
+
+/// PP-OCR cls open, calibrated and simulated on its six photos.
+fn quantized<'a>(name: &str) -> (Harness<'a, Studio>, PathBuf) {
+    let dir = cls_samples(name);
+    let mut h = open(&ppocr("cls"));
+    h.state_mut().quant.open = true;
+    h.state_mut().quant.setup.data = dir.display().to_string();
+    h.state_mut().start_quantization();
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    (h, dir)
+}
+
+fn output_db(st: &Studio) -> Option<f64> {
+    st.quant.session.as_ref()?.result.as_ref()?.report.outputs[0].sqnr_db
+}
+
+/// The card of a node on screen.
+fn card(st: &Studio, n: usize) -> Rect {
+    let r = st.rect_of(Selection::Node(n)).expect("a card");
+    Xf::new(st.canvas_rect, &st.view).rect(r)
+}
+
+fn with_shift(h: &mut Harness<'_, Studio>, f: impl FnOnce(&mut Harness<'_, Studio>)) {
+    h.event(Event::ModifiersChanged(Modifiers::SHIFT));
+    h.step();
+    f(h);
+    h.event(Event::ModifiersChanged(Modifiers::NONE));
+    h.step();
+}
+
+fn press(h: &mut Harness<'_, Studio>, pos: Pos2, button: PointerButton, pressed: bool, modifiers: Modifiers) {
+    h.event(Event::PointerButton {
+        pos,
+        button,
+        pressed,
+        modifiers,
+    });
+}
+
+#[test]
+fn shift_click_box_select_and_op_type_select_set_every_precision() {
+    let (mut h, dir) = quantized("multi");
+    // Two quantized nodes whose cards are on screen together.
+    let mut nodes: Vec<usize> = h
+        .state()
+        .quant
+        .session
+        .as_ref()
+        .expect("s")
+        .rows
+        .keys()
+        .copied()
+        .collect();
+    nodes.sort_unstable();
+    let a = nodes[4];
+    h.state_mut().send(Command::Reveal(Selection::Node(a)));
+    settle(&mut h);
+    let canvas = h.state().canvas_rect.shrink(40.0);
+    let b = *nodes
+        .iter()
+        .filter(|&&n| n != a && canvas.contains_rect(card(h.state(), n)))
+        .min_by(|x, y| {
+            let d = |n: usize| card(h.state(), n).center().distance(card(h.state(), a).center());
+            d(**x).total_cmp(&d(**y))
+        })
+        .expect("a second card on screen");
+    let (ra, rb) = (card(h.state(), a), card(h.state(), b));
+    // Click a, Shift+click b.
+    common::click_at(&mut h, ra.center());
+    with_shift(&mut h, |h| {
+        h.event(Event::PointerMoved(rb.center()));
+        press(h, rb.center(), PointerButton::Primary, true, Modifiers::SHIFT);
+        press(h, rb.center(), PointerButton::Primary, false, Modifiers::SHIFT);
+        h.step();
+    });
+    h.step();
+    assert_eq!(h.state().multi.iter().copied().collect::<Vec<_>>(), {
+        let mut v = vec![a, b];
+        v.sort_unstable();
+        v
+    });
+    // The right-click menu speaks of both.
+    h.event(Event::PointerMoved(rb.center()));
+    press(&mut h, rb.center(), PointerButton::Secondary, true, Modifiers::NONE);
+    press(&mut h, rb.center(), PointerButton::Secondary, false, Modifiers::NONE);
+    for _ in 0..3 {
+        h.step();
+    }
+    assert!(h.query_by_label("Precision of 2 selected nodes").is_some());
+    h.key_press(egui::Key::Escape);
+    h.step();
+    // Escape closed the menu and cleared the selection: select both again with a band.
+    assert!(h.state().multi.is_empty());
+    let band = ra.union(rb).expand(6.0);
+    with_shift(&mut h, |h| {
+        h.event(Event::PointerMoved(band.left_top()));
+        press(h, band.left_top(), PointerButton::Primary, true, Modifiers::SHIFT);
+        h.step();
+        for k in 1..=4 {
+            let p = band.left_top() + (band.right_bottom() - band.left_top()) * (k as f32 / 4.0);
+            h.event(Event::PointerMoved(p));
+            h.step();
+        }
+        press(h, band.right_bottom(), PointerButton::Primary, false, Modifiers::SHIFT);
+        h.step();
+    });
+    h.step();
+    let multi = h.state().multi.clone();
+    assert!(multi.contains(&a) && multi.contains(&b), "{multi:?} lacks {a} or {b}");
+    // One click sets every selected node's precision; one undo restores them all.
+    let before = output_db(h.state());
+    h.get_by_label("Set selected to int16").click();
+    settle(&mut h);
+    for &n in &multi {
+        if h.state().quant.precision_of(n).is_some() {
+            assert_eq!(h.state().quant.precision_of(n), Some(LayerPrecision::INT16), "node {n}");
+        }
+    }
+    assert_ne!(output_db(h.state()), before);
+    h.key_press_modifiers(Modifiers::COMMAND, egui::Key::Z);
+    settle(&mut h);
+    assert_eq!(h.state().quant.precision_of(a), Some(LayerPrecision::INT8));
+    assert_eq!(h.state().quant.precision_of(b), Some(LayerPrecision::INT8));
+    assert_eq!(output_db(h.state()), before, "one undo restores every node");
+    // "Select all of op type" from the card's menu.
+    let op = h.state().loaded.as_ref().expect("l").model.graph.nodes[a].op.clone();
+    let same = h
+        .state()
+        .loaded
+        .as_ref()
+        .expect("l")
+        .model
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == op)
+        .count();
+    h.event(Event::PointerMoved(ra.center()));
+    press(&mut h, ra.center(), PointerButton::Secondary, true, Modifiers::NONE);
+    press(&mut h, ra.center(), PointerButton::Secondary, false, Modifiers::NONE);
+    for _ in 0..3 {
+        h.step();
+    }
+    h.get_by_label(&format!("Select all {same} {op} nodes")).click();
+    h.step();
+    h.step();
+    assert_eq!(h.state().multi.len(), same);
+    assert!(h.query_by_label(&format!("{same} nodes selected:")).is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pipeline_stages_run_export_and_go_stale() {
+    let dir = cls_samples("pipeline");
+    let mut h = open(&ppocr("cls"));
+    let st = h.state();
+    assert!(matches!(status(st, Stage::Import), Status::Done(_)));
+    assert!(matches!(status(st, Stage::Calibrate), Status::Waiting(_)));
+    assert!(matches!(status(st, Stage::Compile), Status::Unavailable(_)));
+    assert!(matches!(status(st, Stage::Emulate), Status::Unavailable(_)));
+    assert!(h.query_by_label("Run import").is_some());
+    // Run the calibration from the pipeline: it shows progress while it runs.
+    h.state_mut().quant.setup.data = dir.display().to_string();
+    h.step();
+    h.get_by_label("Run calibrate").click();
+    let mut seen_running = false;
+    for _ in 0..4000 {
+        h.step();
+        let st = h.state();
+        if matches!(status(st, Stage::Calibrate), Status::Running(..))
+            || matches!(status(st, Stage::Simulate), Status::Running(..))
+        {
+            seen_running = true;
+        }
+        if !st.busy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    settle(&mut h);
+    assert!(seen_running, "a progress bar while calibrating");
+    let st = h.state();
+    assert!(st.error.is_none(), "{:?}", st.error);
+    assert!(
+        matches!(status(st, Stage::Optimize), Status::Done(_)),
+        "{:?}",
+        status(st, Stage::Optimize)
+    );
+    assert!(matches!(status(st, Stage::Calibrate), Status::Done(_)));
+    let Status::Done(sim) = status(st, Stage::Simulate) else {
+        panic!("{:?}", status(st, Stage::Simulate))
+    };
+    assert!(sim.contains("6 samples"), "{sim}");
+    // Export: the optimized ONNX, the plan and the report.
+    let out = dir.join("export");
+    h.state_mut().pipeline.export_dir = Some(out.clone());
+    h.get_by_label("Run export").click();
+    h.step();
+    println!(
+        "export: {:?} {:?} {:?}",
+        status(h.state(), Stage::Export),
+        h.state().quant.exported,
+        h.state().status
+    );
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    assert!(matches!(status(h.state(), Stage::Export), Status::Done(_)));
+    let onnx = npu_core::import::onnx::load(&out.join("ppocr_cls.optimized.onnx")).expect("the exported ONNX loads");
+    let s = h.state().quant.session.as_ref().expect("s");
+    let m = s.mapping.as_ref().expect("mapping");
+    assert_eq!(onnx.0.graph.nodes.len(), m.optimized.graph.nodes.len());
+    let plan: npu_core::quant::QuantPlan =
+        ron::from_str(&std::fs::read_to_string(out.join("ppocr_cls.quant.ron")).expect("plan")).expect("a plan");
+    assert_eq!(&plan, &s.result.as_ref().expect("r").plan);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("ppocr_cls.quant_report.json")).expect("report"))
+            .expect("json");
+    assert_eq!(report["eval_samples"], 6);
+    // A precision edit makes the export stale; the simulation follows it.
+    let n = *s.rows.keys().min().expect("a layer");
+    h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
+    settle(&mut h);
+    assert!(matches!(status(h.state(), Stage::Export), Status::Stale(_)));
+    assert!(matches!(status(h.state(), Stage::Simulate), Status::Done(_)));
+    // A full re-simulation gives the numbers the incremental one gave.
+    let incremental = h
+        .state()
+        .quant
+        .session
+        .as_ref()
+        .expect("s")
+        .result
+        .as_ref()
+        .expect("r")
+        .report
+        .clone();
+    h.get_by_label("Run simulate").click();
+    settle(&mut h);
+    let r = h.state().quant.session.as_ref().expect("s").result.as_ref().expect("r");
+    assert!(r.recomputed > 0);
+    for (a, b) in incremental.tensors.iter().zip(&r.report.tensors) {
+        assert_eq!(a.name, b.name);
+        assert!(
+            a.sqnr_cumulative_db == b.sqnr_cumulative_db
+                || (a.sqnr_cumulative_db.unwrap_or(0.0) - b.sqnr_cumulative_db.unwrap_or(0.0)).abs() < 1e-9,
+            "{}: {:?} vs {:?}",
+            a.name,
+            a.sqnr_cumulative_db,
+            b.sqnr_cumulative_db
+        );
+    }
+    // Changing the preprocessing or the optimizer's passes makes the calibration stale.
+    h.state_mut().quant.setup.preprocess = "scale=1/255".into();
+    h.step();
+    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Stale(_)));
+    assert!(matches!(status(h.state(), Stage::Simulate), Status::Stale(_)));
+    h.state_mut().quant.setup.preprocess = String::new();
+    h.state_mut().optimizer.passes[0].2 = false;
+    h.step();
+    let Status::Stale(why) = status(h.state(), Stage::Calibrate) else {
+        panic!("{:?}", status(h.state(), Stage::Calibrate))
+    };
+    assert!(why.contains("passes"), "{why}");
+    h.state_mut().optimizer.passes[0].2 = true;
+    h.step();
+    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Done(_)));
+    // Cancel while calibrating.
+    h.get_by_label("Run calibrate").click();
+    h.step();
+    h.step();
+    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Running(..)));
+    h.get_by_label("Cancel calibrate").click();
+    h.step();
+    assert!(h.state().quant.session.is_none());
+    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Waiting(_)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
+    let (mut h, dir) = quantized("pareto");
+    let before = output_db(h.state()).expect("inexact");
+    h.get_by_label("Measure sensitivity").click();
+    settle(&mut h);
+    let st = h.state();
+    let s = st.quant.session.as_ref().expect("s");
+    let (_, a) = s.sensitivity.as_ref().expect("a sensitivity analysis");
+    let gains = npu_studio::studio::quantize::sensitivity_gains(a, a.full.sqnr_db.expect("inexact"));
+    assert!(gains.len() >= 5 && gains[0].1 > 0.5, "{gains:?}");
+    assert!(
+        (a.full.sqnr_db.expect("db") - before).abs() < 1e-6,
+        "the analysis measures the current plan"
+    );
+    // The mixed-precision curve, and one of its points applied.
+    h.get_by_label("Find mixed precision").click();
+    settle(&mut h);
+    let (k, point_db, promoted) = {
+        let s = h.state().quant.session.as_ref().expect("s");
+        let (_, m) = s.pareto.as_ref().expect("a curve");
+        assert!(m.curve.len() >= 4, "{:?}", m.curve);
+        for c in &m.curve {
+            println!("curve: {} promoted, {:?} dB", c.promoted, c.sqnr_db);
+        }
+        println!("ranking: {:?}", &m.ranking[..6]);
+        assert_eq!(m.plans.len(), m.curve.len());
+        (3, m.curve[3].sqnr_db.expect("db"), m.curve[3].promoted)
+    };
+    h.state_mut().quant.pareto_point = k;
+    h.step();
+    assert!(h.query_by_label("Apply this point").is_some());
+    h.get_by_label("Apply this point").click();
+    settle(&mut h);
+    let applied = output_db(h.state()).expect("db");
+    println!("cls: w8a8 {before:.2} dB; point {k} ({promoted} promoted) {point_db:.2} dB, applied {applied:.2} dB");
+    assert!((applied - point_db).abs() < 1e-6, "{applied} vs the curve's {point_db}");
+    // (On cls, 16-bit activations without bias correction lose to 8-bit ones: the curve is not
+    // monotonic, and it is shown as measured.)
+    assert!((applied - before).abs() > 0.01);
+    assert!(h.state().quant.base.is_some());
+    // Undo takes the point back, redo applies it again.
+    h.state_mut().send(Command::Undo);
+    settle(&mut h);
+    assert_eq!(output_db(h.state()), Some(before));
+    h.state_mut().send(Command::Redo);
+    settle(&mut h);
+    assert_eq!(output_db(h.state()), Some(applied));
+    // Saved, closed, reopened: the same numbers.
+    let project = dir.join("cls.npuproj.ron");
+    h.state_mut().send(Command::SaveProject(Some(project.clone())));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    drop(h);
+    let mut h = common::harness(Default::default());
+    h.state_mut().send(Command::OpenProject(project));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    assert_eq!(output_db(h.state()), Some(applied), "reopened");
+    assert!(h.state().quant.base.is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn calibration_preview_and_recipe_files() {
+    let dir = cls_samples("preview");
+    let mut h = open(&ppocr("cls"));
+    h.key_press(egui::Key::Q);
+    h.step();
+    h.get_by_label("Samples:").click();
+    h.step();
+    h.get_by_label("Samples:").type_text(dir.to_str().expect("utf-8"));
+    settle(&mut h);
+    let p = h.state().quant.preview.as_ref().expect("a preview");
+    let img = p.image.as_ref().expect("an image");
+    assert_eq!(img.size, [192, 48], "{}", p.text);
+    assert!(p.text.contains("[1, 3, 48, 192]"), "{}", p.text);
+    // A folder that does not exist: the preview says why.
+    h.state_mut().quant.setup.data = dir.join("missing").display().to_string();
+    settle(&mut h);
+    let p = h.state().quant.preview.as_ref().expect("a preview");
+    assert!(p.image.is_none() && p.text.contains("missing"), "{}", p.text);
+    h.state_mut().quant.setup.data = dir.display().to_string();
+    h.state_mut().start_quantization();
+    settle(&mut h);
+    // A recipe file: every Conv at int16, one override at fp16.
+    let (conv, other) = {
+        let s = h.state().quant.session.as_ref().expect("s");
+        let m = s.mapping.as_ref().expect("m");
+        let names: Vec<String> = m
+            .optimized
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| n.op.ends_with("Conv"))
+            .map(|n| n.name.clone())
+            .collect();
+        (names.len(), names[0].clone())
+    };
+    let recipe = format!(
+        "(preset: \"w8a8\", rules: [(op: Some(\"Conv\"), precision: \"int16\")], overrides: {{\"{other}\": \"fp16\"}})"
+    );
+    let file = dir.join("r.ron");
+    std::fs::write(&file, recipe).expect("write");
+    h.state_mut().quant.show_recipe = true;
+    for _ in 0..4 {
+        h.step();
+    }
+    h.get_by_label("Recipe file:").click();
+    h.step();
+    h.get_by_label("Recipe file:").type_text(file.to_str().expect("utf-8"));
+    h.step();
+    h.get_by_label("Load recipe").click();
+    settle(&mut h);
+    let q = &h.state().quant;
+    assert_eq!(q.layers.len(), conv, "{:?}", q.rules_note);
+    assert_eq!(q.layers.get(&other), Some(&LayerPrecision::FP16));
+    assert!(h.query_by_label(&format!("Remove override {other}")).is_some());
+    // Saved back: the same rules, and the overrides it now holds.
+    let back = dir.join("back.ron");
+    h.state_mut().quant.recipe_path = back.display().to_string();
+    h.get_by_label("Save recipe").click();
+    h.step();
+    let r =
+        npu_core::quant::recipe::Recipe::parse_ron(&std::fs::read_to_string(&back).expect("saved")).expect("a recipe");
+    assert_eq!(r.rules, h.state().quant.rules);
+    assert_eq!(r.overrides.len(), conv);
+    assert_eq!(r.overrides.get(&other).map(String::as_str), Some("fp16"));
+    // Removing an override is an edit of its own.
+    let first = h.state().quant.layers.keys().next().expect("an override").clone();
+    h.get_by_label(&format!("Remove override {first}")).click();
+    settle(&mut h);
+    assert_eq!(h.state().quant.layers.get(&first), None);
+    assert_eq!(h.state().quant.layers.len(), conv - 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
