@@ -375,6 +375,23 @@ fn calibration_preview_and_recipe_files() {
     let img = p.image.as_ref().expect("an image");
     assert_eq!(img.size, [192, 48], "{}", p.text);
     assert!(p.text.contains("[1, 3, 48, 192]"), "{}", p.text);
+    // The form edits the spec: BGR and NHWC, and the preview follows.
+    let rgb = img.clone();
+    h.get_by_label("Form…").click();
+    h.step();
+    h.step();
+    h.get_by_label("BGR").click();
+    h.step();
+    assert_eq!(h.state().quant.setup.preprocess, "color=bgr");
+    settle(&mut h);
+    let p = h.state().quant.preview.as_ref().expect("a preview");
+    assert_eq!(p.key.1, "color=bgr");
+    let bgr = p.image.as_ref().expect("an image");
+    assert_eq!(bgr.pixels[0].r(), rgb.pixels[0].b(), "red and blue swap");
+    assert_eq!(bgr.pixels[0].b(), rgb.pixels[0].r());
+    h.get_by_label("RGB").click();
+    h.step();
+    assert_eq!(h.state().quant.setup.preprocess, "");
     // A folder that does not exist: the preview says why.
     h.state_mut().quant.setup.data = dir.join("missing").display().to_string();
     settle(&mut h);

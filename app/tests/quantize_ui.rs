@@ -225,6 +225,29 @@ fn frames_keep_their_time_while_the_quantizer_runs() {
     );
     assert!(busy.len() >= 10, "{} frames", busy.len());
     assert!(worst < (4.0 * median_idle).max(50.0), "a frame took {worst:.1} ms");
+    // The sensitivity analysis and the mixed-precision search run on the worker too.
+    for (button, what) in [
+        ("Measure sensitivity", "sensitivity"),
+        ("Find mixed precision", "mixed precision"),
+    ] {
+        settle(&mut h);
+        h.get_by_label(button).click();
+        h.step();
+        let mut busy = Vec::new();
+        while h.state().quant.busy() {
+            busy.push(time(&mut h));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            assert!(busy.len() < 20_000, "{what} never finished");
+        }
+        assert!(h.state().error.is_none(), "{:?}", h.state().error);
+        let worst = busy.iter().copied().fold(0.0, f64::max);
+        println!("frames during {what}: {} frames, worst {worst:.1} ms", busy.len());
+        assert!(busy.len() >= 10, "{} frames", busy.len());
+        assert!(
+            worst < (4.0 * median_idle).max(50.0),
+            "a frame took {worst:.1} ms during {what}"
+        );
+    }
 }
 
 #[test]

@@ -765,6 +765,8 @@ pub fn update(
     edits: Edits,
 ) -> Result<Reply, String> {
     let t = Instant::now();
+    // The base plan's bias corrections are kept: measured again after a promotion they do
+    // worse on PP-OCR rec (see `refresh_bias_corrections`).
     let mut plan = edits.base.as_deref().unwrap_or(calibrated).clone();
     plan.layers = edits.layers;
     let recomputed = q.live_update(live, &plan, &Silent).map_err(|e| e.to_string())?;
@@ -811,6 +813,8 @@ pub struct QuantView {
     pub show_recipe: bool,
     /// The recipe file the recipe window loads and saves.
     pub recipe_path: String,
+    /// The preprocessing form is shown (it edits `setup.preprocess`).
+    pub show_preprocess_form: bool,
     /// The mixed-precision search's target output SQNR (dB).
     pub pareto_target: f64,
     /// The point of the mixed-precision curve picked for "Apply this point".
@@ -849,6 +853,7 @@ impl Default for QuantView {
             rules_note: None,
             show_recipe: false,
             recipe_path: String::new(),
+            show_preprocess_form: false,
             pareto_target: 30.0,
             pareto_point: 0,
             exported: None,
@@ -1115,6 +1120,8 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                 .desired_width(220.0),
         )
         .labelled_by(label.id);
+        ui.toggle_value(&mut st.quant.show_preprocess_form, "Form…")
+            .on_hover_text("edit the preprocessing field by field");
         egui::ComboBox::from_id_salt("quant_preset")
             .selected_text(st.quant.setup.preset.clone())
             .show_ui(ui, |ui| {
@@ -1146,6 +1153,9 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
         if let Some(p) = rfd::FileDialog::new().pick_folder() {
             st.quant.setup.data = p.display().to_string();
         }
+    }
+    if st.quant.show_preprocess_form {
+        preprocess_form_ui(ui, &mut st.quant.setup.preprocess);
     }
     preview_ui(st, ui);
     if run {
@@ -1255,6 +1265,79 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
     });
     if let Some(n) = select {
         st.send(Command::Reveal(Selection::Node(n)));
+    }
+}
+
+/// The preprocessing, field by field; every change rewrites the spec text.
+fn preprocess_form_ui(ui: &mut egui::Ui, spec: &mut String) {
+    use npu_core::quant::data::{ImageDType, Resize};
+    let mut p = match Preprocess::parse(spec) {
+        Ok(p) => p,
+        Err(e) => {
+            ui.colored_label(ui.visuals().error_fg_color, e);
+            return;
+        }
+    };
+    let before = p.clone();
+    ui.horizontal_wrapped(|ui| {
+        let mut own = p.size.is_some();
+        ui.checkbox(&mut own, "resize to");
+        if own && p.size.is_none() {
+            p.size = Some((224, 224));
+        } else if !own {
+            p.size = None;
+        }
+        if let Some((h, w)) = &mut p.size {
+            ui.add(egui::DragValue::new(h).range(1..=8192).prefix("H "));
+            ui.add(egui::DragValue::new(w).range(1..=8192).prefix("W "));
+        } else {
+            ui.weak("the model's input size");
+        }
+        egui::ComboBox::from_id_salt("pre_resize")
+            .selected_text(format!("{:?}", p.resize).to_lowercase())
+            .show_ui(ui, |ui| {
+                for r in [Resize::Stretch, Resize::Letterbox, Resize::PadRight, Resize::CenterCrop] {
+                    ui.selectable_value(&mut p.resize, r, format!("{r:?}").to_lowercase());
+                }
+            });
+        ui.separator();
+        ui.selectable_value(&mut p.bgr, false, "RGB");
+        ui.selectable_value(&mut p.bgr, true, "BGR");
+        ui.separator();
+        ui.label("scale");
+        ui.add(egui::DragValue::new(&mut p.scale).speed(0.0001).max_decimals(6));
+        if ui.small_button("1/255").clicked() {
+            p.scale = 1.0 / 255.0;
+        }
+        if ui.small_button("1").clicked() {
+            p.scale = 1.0;
+        }
+        ui.label("mean");
+        for m in &mut p.mean {
+            ui.add(egui::DragValue::new(m).speed(0.01).max_decimals(4));
+        }
+        ui.label("std");
+        for s in &mut p.std {
+            ui.add(
+                egui::DragValue::new(s)
+                    .speed(0.01)
+                    .range(0.0001..=1000.0)
+                    .max_decimals(4),
+            );
+        }
+        ui.separator();
+        ui.selectable_value(&mut p.nhwc, false, "NCHW");
+        ui.selectable_value(&mut p.nhwc, true, "NHWC");
+        egui::ComboBox::from_id_salt("pre_dtype")
+            .selected_text(format!("{:?}", p.dtype).to_lowercase())
+            .show_ui(ui, |ui| {
+                for d in [ImageDType::F32, ImageDType::U8, ImageDType::I8] {
+                    ui.selectable_value(&mut p.dtype, d, format!("{d:?}").to_lowercase());
+                }
+            });
+    });
+    if p != before {
+        *spec = p.to_spec();
     }
 }
 
@@ -1898,7 +1981,11 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
             ui.strong("Values (every sample) and the clipping range");
             match i.grid {
                 Some((f, r, Some(step))) => {
-                    ui.label(format!("{f:?}: range [{:.4}, {:.4}], grid step {step:.3e}", r.0, r.1));
+                    let a = npu_core::quant::scheme::Affine::from_range(r.0, r.1, f.levels().unwrap_or(255.0));
+                    ui.label(format!(
+                        "{f:?}: range [{:.4}, {:.4}], grid step (scale) {step:.3e}, zero point {} of codes 0..={}",
+                        r.0, r.1, a.zero_point, a.levels
+                    ));
                 }
                 Some((f, _, None)) => {
                     ui.label(format!("{f:?}: no integer grid"));

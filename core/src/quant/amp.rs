@@ -100,6 +100,52 @@ impl Quantizer<'_> {
         Ok(())
     }
 
+    /// Measures again the bias corrections that editing `base` into `plan` made stale: those
+    /// of the layers whose weights changed and of the layers that read an activation whose
+    /// format changed (the graph inputs' included). The corrections depend only on the plan
+    /// and the FP32 values, so the result is a function of (`base`, `plan`), whatever order the
+    /// edits came in. Returns how many layers were measured again.
+    pub fn refresh_bias_corrections(
+        &self,
+        live: &Live,
+        base: &QuantPlan,
+        plan: &mut QuantPlan,
+    ) -> Result<usize, QuantError> {
+        let g = &self.model.graph;
+        let mut sources: Vec<ValueId> = Vec::new();
+        let mut own = Vec::new();
+        if plan.inputs != base.inputs {
+            sources.extend(&g.inputs);
+        }
+        for (n, node) in g.nodes.iter().enumerate() {
+            let (a, b) = (base.precision(node), plan.precision(node));
+            if a.activations != b.activations {
+                sources.extend(node.outputs.iter().flatten().copied());
+            }
+            if a.weights != b.weights {
+                own.push(n);
+            }
+        }
+        let mut readers = self.grid_readers(&sources);
+        readers.extend(own);
+        readers.sort_unstable();
+        readers.dedup();
+        readers.retain(|n| base.bias_correction.contains_key(&g.nodes[*n].name));
+        plan.bias_correction.clone_from(&base.bias_correction);
+        if readers.is_empty() {
+            return Ok(0);
+        }
+        let fresh = self.live_bias_corrections(live, plan, &readers)?;
+        for &n in &readers {
+            let name = &g.nodes[n].name;
+            match fresh.get(name) {
+                Some(c) => plan.bias_correction.insert(name.clone(), c.clone()),
+                None => plan.bias_correction.remove(name),
+            };
+        }
+        Ok(readers.len())
+    }
+
     /// Runs the search on `plan` (8-bit everywhere it is quantized); returns the report and
     /// the plan with the chosen layers promoted to `to` (or the plan unchanged when the target
     /// cannot be reached). The graph inputs' quantizer is a candidate like a layer (an 8-bit

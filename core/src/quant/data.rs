@@ -141,6 +141,62 @@ impl Preprocess {
         Ok(p)
     }
 
+    /// The spec `parse` reads back: only what differs from the defaults, `1/255` for that
+    /// scale.
+    pub fn to_spec(&self) -> String {
+        let d = Self::default();
+        let num = |x: f32| {
+            if (x - 1.0 / 255.0).abs() < 1e-9 {
+                "1/255".to_string()
+            } else {
+                format!("{x}")
+            }
+        };
+        let triple = |t: [f32; 3]| {
+            if t[0] == t[1] && t[1] == t[2] {
+                num(t[0])
+            } else {
+                t.map(num).join(",")
+            }
+        };
+        let mut parts = Vec::new();
+        if let Some((h, w)) = self.size {
+            parts.push(format!("size={h}x{w}"));
+        }
+        if self.resize != d.resize {
+            parts.push(
+                match self.resize {
+                    Resize::Stretch => "resize=stretch",
+                    Resize::Letterbox => "resize=letterbox",
+                    Resize::PadRight => "resize=pad-right",
+                    Resize::CenterCrop => "resize=center-crop",
+                }
+                .to_string(),
+            );
+        }
+        if self.bgr {
+            parts.push("color=bgr".into());
+        }
+        if self.scale != d.scale {
+            parts.push(format!("scale={}", num(self.scale)));
+        }
+        if self.mean != d.mean {
+            parts.push(format!("mean={}", triple(self.mean)));
+        }
+        if self.std != d.std {
+            parts.push(format!("std={}", triple(self.std)));
+        }
+        if self.nhwc {
+            parts.push("layout=nhwc".into());
+        }
+        match self.dtype {
+            ImageDType::F32 => {}
+            ImageDType::U8 => parts.push("dtype=u8".into()),
+            ImageDType::I8 => parts.push("dtype=i8".into()),
+        }
+        parts.join(";")
+    }
+
     /// Decodes and preprocesses one image file into a `1×3×H×W` (or `1×H×W×3`) tensor.
     pub fn load_image(&self, path: &Path, input_shape: Option<&[Dim]>) -> Result<Tensor, String> {
         let img = image::ImageReader::open(path)
@@ -433,6 +489,20 @@ fn synthetic(model: &Model, seed: u64) -> Result<HashMap<String, Tensor>, QuantE
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn spec_round_trips() {
+        for spec in [
+            "",
+            "size=48x192;color=bgr;mean=0.5;std=0.5",
+            "size=640x640;resize=letterbox;scale=1;mean=0.485,0.456,0.406;std=0.229,0.224,0.225;layout=nhwc;dtype=u8",
+            "resize=center-crop;scale=0.007843138;dtype=i8",
+        ] {
+            let p = super::Preprocess::parse(spec).expect(spec);
+            assert_eq!(p.to_spec(), spec);
+            assert_eq!(super::Preprocess::parse(&p.to_spec()).expect("again"), p);
+        }
+    }
+
     use super::*;
 
     #[test]
