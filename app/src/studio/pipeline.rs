@@ -164,7 +164,7 @@ pub fn status(st: &Studio, stage: Stage) -> Status {
                 Status::Stale,
             ),
             None if st.loaded.is_none() => Status::Waiting("needs a model".into()),
-            None if st.quant.setup.data.is_empty() => Status::Waiting("choose samples (Quantize panel)".into()),
+            None if st.quant.setup.data.is_empty() => Status::Waiting("asks for a folder of samples".into()),
             None => Status::Waiting("ready".into()),
         },
         Stage::Simulate => match session {
@@ -269,6 +269,16 @@ fn run(st: &mut Studio, stage: Stage) {
         Stage::Optimize => st.send(Command::RunOptimizer),
         Stage::Calibrate => {
             st.quant.open = true;
+            if st.quant.setup.data.is_empty() {
+                // Under Xvfb or CI no dialog appears: the folder can be typed in the panel.
+                match rfd::FileDialog::new().pick_folder() {
+                    Some(p) => st.quant.setup.data = p.display().to_string(),
+                    None => {
+                        st.status = "Choose a folder of samples in the Quantize panel first".into();
+                        return;
+                    }
+                }
+            }
             st.start_quantization();
         }
         Stage::Simulate => st.quant.resimulate(),
@@ -311,7 +321,7 @@ fn can_run(st: &Studio, stage: Stage, status: &Status) -> bool {
         _ if matches!(status, Status::Running(..) | Status::Unavailable(_)) => false,
         Stage::Import => true,
         Stage::Optimize => st.loaded.is_some(),
-        Stage::Calibrate => st.loaded.is_some() && !st.quant.setup.data.is_empty(),
+        Stage::Calibrate => st.loaded.is_some(),
         Stage::Simulate | Stage::Export => ready,
         Stage::Compile | Stage::Emulate => false,
     }
