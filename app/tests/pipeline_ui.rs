@@ -364,12 +364,7 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
 #[test]
 fn calibration_preview_and_recipe_files() {
     let dir = cls_samples("preview");
-    let mut h = open(&ppocr("cls"));
-    h.key_press(egui::Key::Q);
-    h.step();
-    h.get_by_label("Samples:").click();
-    h.step();
-    h.get_by_label("Samples:").type_text(dir.to_str().expect("utf-8"));
+    let mut h = common::cls_with_samples_typed(dir.to_str().expect("utf-8"));
     settle(&mut h);
     let p = h.state().quant.preview.as_ref().expect("a preview");
     let img = p.image.as_ref().expect("an image");

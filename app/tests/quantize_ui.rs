@@ -31,12 +31,7 @@ fn state_of(st: &Studio, n: usize) -> (Color32, Option<f64>, Option<f64>) {
 #[test]
 fn precision_change_moves_the_heatmap_and_undo_restores_it() {
     let dir = cls_samples("edit");
-    let mut h = open(&ppocr("cls"));
-    h.key_press(egui::Key::Q);
-    h.step();
-    h.get_by_label("Samples:").click();
-    h.step();
-    h.get_by_label("Samples:").type_text(dir.to_str().expect("utf-8"));
+    let mut h = common::cls_with_samples_typed(dir.to_str().expect("utf-8"));
     h.step();
     h.get_by_label("Calibrate & simulate").click();
     settle(&mut h);
@@ -113,12 +108,7 @@ fn precision_change_moves_the_heatmap_and_undo_restores_it() {
 
 #[test]
 fn bad_samples_folder_shows_an_error() {
-    let mut h = open(&ppocr("cls"));
-    h.key_press(egui::Key::Q);
-    h.step();
-    h.get_by_label("Samples:").click();
-    h.step();
-    h.get_by_label("Samples:").type_text("/nonexistent/folder");
+    let mut h = common::cls_with_samples_typed("/nonexistent/folder");
     h.step();
     h.get_by_label("Calibrate & simulate").click();
     settle(&mut h);
@@ -210,13 +200,18 @@ fn frames_keep_their_time_while_the_quantizer_runs() {
     idle.sort_by(f64::total_cmp);
     h.state_mut().quant.setup.data = dir.display().to_string();
     h.state_mut().start_quantization();
-    let mut busy = Vec::new();
-    while h.state().quant.busy() {
-        busy.push(time(&mut h));
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(busy.len() < 20_000, "the quantizer never finished");
-    }
-    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    // Frame times until the worker is done.
+    let busy_frames = |h: &mut egui_kittest::Harness<'_, Studio>, what: &str| {
+        let mut busy = Vec::new();
+        while h.state().quant.busy() {
+            busy.push(time(h));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            assert!(busy.len() < 20_000, "{what} never finished");
+        }
+        assert!(h.state().error.is_none(), "{:?}", h.state().error);
+        busy
+    };
+    let busy = busy_frames(&mut h, "calibration");
     let worst = busy.iter().copied().fold(0.0, f64::max);
     let median_idle = idle[idle.len() / 2];
     println!(
@@ -233,13 +228,7 @@ fn frames_keep_their_time_while_the_quantizer_runs() {
         settle(&mut h);
         h.get_by_label(button).click();
         h.step();
-        let mut busy = Vec::new();
-        while h.state().quant.busy() {
-            busy.push(time(&mut h));
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            assert!(busy.len() < 20_000, "{what} never finished");
-        }
-        assert!(h.state().error.is_none(), "{:?}", h.state().error);
+        let busy = busy_frames(&mut h, what);
         let worst = busy.iter().copied().fold(0.0, f64::max);
         println!("frames during {what}: {} frames, worst {worst:.1} ms", busy.len());
         assert!(busy.len() >= 10, "{} frames", busy.len());

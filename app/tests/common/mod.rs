@@ -83,6 +83,19 @@ pub fn node(h: &Harness<'_, Studio>, name: &str) -> usize {
         .unwrap_or_else(|| panic!("no node {name}"))
 }
 
+/// PP-OCR cls open, the quantization panel shown (Q) and `samples` typed into its
+/// Samples field, as a user would.
+pub fn cls_with_samples_typed<'a>(samples: &str) -> Harness<'a, Studio> {
+    use egui_kittest::kittest::Queryable;
+    let mut h = open(&ppocr("cls"));
+    h.key_press(egui::Key::Q);
+    h.step();
+    h.get_by_label("Samples:").click();
+    h.step();
+    h.get_by_label("Samples:").type_text(samples);
+    h
+}
+
 /// A click of the primary button at a screen position, then one frame.
 pub fn click_at(h: &mut Harness<'_, Studio>, pos: egui::Pos2) {
     clicks_at(h, pos, 1);
