@@ -428,6 +428,15 @@ fn calibration_preview_and_recipe_files() {
     assert_eq!(q.layers.len(), conv, "{:?}", q.rules_note);
     assert_eq!(q.layers.get(&other), Some(&LayerPrecision::FP16));
     assert!(h.query_by_label(&format!("Remove override {other}")).is_some());
+    // A file that is not a recipe: the editor says which file and why.
+    let bad = dir.join("bad.ron");
+    std::fs::write(&bad, "(preset: 3)").expect("write");
+    h.state_mut().quant.recipe_path = bad.display().to_string();
+    h.get_by_label("Load recipe").click();
+    h.step();
+    let note = h.state().quant.rules_note.clone().expect("a note");
+    assert!(note.contains("bad.ron") && note.contains("not a recipe"), "{note}");
+    assert_eq!(h.state().quant.layers.len(), conv, "nothing changed");
     // Saved back: the same rules, and the overrides it now holds.
     let back = dir.join("back.ron");
     h.state_mut().quant.recipe_path = back.display().to_string();

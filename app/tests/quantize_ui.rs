@@ -104,6 +104,12 @@ fn precision_change_moves_the_heatmap_and_undo_restores_it() {
     h.step();
     let marks = h.state().quant.card_marks(&h.state().theme.quant);
     assert_eq!(marks.get(&n).map(|m| m.1.as_str()), Some("f16"));
+    // With no overlay, the edited layer alone keeps its badge.
+    h.state_mut().quant.overlay = Overlay::Off;
+    h.step();
+    let marks = h.state().quant.card_marks(&h.state().theme.quant);
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    assert_eq!(marks.get(&n).map(|m| m.1.as_str()), Some("f16"));
 }
 
 #[test]

@@ -1044,15 +1044,17 @@ impl QuantView {
     }
 
     /// Colour and badge of every node of the open model with a quantized output.
+    /// With no overlay, only the layers whose precision was edited carry a badge.
     pub fn card_marks(&self, colours: &QuantColours) -> HashMap<NodeId, (Color32, String)> {
         let mut out = HashMap::new();
         let Some(s) = &self.session else { return out };
-        if self.overlay == Overlay::Off || s.result.is_none() {
-            return out;
-        }
+        let Some(r) = &s.result else { return out };
         for &node in s.rows.keys() {
             let Some(t) = s.row(node) else { continue };
             let p = self.precision_of(node).unwrap_or(LayerPrecision::INT8);
+            if self.overlay == Overlay::Off && p == r.plan.default {
+                continue;
+            }
             let mark = match self.overlay {
                 Overlay::LocalSqnr => (
                     self.heat(colours, t.sqnr_local_db),
@@ -1062,8 +1064,7 @@ impl QuantView {
                     self.heat(colours, t.sqnr_cumulative_db),
                     format!("{} {}", badge(p), db(t.sqnr_cumulative_db)),
                 ),
-                Overlay::Precision => (precision_colour(colours, p), badge(p).to_string()),
-                Overlay::Off => continue,
+                Overlay::Precision | Overlay::Off => (precision_colour(colours, p), badge(p).to_string()),
             };
             out.insert(node, mark);
         }
@@ -1859,7 +1860,9 @@ fn legend_ui(ui: &mut egui::Ui, q: &QuantView, c: &QuantColours) {
             ui.label(text);
         };
         match q.overlay {
-            Overlay::Off => {}
+            Overlay::Off => {
+                ui.weak("badges on the layers whose precision was edited");
+            }
             Overlay::LocalSqnr | Overlay::CumulativeSqnr => {
                 swatch(ui, q.heat(c, Some(q.red_below)), &format!("≤ {:.0} dB", q.red_below));
                 swatch(
