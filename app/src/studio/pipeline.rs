@@ -314,6 +314,19 @@ fn cancel(st: &mut Studio, stage: Stage) {
     }
 }
 
+/// Whether a running stage can be cancelled: an edit's incremental update cannot (it takes
+/// milliseconds); the first calibration and simulation can.
+fn cancellable(st: &Studio, stage: Stage) -> bool {
+    match stage {
+        Stage::Calibrate | Stage::Simulate => st
+            .quant
+            .session
+            .as_ref()
+            .is_some_and(super::quantize::Session::starting),
+        _ => true,
+    }
+}
+
 /// Whether a stage's inputs are there (its run button is enabled).
 fn can_run(st: &Studio, stage: Stage, status: &Status) -> bool {
     let ready = st.quant.session.as_ref().is_some_and(|s| s.result.is_some());
@@ -373,9 +386,10 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                                             .text(what.clone())
                                             .animate(true),
                                     );
-                                    if ui
-                                        .small_button(format!("Cancel {}", stage.label().to_lowercase()))
-                                        .clicked()
+                                    if cancellable(st, *stage)
+                                        && ui
+                                            .small_button(format!("Cancel {}", stage.label().to_lowercase()))
+                                            .clicked()
                                     {
                                         clicked_cancel = Some(*stage);
                                     }

@@ -107,10 +107,17 @@ enum Msg {
     Inspect(String),
 }
 
-/// What a sensitivity or mixed-precision job measured, and on which edit generation.
-pub enum JobReply {
-    Sensitivity(u64, Result<Analysis, String>),
-    Pareto(u64, Result<MixedPrecision, String>),
+/// What a sensitivity or mixed-precision job measured, on which edit generation, and the
+/// job's progress (which identifies it).
+pub struct JobReply {
+    progress: Arc<JobProgress>,
+    generation: u64,
+    result: Result<JobResult, String>,
+}
+
+enum JobResult {
+    Sensitivity(Analysis),
+    Pareto(MixedPrecision),
 }
 
 /// The analyses a session can run besides simulation.
@@ -218,7 +225,7 @@ fn histogram(xs: impl Iterator<Item = f64>, lo: f64, hi: f64) -> (Vec<(f64, usiz
 /// The first preprocessed sample, as the calibration will see it.
 pub struct Preview {
     /// (samples folder, preprocessing) it was made from.
-    pub key: (String, String),
+    pub key: (String, String, std::path::PathBuf),
     /// An RGB (or grey) picture of the first image input, its values stretched to 0–255.
     pub image: Option<egui::ColorImage>,
     /// What it is: the file, the input's name, shape and value range, or why it failed.
@@ -227,8 +234,8 @@ pub struct Preview {
 
 /// Makes the preview of the first sample of `data` preprocessed with `preprocess`.
 #[allow(clippy::disallowed_methods)] // the pixels of a picture, not UI colours
-pub fn make_preview(model: &Model, data: &str, preprocess: &str) -> Preview {
-    let key = (data.to_string(), preprocess.to_string());
+pub fn make_preview(model: &Model, model_path: &std::path::Path, data: &str, preprocess: &str) -> Preview {
+    let key = (data.to_string(), preprocess.to_string(), model_path.to_path_buf());
     let fail = |text: String| Preview {
         key: key.clone(),
         image: None,
@@ -471,16 +478,17 @@ impl Session {
         }
         if let Some(rx) = &self.jobs {
             while let Ok(j) = rx.try_recv() {
+                // A cancelled job's answer (it may come after the next job started) is dropped.
+                if !self.job.as_ref().is_some_and(|(_, p)| Arc::ptr_eq(p, &j.progress)) {
+                    continue;
+                }
                 self.job = None;
                 changed = true;
-                match j {
-                    JobReply::Sensitivity(g, Ok(a)) => self.sensitivity = Some((g, a)),
-                    JobReply::Pareto(g, Ok(m)) => self.pareto = Some((g, m)),
-                    JobReply::Sensitivity(_, Err(e)) | JobReply::Pareto(_, Err(e)) => {
-                        if e != "cancelled" {
-                            return Err(e);
-                        }
-                    }
+                match j.result {
+                    Ok(JobResult::Sensitivity(a)) => self.sensitivity = Some((j.generation, a)),
+                    Ok(JobResult::Pareto(m)) => self.pareto = Some((j.generation, m)),
+                    Err(e) if e == "cancelled" => {}
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -703,22 +711,31 @@ fn worker(
                 }
             }
             for job in jobs {
+                let (Msg::Sensitivity(p) | Msg::Pareto(_, p)) = &job else {
+                    continue;
+                };
+                let progress = p.clone();
                 if cached.is_none() {
+                    // The FP32 outputs of the samples, once, for every later job.
                     let mut samples = live.sample_inputs().into_iter().map(|s| Ok((String::new(), s)));
-                    cached = Some(q.cache(&mut samples).map_err(|e| e.to_string())?);
+                    cached = q.cache(&mut samples).ok();
                 }
-                let Some(c) = cached.as_ref() else { break };
-                let reply = match job {
-                    Msg::Sensitivity(p) => {
-                        JobReply::Sensitivity(generation, q.analyze(&live.plan, c, &*p).map_err(|e| e.to_string()))
-                    }
-                    Msg::Pareto(target, p) => JobReply::Pareto(
-                        generation,
-                        q.mixed_precision(&live.plan, c, target, LayerPrecision::INT16, &*p)
-                            .map(|(m, _)| m)
-                            .map_err(|e| e.to_string()),
-                    ),
+                let result = match (&job, cached.as_ref()) {
+                    (_, None) => Err("could not run the samples in FP32".to_string()),
+                    (Msg::Sensitivity(p), Some(c)) => q
+                        .analyze(&live.plan, c, &**p)
+                        .map(JobResult::Sensitivity)
+                        .map_err(|e| e.to_string()),
+                    (Msg::Pareto(target, p), Some(c)) => q
+                        .mixed_precision(&live.plan, c, *target, LayerPrecision::INT16, &**p)
+                        .map(|(m, _)| JobResult::Pareto(m))
+                        .map_err(|e| e.to_string()),
                     _ => continue,
+                };
+                let reply = JobReply {
+                    progress,
+                    generation,
+                    result,
                 };
                 if jobs_tx.send(reply).is_err() {
                     break;
@@ -1356,7 +1373,8 @@ fn preview_ui(st: &mut Studio, ui: &mut egui::Ui) {
             q.preview = Some(p);
         }
     }
-    let key = (q.setup.data.clone(), q.setup.preprocess.clone());
+    let model_path = st.loaded.as_ref().map(|l| l.path.clone()).unwrap_or_default();
+    let key = (q.setup.data.clone(), q.setup.preprocess.clone(), model_path);
     let current = q.preview.as_ref().is_some_and(|p| p.key == key);
     if !current
         && q.preview_job.is_none()
@@ -1365,7 +1383,7 @@ fn preview_ui(st: &mut Studio, ui: &mut egui::Ui) {
     {
         let model = l.model.clone();
         q.preview_job = Some(super::jobs::Job::spawn("preview", st.ctx.as_ref(), move |_| {
-            Ok(make_preview(&model, &key.0, &key.1))
+            Ok(make_preview(&model, &key.2, &key.0, &key.1))
         }));
     }
     let Some(p) = &q.preview else { return };
