@@ -114,6 +114,23 @@ fn shift_click_box_select_and_op_type_select_set_every_precision() {
     h.step();
     // Escape closed the menu and cleared the selection: select both again with a band.
     assert!(h.state().multi.is_empty());
+    // Shift+click a, b, then b again: b leaves the selection and is no longer selected.
+    let shift_click = |h: &mut Harness<'_, Studio>, at: Pos2| {
+        with_shift(h, |h| {
+            h.event(Event::PointerMoved(at));
+            press(h, at, PointerButton::Primary, true, Modifiers::SHIFT);
+            press(h, at, PointerButton::Primary, false, Modifiers::SHIFT);
+            h.step();
+        });
+        h.step();
+    };
+    shift_click(&mut h, ra.center());
+    shift_click(&mut h, rb.center());
+    shift_click(&mut h, rb.center());
+    assert_eq!(h.state().multi.iter().copied().collect::<Vec<_>>(), vec![a]);
+    assert_eq!(h.state().selection, None);
+    h.key_press(egui::Key::Escape);
+    h.step();
     let band = ra.union(rb).expand(6.0);
     with_shift(&mut h, |h| {
         h.event(Event::PointerMoved(band.left_top()));
@@ -393,14 +410,14 @@ fn calibration_preview_and_recipe_files() {
     let p = h.state().quant.preview.as_ref().expect("a preview");
     assert!(p.image.is_none() && p.text.contains("missing"), "{}", p.text);
     h.state_mut().quant.setup.data = dir.display().to_string();
-    h.state_mut().start_quantization();
-    settle(&mut h);
-    // A recipe file: every Conv at int16, one override at fp16.
+    // A recipe file loaded before the calibration: every Conv at int16, one override at
+    // fp16 (names of the optimized graph).
     let (conv, other) = {
-        let s = h.state().quant.session.as_ref().expect("s");
-        let m = s.mapping.as_ref().expect("m");
-        let names: Vec<String> = m
-            .optimized
+        let model = h.state().loaded.as_ref().expect("l").model.clone();
+        let opt = npu_core::passes::optimize(&model, &npu_core::passes::Options::default())
+            .expect("optimizes")
+            .model;
+        let names: Vec<String> = opt
             .graph
             .nodes
             .iter()
@@ -423,6 +440,12 @@ fn calibration_preview_and_recipe_files() {
     h.get_by_label("Recipe file:").type_text(file.to_str().expect("utf-8"));
     h.step();
     h.get_by_label("Load recipe").click();
+    h.step();
+    let note = h.state().quant.rules_note.clone().expect("a note");
+    assert!(note.contains("once the plan is calibrated"), "{note}");
+    assert!(h.state().quant.layers.is_empty());
+    // The calibration applies it.
+    h.state_mut().start_quantization();
     settle(&mut h);
     let q = &h.state().quant;
     assert_eq!(q.layers.len(), conv, "{:?}", q.rules_note);

@@ -151,6 +151,7 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         &mut st.view,
         &st.theme,
         &hl,
+        true,
     );
     if let Some(b) = events.double_clicked
         && let BoxKind::Collapsed(s) | BoxKind::Frame(s) = scene.boxes[b].kind
@@ -162,20 +163,27 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
             BoxKind::Collapsed(s) | BoxKind::Frame(s) => Selection::Scope(s),
         });
         match (events.shift, sel) {
-            // Shift+click adds a node to the multi-selection, or takes it out.
+            // Shift+click adds a node to the multi-selection (the selected node with it when
+            // it starts one), or takes it out.
             (true, Some(Selection::Node(n))) => {
                 let mut multi = st.multi.clone();
-                if let Some(Selection::Node(m)) = st.selection {
+                if multi.is_empty()
+                    && let Some(Selection::Node(m)) = st.selection
+                {
                     multi.insert(m);
                 }
-                if !multi.remove(&n) {
+                let added = !multi.remove(&n);
+                if added {
                     multi.insert(n);
                 }
                 st.send(Command::SetMulti(multi.into_iter().collect()));
+                st.send(Command::Select(added.then_some(Selection::Node(n))));
             }
-            _ => st.send(Command::SetMulti(Vec::new())),
+            _ => {
+                st.send(Command::SetMulti(Vec::new()));
+                st.send(Command::Select(sel));
+            }
         }
-        st.send(Command::Select(sel));
     }
     if let Some(band) = events.band {
         // Every node card the band touches joins the multi-selection.
@@ -272,6 +280,7 @@ pub fn pane_ui(
     view: &mut ViewState,
     theme: &Theme,
     hl: &Highlights,
+    band_select: bool,
 ) -> PaneEvents {
     let resp = ui.interact(rect, id, Sense::click_and_drag());
     let painter = ui.painter_at(rect);
@@ -279,7 +288,7 @@ pub fn pane_ui(
     let mut events = PaneEvents::default();
     // Shift+drag draws a selection band; a plain drag pans.
     let band_id = id.with("band");
-    if resp.drag_started() && ui.input(|i| i.modifiers.shift) {
+    if band_select && resp.drag_started() && ui.input(|i| i.modifiers.shift) {
         let start = ui.input(|i| i.pointer.press_origin()).or(resp.interact_pointer_pos());
         if let Some(p) = start {
             ui.data_mut(|d| d.insert_temp(band_id, p));

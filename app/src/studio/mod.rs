@@ -490,8 +490,13 @@ impl Studio {
         self.quant.dirty = false;
         let Some(l) = &self.loaded else { return };
         let side = project::autosave_path(self.project_path.as_deref(), &l.path, self.autosave_dir.as_deref());
-        let r = project::Project::new(&l.path, &self.quant.setup, &self.quant.edits(), &self.quant.rules)
-            .and_then(|p| p.save(&side));
+        let r = project::Project::new(
+            &l.path,
+            &self.quant.project_setup(),
+            &self.quant.project_edits(),
+            &self.quant.rules,
+        )
+        .and_then(|p| p.save(&side));
         if let Err(e) = r {
             self.status = format!("Autosave failed: {e}");
         }
@@ -520,11 +525,16 @@ impl Studio {
                 }
             }
         };
-        let r =
-            project::Project::new(&l.path, &self.quant.setup, &self.quant.edits(), &self.quant.rules).and_then(|p| {
-                p.save(&path)?;
-                Ok(p)
-            });
+        let r = project::Project::new(
+            &l.path,
+            &self.quant.project_setup(),
+            &self.quant.project_edits(),
+            &self.quant.rules,
+        )
+        .and_then(|p| {
+            p.save(&path)?;
+            Ok(p)
+        });
         match r {
             Ok(p) => {
                 let old_side =

@@ -439,6 +439,7 @@ pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         &mut pane.view,
         &theme,
         &hl,
+        false,
     );
     let title = format!(
         "After step {} · {} nodes · green: made or rewritten",

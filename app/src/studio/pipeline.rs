@@ -176,6 +176,10 @@ pub fn status(st: &Studio, stage: Stage) -> Status {
                     Status::Waiting("after calibration".into())
                 }
             }
+            Some(s) if s.full.is_some() => {
+                let (f, what) = s.full.as_ref().map(|(_, p)| p.fraction()).unwrap_or_default();
+                Status::Running(f, what)
+            }
             Some(s) if s.updating() => Status::Running(0.0, "after an edit".into()),
             Some(s) => {
                 if calibration_stale(st).is_some() {
@@ -281,7 +285,10 @@ fn run(st: &mut Studio, stage: Stage) {
             }
             st.start_quantization();
         }
-        Stage::Simulate => st.quant.resimulate(),
+        Stage::Simulate => {
+            let ctx = st.ctx.clone();
+            st.quant.resimulate(ctx);
+        }
         Stage::Compile | Stage::Emulate => {}
         Stage::Export => {
             let Some(dir) = export_dir(st) else { return };
@@ -309,7 +316,11 @@ fn cancel(st: &mut Studio, stage: Stage) {
             }
         }
         Stage::Optimize => st.optimizer.cancel(),
-        Stage::Calibrate | Stage::Simulate => st.quant.cancel(),
+        Stage::Calibrate => st.quant.cancel(),
+        Stage::Simulate => match st.quant.session.as_ref() {
+            Some(s) if s.full.is_some() => s.cancel_full(),
+            _ => st.quant.cancel(),
+        },
         Stage::Compile | Stage::Emulate | Stage::Export => {}
     }
 }
@@ -318,11 +329,16 @@ fn cancel(st: &mut Studio, stage: Stage) {
 /// milliseconds); the first calibration and simulation can.
 fn cancellable(st: &Studio, stage: Stage) -> bool {
     match stage {
-        Stage::Calibrate | Stage::Simulate => st
+        Stage::Calibrate => st
             .quant
             .session
             .as_ref()
             .is_some_and(super::quantize::Session::starting),
+        Stage::Simulate => st
+            .quant
+            .session
+            .as_ref()
+            .is_some_and(|s| s.starting() || s.full.is_some()),
         _ => true,
     }
 }
@@ -335,7 +351,9 @@ fn can_run(st: &Studio, stage: Stage, status: &Status) -> bool {
         Stage::Import => true,
         Stage::Optimize => st.loaded.is_some(),
         Stage::Calibrate => st.loaded.is_some(),
-        Stage::Simulate | Stage::Export => ready,
+        // A stale calibration needs Run calibrate, not another simulation.
+        Stage::Simulate => ready && calibration_stale(st).is_none(),
+        Stage::Export => ready,
         Stage::Compile | Stage::Emulate => false,
     }
 }

@@ -98,7 +98,7 @@ pub struct Edits {
 enum Msg {
     Layers(u64, Edits),
     /// Simulate every sample again from scratch (no incremental reuse) as this generation.
-    Full(u64),
+    Full(u64, Arc<JobProgress>),
     /// Measure every layer's sensitivity on the current plan.
     Sensitivity(Arc<JobProgress>),
     /// Search mixed precision (8 → 16-bit activations) from the current plan to this target.
@@ -360,6 +360,10 @@ pub struct Session {
     pub sensitivity: Option<(u64, Analysis)>,
     /// The last mixed-precision curve, with the edit generation it started from.
     pub pareto: Option<(u64, MixedPrecision)>,
+    /// Why the last analysis job failed.
+    pub job_error: Option<(JobKind, String)>,
+    /// A full re-simulation under way: its generation and progress.
+    pub full: Option<(u64, Arc<JobProgress>)>,
     /// What it was started with: the setup and the optimizer's passes.
     pub setup: Setup,
     pub passes: Vec<String>,
@@ -419,6 +423,8 @@ impl Session {
             job: None,
             sensitivity: None,
             pareto: None,
+            job_error: None,
+            full: None,
             setup,
             passes,
             simulating,
@@ -482,13 +488,15 @@ impl Session {
                 if !self.job.as_ref().is_some_and(|(_, p)| Arc::ptr_eq(p, &j.progress)) {
                     continue;
                 }
-                self.job = None;
+                let kind = self.job.take().map_or(JobKind::Sensitivity, |(k, _)| k);
                 changed = true;
+                self.job_error = None;
                 match j.result {
                     Ok(JobResult::Sensitivity(a)) => self.sensitivity = Some((j.generation, a)),
                     Ok(JobResult::Pareto(m)) => self.pareto = Some((j.generation, m)),
                     Err(e) if e == "cancelled" => {}
-                    Err(e) => return Err(e),
+                    // The session stays: only the analysis failed.
+                    Err(e) => self.job_error = Some((kind, e)),
                 }
             }
         }
@@ -502,6 +510,9 @@ impl Session {
                         self.last_latency_ms = Some(t.elapsed().as_secs_f64() * 1e3);
                     }
                     self.sent.retain(|g, _| *g > r.generation);
+                    if self.full.as_ref().is_some_and(|(g, _)| *g <= r.generation) {
+                        self.full = None;
+                    }
                     self.result = Some(r);
                     changed = true;
                 }
@@ -566,6 +577,13 @@ impl Session {
         }
     }
 
+    /// Cancels a full re-simulation (the previous results stay).
+    pub fn cancel_full(&self) {
+        if let Some((_, p)) = &self.full {
+            p.cancel.cancel();
+        }
+    }
+
     /// Cancels the analysis job (its result is dropped).
     pub fn cancel_job(&mut self) {
         if let Some((_, p)) = self.job.take() {
@@ -589,6 +607,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.progress.cancel.cancel();
         self.cancel_job();
+        self.cancel_full();
     }
 }
 
@@ -680,35 +699,53 @@ fn worker(
             for msg in std::iter::once(first).chain(msgs.try_iter()) {
                 match msg {
                     Msg::Layers(g, l) => edit = Some((g, l)),
-                    Msg::Full(g) => full = Some(g),
+                    Msg::Full(g, p) => full = Some((g, p)),
                     Msg::Inspect(name) => inspected = Some(name),
                     job => jobs.push(job),
                 }
             }
-            if let Some((g, edits)) = edit {
-                generation = g;
-                let reply = update(&q, &mut live, &calibrated, g, edits);
-                if updates_tx.send(reply).is_err() {
-                    break;
-                }
+            // The newest edit and the full re-simulation, in the order they were asked for.
+            let full_first = matches!((&edit, &full), (Some((ge, _)), Some((gf, _))) if gf < ge);
+            let mut steps = Vec::new();
+            if full_first {
+                steps.push(Err(full.take()));
             }
-            if let Some(g) = full {
-                generation = g;
-                let t = Instant::now();
-                let plan = live.plan.clone();
-                live = q
-                    .live(plan, live.sample_inputs(), Keep::PerTensor, &Silent)
-                    .map_err(|e| e.to_string())?;
-                let reply = Reply {
-                    generation: g,
-                    plan: live.plan.clone(),
-                    report: q.live_report(&live),
-                    recomputed: optimized.graph.nodes.len() * live.samples(),
-                    seconds: t.elapsed().as_secs_f64(),
+            steps.push(Ok(edit.take()));
+            steps.push(Err(full.take()));
+            let mut gone = false;
+            for step in steps {
+                let reply = match step {
+                    Ok(Some((g, edits))) => {
+                        generation = g;
+                        update(&q, &mut live, &calibrated, g, edits)
+                    }
+                    Err(Some((g, p))) => {
+                        generation = g;
+                        let t = Instant::now();
+                        let plan = live.plan.clone();
+                        // Cancelled: the live state stays, and the reply says what it holds.
+                        match q.live(plan, live.sample_inputs(), Keep::PerTensor, &*p) {
+                            Ok(l) => live = l,
+                            Err(npu_core::quant::QuantError::Cancelled) => {}
+                            Err(e) => {
+                                gone |= updates_tx.send(Err(e.to_string())).is_err();
+                                continue;
+                            }
+                        }
+                        Ok(Reply {
+                            generation: g,
+                            plan: live.plan.clone(),
+                            report: q.live_report(&live),
+                            recomputed: optimized.graph.nodes.len() * live.samples(),
+                            seconds: t.elapsed().as_secs_f64(),
+                        })
+                    }
+                    _ => continue,
                 };
-                if updates_tx.send(Ok(reply)).is_err() {
-                    break;
-                }
+                gone |= updates_tx.send(reply).is_err();
+            }
+            if gone {
+                break;
             }
             for job in jobs {
                 let (Msg::Sensitivity(p) | Msg::Pareto(_, p)) = &job else {
@@ -832,6 +869,8 @@ pub struct QuantView {
     pub recipe_path: String,
     /// The preprocessing form is shown (it edits `setup.preprocess`).
     pub show_preprocess_form: bool,
+    /// A recipe loaded before a plan with its preset was calibrated.
+    pub pending_recipe: Option<Recipe>,
     /// The mixed-precision search's target output SQNR (dB).
     pub pareto_target: f64,
     /// The point of the mixed-precision curve picked for "Apply this point".
@@ -871,6 +910,7 @@ impl Default for QuantView {
             show_recipe: false,
             recipe_path: String::new(),
             show_preprocess_form: false,
+            pending_recipe: None,
             pareto_target: 30.0,
             pareto_point: 0,
             exported: None,
@@ -924,11 +964,19 @@ impl QuantView {
         let s = self.session.as_mut()?;
         match s.poll() {
             Ok(_) => {
-                if s.result.is_some()
+                let preset = s.result.as_ref().map(|_| s.setup.preset.clone());
+                if preset.is_some()
                     && let Some(edits) = self.pending_layers.take()
                 {
                     self.set_edits(edits);
                     self.push();
+                }
+                // A recipe loaded before calibration (or for another preset) applies now.
+                if let Some(preset) = preset
+                    && self.pending_recipe.as_ref().is_some_and(|r| r.preset == preset)
+                    && let Some(r) = self.pending_recipe.take()
+                {
+                    self.apply_recipe(&r);
                 }
                 None
             }
@@ -961,7 +1009,8 @@ impl QuantView {
             return;
         };
         let mut layers = self.layers.clone();
-        for n in nodes {
+        // Only nodes that went into a layer of the plan (a Reshape has no precision).
+        for n in nodes.iter().filter(|n| s.rows.contains_key(n)) {
             for &o in m.to_optimized.get(n).map(Vec::as_slice).unwrap_or(&[]) {
                 let name = m.optimized.graph.nodes[o].name.clone();
                 if p == r.plan.default {
@@ -994,13 +1043,22 @@ impl QuantView {
     }
 
     /// Simulates every sample again from scratch with the current edits.
-    pub fn resimulate(&mut self) {
-        if self.session.as_ref().is_some_and(|s| s.result.is_some()) {
+    pub fn resimulate(&mut self, ctx: Option<egui::Context>) {
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.result.is_some() && s.full.is_none())
+        {
             self.generation += 1;
             let g = self.generation;
             if let Some(s) = &mut self.session {
+                let p = Arc::new(JobProgress::default());
+                p.set_ctx(ctx);
+                p.set(0.0, "simulating every sample");
                 s.sent.insert(g, Instant::now());
-                let _ = s.tx.send(Msg::Full(g));
+                if s.tx.send(Msg::Full(g, p.clone())).is_ok() {
+                    s.full = Some((g, p));
+                }
             }
         }
     }
@@ -1147,6 +1205,7 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                     ui.selectable_value(&mut st.quant.setup.preset, p.to_string(), p);
                 }
             });
+        ui.toggle_value(&mut st.quant.show_recipe, "Recipe…");
         let starting = st.quant.session.as_ref().is_some_and(Session::starting);
         if starting {
             let (f, what) = st
@@ -1172,6 +1231,13 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
             st.quant.setup.data = p.display().to_string();
         }
     }
+    // The recipe window: available before calibration too (a loaded recipe waits for it).
+    let mut open = st.quant.show_recipe;
+    egui::Window::new("Recipe")
+        .open(&mut open)
+        .default_pos(ui.max_rect().left_top() - egui::vec2(0.0, 220.0))
+        .show(ui.ctx(), |ui| rules_ui(ui, &mut st.quant));
+    st.quant.show_recipe = open;
     if st.quant.show_preprocess_form {
         preprocess_form_ui(ui, &mut st.quant.setup.preprocess);
     }
@@ -1228,8 +1294,6 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
         if ui.add_enabled(st.quant.can_redo(), egui::Button::new("Redo")).clicked() {
             st.quant.redo();
         }
-        ui.separator();
-        ui.toggle_value(&mut st.quant.show_recipe, "Recipe…");
     });
     legend_ui(ui, &st.quant, &st.theme.quant);
     if !st.multi.is_empty() {
@@ -1248,12 +1312,6 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
             st.send(Command::SetMulti(Vec::new()));
         }
     }
-    let mut open = st.quant.show_recipe;
-    egui::Window::new("Recipe")
-        .open(&mut open)
-        .default_pos(ui.max_rect().left_top() - egui::vec2(0.0, 220.0))
-        .show(ui.ctx(), |ui| rules_ui(ui, &mut st.quant));
-    st.quant.show_recipe = open;
     let Some(s) = &st.quant.session else { return };
     let Some(r) = &s.result else { return };
     let report = r.report.clone();
@@ -1421,6 +1479,11 @@ fn job_row(ui: &mut egui::Ui, s: &mut Session, kind: JobKind, run: &str) -> bool
             clicked = ui.add_enabled(busy.is_none(), egui::Button::new(run)).clicked();
         }
     });
+    if let Some((k, e)) = &s.job_error
+        && *k == kind
+    {
+        ui.colored_label(ui.visuals().error_fg_color, e);
+    }
     clicked
 }
 
@@ -1572,8 +1635,12 @@ fn pareto_ui(ui: &mut egui::Ui, st: &mut Studio) {
                     db(c.sqnr_db),
                     c.cost_bytes / 1024.0
                 ));
+                let current = *g == s.generation();
                 if let Some(plan) = m.plans.get(q.pareto_point)
-                    && ui.button("Apply this point").clicked()
+                    && ui
+                        .add_enabled(current, egui::Button::new("Apply this point"))
+                        .on_disabled_hover_text("the plan changed since the search: find mixed precision again")
+                        .clicked()
                 {
                     apply = Some(plan.clone());
                 }
@@ -1781,21 +1848,53 @@ impl QuantView {
         }
         self.rules.clone_from(&recipe.rules);
         self.dirty = true;
-        let Some(m) = self.session.as_ref().and_then(|s| s.mapping.clone()) else {
+        // Its layers refer to a plan calibrated with its preset.
+        let calibrated = self
+            .session
+            .as_ref()
+            .filter(|s| s.result.is_some())
+            .map(|s| s.setup.preset.clone());
+        if calibrated.as_deref() == Some(recipe.preset.as_str()) {
+            self.pending_recipe = None;
+            self.apply_recipe(&recipe);
+        } else {
             self.rules_note = Some(format!(
-                "loaded {} rules and {} overrides: they apply once the plan is calibrated",
+                "loaded {} rules and {} overrides: they apply once the plan is calibrated with preset {}",
                 recipe.rules.len(),
-                recipe.overrides.len()
+                recipe.overrides.len(),
+                recipe.preset
             ));
+            self.pending_recipe = Some(recipe);
+        }
+    }
+
+    /// Makes a recipe's rules and overrides the current edits (one undoable edit).
+    fn apply_recipe(&mut self, recipe: &Recipe) {
+        let Some(m) = self.session.as_ref().and_then(|s| s.mapping.clone()) else {
             return;
         };
         match recipe.resolve(&m.optimized.graph) {
             Ok(r) => {
-                self.rules_note = Some(format!("loaded and applied: {} layers off the preset", r.layers.len()));
+                self.rules_note = Some(format!("recipe applied: {} layers off the preset", r.layers.len()));
                 self.apply_layers(r.layers);
             }
-            Err(e) => self.rules_note = Some(format!("{path}: {e}")),
+            Err(e) => self.rules_note = Some(format!("{}: {e}", self.recipe_path)),
         }
+    }
+
+    /// The precision state a project saved now holds: the edits waiting for the
+    /// calibration, if any, else the current ones.
+    pub fn project_edits(&self) -> Edits {
+        self.pending_layers.clone().unwrap_or_else(|| self.edits())
+    }
+
+    /// The setup a project saved now holds: the one the calibrated plan was made with (the
+    /// edits refer to it), else the form's.
+    pub fn project_setup(&self) -> Setup {
+        self.session
+            .as_ref()
+            .filter(|s| s.result.is_some())
+            .map_or_else(|| self.setup.clone(), |s| s.setup.clone())
     }
 
     /// Writes the editor's recipe to `recipe_path` (atomically).
@@ -1923,7 +2022,7 @@ pub fn precision_menu(ui: &mut egui::Ui, q: &mut QuantView, nodes: &[NodeId]) ->
 pub fn op_type_menu(ui: &mut egui::Ui, q: &mut QuantView, model: &Model, node: NodeId) -> bool {
     let op = model.graph.nodes[node].op.clone();
     let same: Vec<NodeId> = (0..model.graph.nodes.len())
-        .filter(|&n| model.graph.nodes[n].op == op && q.precision_of(n).is_some())
+        .filter(|&n| model.graph.nodes[n].op == op && q.session.as_ref().is_some_and(|s| s.rows.contains_key(&n)))
         .collect();
     let mut chosen = false;
     ui.menu_button(format!("All {} {op} nodes", same.len()), |ui| {
