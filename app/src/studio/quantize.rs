@@ -1526,11 +1526,7 @@ fn sensitivity_ui(ui: &mut egui::Ui, st: &mut Studio) -> Option<NodeId> {
                 .enumerate()
                 .map(|(k, (n, d))| egui_plot::Bar::new(k as f64, *d).name(n).width(0.7))
                 .collect();
-            egui_plot::Plot::new("sensitivity_bars")
-                .height(110.0)
-                .allow_drag(false)
-                .allow_zoom(false)
-                .allow_scroll(false)
+            small_plot("sensitivity_bars")
                 .x_axis_label("layer (most sensitive first)")
                 .y_axis_label("dB gained")
                 .show(ui, |p| p.bar_chart(egui_plot::BarChart::new("gain", bars)));
@@ -1591,11 +1587,7 @@ fn pareto_ui(ui: &mut egui::Ui, st: &mut Studio) {
                 .filter_map(|c| Some([c.promoted as f64, c.sqnr_db?]))
                 .collect();
             let picked = &m.curve[q.pareto_point];
-            let r = egui_plot::Plot::new("pareto_curve")
-                .height(110.0)
-                .allow_drag(false)
-                .allow_zoom(false)
-                .allow_scroll(false)
+            let r = small_plot("pareto_curve")
                 .x_axis_label("layers at 16 bits")
                 .y_axis_label("output dB")
                 .show(ui, |p| {
@@ -1926,9 +1918,19 @@ fn optional_text(ui: &mut egui::Ui, label: &str, value: &mut Option<String>, wid
     }
 }
 
+/// A plot of the quantization panel or the inspector: fixed height, no pan or zoom (the
+/// panel scrolls instead).
+fn small_plot(id: &str) -> egui_plot::Plot<'_> {
+    egui_plot::Plot::new(id)
+        .height(110.0)
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
+}
+
 /// Cumulative SQNR of every quantized tensor in graph order, the five worst marked.
 fn depth_plot_ui(ui: &mut egui::Ui, report: &Report, red_below: f64, colours: &QuantColours) {
-    use egui_plot::{HLine, Line, Plot, PlotPoint, Points, Text};
+    use egui_plot::{HLine, Line, PlotPoint, Points, Text};
     let pts: Vec<[f64; 2]> = report
         .tensors
         .iter()
@@ -1946,11 +1948,7 @@ fn depth_plot_ui(ui: &mut egui::Ui, report: &Report, red_below: f64, colours: &Q
     egui::CollapsingHeader::new("Cumulative SQNR along the graph")
         .default_open(true)
         .show(ui, |ui| {
-            Plot::new("cumulative_sqnr_depth")
-                .height(110.0)
-                .allow_drag(false)
-                .allow_zoom(false)
-                .allow_scroll(false)
+            small_plot("cumulative_sqnr_depth")
                 .x_axis_label("tensor (graph order)")
                 .y_axis_label("dB")
                 .show(ui, |p| {
@@ -2046,27 +2044,19 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
         .default_open(true)
         .show(ui, |ui| {
             egui::Grid::new("quant_grid").num_columns(2).show(ui, |ui| {
-                ui.label("Layer");
-                ui.label(&t.node);
-                ui.end_row();
-                ui.label("Activations");
-                ui.label(format!("{:?}", t.activations));
-                ui.end_row();
-                ui.label("Weights");
-                ui.label(format!("{:?}", t.weights));
-                ui.end_row();
-                ui.label("Local SQNR");
-                ui.label(db(t.sqnr_local_db));
-                ui.end_row();
-                ui.label("Cumulative SQNR");
-                ui.label(db(t.sqnr_cumulative_db));
-                ui.end_row();
-                ui.label("Cosine");
-                ui.label(format!("{:.6}", t.cosine));
-                ui.end_row();
-                ui.label("Max |err|");
-                ui.label(format!("{:.4e}", t.max_abs_err));
-                ui.end_row();
+                for (k, v) in [
+                    ("Layer", t.node.clone()),
+                    ("Activations", format!("{:?}", t.activations)),
+                    ("Weights", format!("{:?}", t.weights)),
+                    ("Local SQNR", db(t.sqnr_local_db)),
+                    ("Cumulative SQNR", db(t.sqnr_cumulative_db)),
+                    ("Cosine", format!("{:.6}", t.cosine)),
+                    ("Max |err|", format!("{:.4e}", t.max_abs_err)),
+                ] {
+                    ui.label(k);
+                    ui.label(v);
+                    ui.end_row();
+                }
             });
             ui.label("Precision:");
             ui.horizontal_wrapped(|ui| {
@@ -2138,38 +2128,28 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
             }
             let grid_colour = st.theme.text_weak;
             let edge = st.theme.quant.low;
-            egui_plot::Plot::new("quant_value_histogram")
-                .height(110.0)
-                .allow_drag(false)
-                .allow_zoom(false)
-                .allow_scroll(false)
-                .show_y(false)
-                .show(ui, |p| {
-                    p.bar_chart(egui_plot::BarChart::new("values", bars));
-                    if let Some((lo, hi)) = range {
-                        p.vline(egui_plot::VLine::new("clip low", lo).color(edge));
-                        p.vline(egui_plot::VLine::new("clip high", hi).color(edge));
+            small_plot("quant_value_histogram").show_y(false).show(ui, |p| {
+                p.bar_chart(egui_plot::BarChart::new("values", bars));
+                if let Some((lo, hi)) = range {
+                    p.vline(egui_plot::VLine::new("clip low", lo).color(edge));
+                    p.vline(egui_plot::VLine::new("clip high", hi).color(edge));
+                }
+                if levels.len() <= GRID_LINES_MAX {
+                    for &x in &levels {
+                        p.vline(egui_plot::VLine::new("grid", x).color(grid_colour.gamma_multiply(0.5)));
                     }
-                    if levels.len() <= GRID_LINES_MAX {
-                        for &x in &levels {
-                            p.vline(egui_plot::VLine::new("grid", x).color(grid_colour.gamma_multiply(0.5)));
-                        }
-                    } else {
-                        let ticks: Vec<[f64; 2]> = levels.iter().map(|&x| [x, 0.0]).collect();
-                        p.points(egui_plot::Points::new("grid", ticks).radius(1.0).color(grid_colour));
-                    }
-                });
+                } else {
+                    let ticks: Vec<[f64; 2]> = levels.iter().map(|&x| [x, 0.0]).collect();
+                    p.points(egui_plot::Points::new("grid", ticks).radius(1.0).color(grid_colour));
+                }
+            });
             ui.strong("Error histogram (every sample)");
             let bars: Vec<egui_plot::Bar> = i
                 .errors
                 .iter()
                 .map(|&(x, c)| egui_plot::Bar::new(x, c as f64).width(i.bin_width))
                 .collect();
-            egui_plot::Plot::new("quant_error_histogram")
-                .height(110.0)
-                .allow_drag(false)
-                .allow_zoom(false)
-                .allow_scroll(false)
+            small_plot("quant_error_histogram")
                 .show_y(false)
                 .show(ui, |p| p.bar_chart(egui_plot::BarChart::new("error", bars)));
         });
