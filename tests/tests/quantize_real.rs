@@ -44,18 +44,22 @@ fn tmp_dir(name: &str) -> PathBuf {
     d
 }
 
+/// The `w8a8` plan calibrated with MSE on every sample of `src`.
+fn w8a8_plan(q: &Quantizer<'_>, src: &npu_core::quant::data::Source, pre: &Preprocess) -> QuantPlan {
+    q.calibrate(
+        &mut src.samples(q.model, pre),
+        src.len(),
+        "w8a8",
+        Calibration::Mse,
+        &Silent,
+    )
+    .expect("calibrates")
+}
+
 fn plan_and_report(model: &Model, dir: &str, pre: &Preprocess, edit: impl Fn(&mut QuantPlan)) -> (QuantPlan, Report) {
     let q = Quantizer::new(model, 2).expect("quantizer");
     let src = source(dir).expect("source");
-    let mut plan = q
-        .calibrate(
-            &mut src.samples(model, pre),
-            src.len(),
-            "w8a8",
-            Calibration::Mse,
-            &Silent,
-        )
-        .expect("calibrates");
+    let mut plan = w8a8_plan(&q, &src, pre);
     edit(&mut plan);
     let report = q
         .simulate(&plan, &mut src.samples(model, pre), src.len(), &Silent)
@@ -321,15 +325,7 @@ fn incremental_update_matches_full_simulation() {
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let src = source(dir).expect("source");
     let pre = Preprocess::default();
-    let plan = q
-        .calibrate(
-            &mut src.samples(&model, &pre),
-            src.len(),
-            "w8a8",
-            Calibration::Mse,
-            &Silent,
-        )
-        .expect("calibrates");
+    let plan = w8a8_plan(&q, &src, &pre);
     let samples: Vec<_> = src.samples(&model, &pre).map(|s| s.expect("sample").1).collect();
     let mut live = q.live(plan.clone(), samples, Keep::PerTensor, &Silent).expect("live");
     let full_nodes = model.graph.nodes.len() * live.samples();
@@ -398,15 +394,7 @@ fn mixed_precision_reaches_a16w8_on_rec() {
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let src = source(dir).expect("source");
     let pre = Preprocess::default();
-    let mut plan = q
-        .calibrate(
-            &mut src.samples(&model, &pre),
-            src.len(),
-            "w8a8",
-            Calibration::Mse,
-            &Silent,
-        )
-        .expect("calibrates");
+    let mut plan = w8a8_plan(&q, &src, &pre);
     plan.bias_correction = q
         .bias_corrections(&plan, &mut src.samples(&model, &pre), &Silent)
         .expect("bias correction");

@@ -81,29 +81,40 @@ pub struct PipelineState {
     pub export_dir: Option<PathBuf>,
 }
 
-/// Why the import is stale, if it is: the file changed on disk since it was opened.
-fn import_stale(st: &Studio) -> Option<String> {
-    let l = st.loaded.as_ref()?;
-    let now = std::fs::metadata(&l.path).and_then(|m| m.modified()).ok();
-    (now != l.modified).then(|| "the file changed on disk: run to reopen it".into())
+/// Why stages are stale, worked out once per frame (one look at the model file).
+struct Staleness {
+    /// The model file changed on disk since it was opened.
+    import: Option<String>,
+    /// The calibration's inputs changed since it ran.
+    calibration: Option<String>,
 }
 
-/// Why the calibration is stale, if it is.
-fn calibration_stale(st: &Studio) -> Option<String> {
-    let s = st.quant.session.as_ref()?;
-    if let Some(why) = import_stale(st) {
-        return Some(why);
+impl Staleness {
+    fn of(st: &Studio) -> Self {
+        let import = st.loaded.as_ref().and_then(|l| {
+            let now = std::fs::metadata(&l.path).and_then(|m| m.modified()).ok();
+            (now != l.modified).then(|| "the file changed on disk: run to reopen it".to_string())
+        });
+        let calibration = st.quant.session.as_ref().and_then(|s| {
+            if import.is_some() {
+                import.clone()
+            } else if s.setup != st.quant.setup {
+                Some("the samples, preprocessing or preset changed".into())
+            } else if s.passes != st.optimizer.enabled() {
+                Some("the optimizer's passes changed".into())
+            } else {
+                None
+            }
+        });
+        Self { import, calibration }
     }
-    if s.setup != st.quant.setup {
-        return Some("the samples, preprocessing or preset changed".into());
-    }
-    if s.passes != st.optimizer.enabled() {
-        return Some("the optimizer's passes changed".into());
-    }
-    None
 }
 
 pub fn status(st: &Studio, stage: Stage) -> Status {
+    status_with(st, stage, &Staleness::of(st))
+}
+
+fn status_with(st: &Studio, stage: Stage, stale: &Staleness) -> Status {
     let session = st.quant.session.as_ref();
     let simulating = session.is_some_and(|s| s.simulating.load(std::sync::atomic::Ordering::Relaxed));
     match stage {
@@ -112,7 +123,7 @@ pub fn status(st: &Studio, stage: Stage) -> Status {
                 let (f, what) = j.progress.fraction();
                 Status::Running(f, what)
             } else if let Some(l) = &st.loaded {
-                import_stale(st).map_or_else(
+                stale.import.clone().map_or_else(
                     || Status::Done(format!("{} nodes", l.model.graph.nodes.len())),
                     Status::Stale,
                 )
@@ -132,7 +143,7 @@ pub fn status(st: &Studio, stage: Stage) -> Status {
                 if r.passes != st.optimizer.enabled() {
                     return Status::Stale("the pass selection changed".into());
                 }
-                return import_stale(st).map_or_else(
+                return stale.import.clone().map_or_else(
                     || {
                         Status::Done(format!(
                             "{before} → {} nodes, {} rewrites",
@@ -156,7 +167,7 @@ pub fn status(st: &Studio, stage: Stage) -> Status {
                 let (f, what) = s.progress.fraction();
                 Status::Running(f, what)
             }
-            Some(s) => calibration_stale(st).map_or_else(
+            Some(s) => stale.calibration.clone().map_or_else(
                 || {
                     let n = s.result.as_ref().map_or(0, |r| r.plan.calibration_samples);
                     Status::Done(format!("{} on {n} samples", s.setup.preset))
@@ -182,7 +193,7 @@ pub fn status(st: &Studio, stage: Stage) -> Status {
             }
             Some(s) if s.updating() => Status::Running(0.0, "after an edit".into()),
             Some(s) => {
-                if calibration_stale(st).is_some() {
+                if stale.calibration.is_some() {
                     return Status::Stale("the calibration is stale".into());
                 }
                 let r = s.result.as_ref().map(|r| &r.report);
@@ -208,7 +219,7 @@ pub fn status(st: &Studio, stage: Stage) -> Status {
             let ready = session.and_then(|s| s.result.as_ref().map(|r| r.generation));
             match (&st.quant.exported, ready) {
                 (Some((g, dir)), Some(now)) => {
-                    if *g != now || calibration_stale(st).is_some() {
+                    if *g != now || stale.calibration.is_some() {
                         Status::Stale("the plan changed since the export".into())
                     } else {
                         Status::Done(format!("to {}", dir.display()))
@@ -249,8 +260,8 @@ pub fn export(st: &Studio, dir: &Path) -> Result<Vec<PathBuf>, String> {
         .file_stem()
         .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
     let onnx = dir.join(format!("{stem}.optimized.onnx"));
-    let lowered = npu_core::export::onnx::lowered(&m.optimized);
-    npu_core::export::onnx::save(lowered.as_ref().unwrap_or(&m.optimized), &onnx).map_err(|e| e.to_string())?;
+    // (`save` writes the fused forms onnxruntime lacks as their ONNX equivalents.)
+    npu_core::export::onnx::save(&m.optimized, &onnx).map_err(|e| e.to_string())?;
     let plan = dir.join(format!("{stem}.quant.ron"));
     let text = ron::ser::to_string_pretty(&r.plan, ron::ser::PrettyConfig::default()).map_err(|e| e.to_string())?;
     npu_core::export::write_atomic(&plan, text.as_bytes()).map_err(|e| format!("{}: {e}", plan.display()))?;
@@ -344,7 +355,7 @@ fn cancellable(st: &Studio, stage: Stage) -> bool {
 }
 
 /// Whether a stage's inputs are there (its run button is enabled).
-fn can_run(st: &Studio, stage: Stage, status: &Status) -> bool {
+fn can_run(st: &Studio, stage: Stage, status: &Status, stale: &Staleness) -> bool {
     let ready = st.quant.session.as_ref().is_some_and(|s| s.result.is_some());
     match stage {
         _ if matches!(status, Status::Running(..) | Status::Unavailable(_)) => false,
@@ -352,7 +363,7 @@ fn can_run(st: &Studio, stage: Stage, status: &Status) -> bool {
         Stage::Optimize => st.loaded.is_some(),
         Stage::Calibrate => st.loaded.is_some(),
         // A stale calibration needs Run calibrate, not another simulation.
-        Stage::Simulate => ready && calibration_stale(st).is_none(),
+        Stage::Simulate => ready && stale.calibration.is_none(),
         Stage::Export => ready,
         Stage::Compile | Stage::Emulate => false,
     }
@@ -360,7 +371,8 @@ fn can_run(st: &Studio, stage: Stage, status: &Status) -> bool {
 
 /// The pipeline row.
 pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
-    let statuses: Vec<(Stage, Status)> = Stage::ALL.iter().map(|&s| (s, status(st, s))).collect();
+    let stale = Staleness::of(st);
+    let statuses: Vec<(Stage, Status)> = Stage::ALL.iter().map(|&s| (s, status_with(st, s, &stale))).collect();
     let mut clicked_run = None;
     let mut clicked_cancel = None;
     let gap = ui.spacing().item_spacing.x;
@@ -416,7 +428,7 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                             other => {
                                 if ui
                                     .add_enabled(
-                                        can_run(st, *stage, other),
+                                        can_run(st, *stage, other, &stale),
                                         egui::Button::new(format!("Run {}", stage.label().to_lowercase())).small(),
                                     )
                                     .clicked()

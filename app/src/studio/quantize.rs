@@ -1918,6 +1918,13 @@ fn optional_text(ui: &mut egui::Ui, label: &str, value: &mut Option<String>, wid
     }
 }
 
+/// The bars of a histogram given as (bin centre, count).
+fn histogram_bars(bins: &[(f64, usize)], width: f64) -> Vec<egui_plot::Bar> {
+    bins.iter()
+        .map(|&(x, c)| egui_plot::Bar::new(x, c as f64).width(width))
+        .collect()
+}
+
 /// A plot of the quantization panel or the inspector: fixed height, no pan or zoom (the
 /// panel scrolls instead).
 fn small_plot(id: &str) -> egui_plot::Plot<'_> {
@@ -2104,11 +2111,7 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
                     ui.label("float: not quantized");
                 }
             }
-            let bars: Vec<egui_plot::Bar> = i
-                .values
-                .iter()
-                .map(|&(x, c)| egui_plot::Bar::new(x, c as f64).width(i.values_bin_width))
-                .collect();
+            let bars = histogram_bars(&i.values, i.values_bin_width);
             let range = i.grid.map(|g| g.1);
             // The grid's levels: lines when few, ticks on the axis when many.
             let levels: Vec<f64> = match i.grid {
@@ -2144,11 +2147,7 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui, node: NodeId) {
                 }
             });
             ui.strong("Error histogram (every sample)");
-            let bars: Vec<egui_plot::Bar> = i
-                .errors
-                .iter()
-                .map(|&(x, c)| egui_plot::Bar::new(x, c as f64).width(i.bin_width))
-                .collect();
+            let bars = histogram_bars(&i.errors, i.bin_width);
             small_plot("quant_error_histogram")
                 .show_y(false)
                 .show(ui, |p| p.bar_chart(egui_plot::BarChart::new("error", bars)));

@@ -65,38 +65,12 @@ impl Quantizer<'_> {
         to: LayerPrecision,
         live: &Live,
     ) -> Result<(), QuantError> {
-        let g = &self.model.graph;
-        let mut own = None;
-        let sources: Vec<ValueId> = match c {
-            Candidate::Inputs => {
-                plan.inputs = to.activations;
-                g.inputs.clone()
-            }
-            Candidate::Layer(n) => {
-                // New weights need their own correction measured again too.
-                if plan.precision(&g.nodes[n]).weights != to.weights {
-                    own = Some(n);
-                }
-                self.promote(plan, n, to);
-                g.nodes[n].outputs.iter().flatten().copied().collect()
-            }
-        };
-        let readers: Vec<usize> = self
-            .grid_readers(&sources)
-            .into_iter()
-            .chain(own)
-            .filter(|n| plan.bias_correction.contains_key(&g.nodes[*n].name))
-            .collect();
-        if !readers.is_empty() {
-            let fresh = self.live_bias_corrections(live, plan, &readers)?;
-            for n in readers {
-                let name = &g.nodes[n].name;
-                match fresh.get(name) {
-                    Some(c) => plan.bias_correction.insert(name.clone(), c.clone()),
-                    None => plan.bias_correction.remove(name),
-                };
-            }
+        let before = plan.clone();
+        match c {
+            Candidate::Inputs => plan.inputs = to.activations,
+            Candidate::Layer(n) => self.promote(plan, n, to),
         }
+        self.refresh_bias_corrections(live, &before, plan)?;
         Ok(())
     }
 
