@@ -23,6 +23,7 @@ fi
 
 python3 -m pip install --quiet --disable-pip-version-check -r scripts/requirements.txt
 python3 scripts/fetch_models.py
+python3 scripts/make_yolo_like.py
 python3 scripts/fetch_onnx_node_tests.py
 cargo test --workspace --release -- --nocapture
 cargo build --release -p npu-studio

@@ -5,7 +5,7 @@ use crate::graph::doc::GraphDoc;
 use crate::graph::scene::{Scene, SceneBuilder};
 use crate::graph::synthetic;
 use crate::studio::ViewState;
-use crate::studio::canvas::{Highlights, Xf, paint};
+use crate::studio::graph_view::{Highlights, Xf, paint};
 use crate::studio::theme::Theme;
 use npu_core::ir::Model;
 use serde::Serialize;
@@ -86,7 +86,7 @@ fn frame_times(doc: &GraphDoc, model: &Model, scene: &Scene, zoom: f32) -> Frame
         if f >= 3 {
             times.push(ms(t));
         }
-        let vis = crate::studio::canvas::visible_graph_rect(canvas, &view);
+        let vis = crate::studio::graph_view::visible_graph_rect(canvas, &view);
         visible = visible.max(scene.boxes.iter().filter(|b| b.rect.intersects(vis)).count());
     }
     times.sort_by(f64::total_cmp);
@@ -156,10 +156,16 @@ pub fn bench_model(name: &str, model: &Model, import_ms: Option<f64>) -> GraphBe
     }
     let fit = (CANVAS[0] / full.bounds.width().max(1.0)).min(CANVAS[1] / full.bounds.height().max(1.0));
     // Fit to window, then the zooms where most cards are in view at each level of detail.
-    let pan_frames = [fit.clamp(crate::studio::canvas::MIN_ZOOM, 1.0), 0.05, 0.15, 0.5, 1.0]
-        .into_iter()
-        .map(|z| frame_times(&doc, model, &full, z))
-        .collect();
+    let pan_frames = [
+        fit.clamp(crate::studio::graph_view::MIN_ZOOM, 1.0),
+        0.05,
+        0.15,
+        0.5,
+        1.0,
+    ]
+    .into_iter()
+    .map(|z| frame_times(&doc, model, &full, z))
+    .collect();
     GraphBench {
         name: name.to_owned(),
         nodes: model.graph.nodes.len(),

@@ -113,3 +113,87 @@ pub fn model_info(model: &Model, path: &Path, with_nodes: bool) -> InfoReport {
         node_details: with_nodes.then(|| (0..model.graph.nodes.len()).map(|n| node_info(model, n)).collect()),
     }
 }
+
+/// The MACs of `model` with its dynamic inputs fixed to `shapes` (name → dims): shape
+/// inference runs again on a copy. Returns the count and whether some op's shape was still
+/// unknown.
+pub fn macs_at<S: std::hash::BuildHasher>(
+    model: &Model,
+    shapes: &std::collections::HashMap<String, Vec<usize>, S>,
+) -> Result<(u64, bool), npu_core::import::shapes::NoSuchInput> {
+    let mut m = model.clone();
+    npu_core::import::shapes::fix_inputs(&mut m, shapes)?;
+    Ok(npu_core::sim::count_macs(&m))
+}
+
+/// Parses `NAME=1x3x640x640` (dims separated by `x` or `,`).
+pub fn parse_shape(spec: &str) -> Result<(String, Vec<usize>), String> {
+    let (name, dims) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("'{spec}' is not NAME=DIMS"))?;
+    let dims = dims
+        .split(['x', ','])
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("bad dimension '{d}' in '{spec}'"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((name.trim().to_owned(), dims))
+}
+
+/// A shape as the inspector shows it: fixed dims and short names as they are, every other
+/// symbolic dim (an expression such as `floor(height/2 - 1/2) + 1`, or a long generated
+/// name) as a letter; with what each letter stands for.
+pub fn short_shape(dims: &[String]) -> (String, Vec<(char, String)>) {
+    const LETTERS: [char; 8] = ['N', 'M', 'K', 'L', 'P', 'Q', 'R', 'S'];
+    let plain = |d: &str| d.len() <= 8 && d.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '?');
+    let mut legend: Vec<(char, String)> = Vec::new();
+    let mut parts = Vec::with_capacity(dims.len());
+    for d in dims {
+        if plain(d) {
+            parts.push(d.clone());
+            continue;
+        }
+        let letter = if let Some((c, _)) = legend.iter().find(|(_, e)| e == d) {
+            *c
+        } else {
+            let c = LETTERS.get(legend.len()).copied().unwrap_or('?');
+            legend.push((c, d.clone()));
+            c
+        };
+        parts.push(letter.to_string());
+    }
+    (parts.join("×"), legend)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expressions_become_letters_and_names_stay() {
+        let dims: Vec<String> = [
+            "batch",
+            "84",
+            "floor(height/2 - 1/2) + 1",
+            "p2o.DynamicDimension.0",
+            "floor(height/2 - 1/2) + 1",
+        ]
+        .map(String::from)
+        .to_vec();
+        let (text, legend) = short_shape(&dims);
+        assert_eq!(text, "batch×84×N×M×N");
+        assert_eq!(legend[0], ('N', "floor(height/2 - 1/2) + 1".to_owned()));
+        assert_eq!(legend[1].1, "p2o.DynamicDimension.0");
+        assert_eq!(
+            short_shape(&["1".into(), "3".into(), "?".into()]),
+            ("1×3×?".into(), vec![])
+        );
+        assert_eq!(
+            parse_shape("images = 1x3x320x320"),
+            Ok(("images".into(), vec![1, 3, 320, 320]))
+        );
+        assert!(parse_shape("images=1xHx3").is_err());
+    }
+}

@@ -122,7 +122,7 @@ fn run_step_and_link_before_and_after() {
             .expect("a conv with a folded BatchNorm");
         let item = after.doc.node_item[n].expect("card");
         let r = after.scene.boxes[after.scene.item_box[item]].rect;
-        let xf = npu_studio::studio::canvas::Xf::new(after.rect, &after.view);
+        let xf = npu_studio::studio::graph_view::Xf::new(after.rect, &after.view);
         (
             xf.pos(egui::pos2(r.center().x, r.min.y + 8.0)),
             g.nodes[n].origin.clone(),

@@ -10,9 +10,9 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use npu_core::quant::LayerPrecision;
 use npu_studio::studio::Studio;
-use npu_studio::studio::canvas::Xf;
 use npu_studio::studio::commands::{Command, Selection};
-use npu_studio::studio::pipeline::{Stage, Status, status};
+use npu_studio::studio::graph_view::Xf;
+use npu_studio::studio::pipeline::{Stage, Status};
 use std::path::PathBuf;
 
 fn cls_samples(name: &str) -> PathBuf {
@@ -149,7 +149,7 @@ fn shift_click_box_select_and_op_type_select_set_every_precision() {
     assert!(multi.contains(&a) && multi.contains(&b), "{multi:?} lacks {a} or {b}");
     // One click sets every selected node's precision; one undo restores them all.
     let before = output_db(h.state());
-    h.get_by_label("Set selected to int16").click();
+    common::click_in_view(&mut h, "Set selected to int16");
     settle(&mut h);
     for &n in &multi {
         if h.state().quant.precision_of(n).is_some() {
@@ -194,10 +194,10 @@ fn pipeline_stages_run_export_and_go_stale() {
     let dir = cls_samples("pipeline");
     let mut h = open(&ppocr("cls"));
     let st = h.state();
-    assert!(matches!(status(st, Stage::Import), Status::Done(_)));
-    assert!(matches!(status(st, Stage::Calibrate), Status::Waiting(_)));
-    assert!(matches!(status(st, Stage::Compile), Status::Unavailable(_)));
-    assert!(matches!(status(st, Stage::Emulate), Status::Unavailable(_)));
+    assert!(matches!(st.stage_status(Stage::Import), Status::Done(_)));
+    assert!(matches!(st.stage_status(Stage::Calibrate), Status::Waiting(_)));
+    assert!(matches!(st.stage_status(Stage::Compile), Status::Unavailable(_)));
+    assert!(matches!(st.stage_status(Stage::Emulate), Status::Unavailable(_)));
     assert!(h.query_by_label("Run import").is_some());
     // Run the calibration from the pipeline: it shows progress while it runs.
     h.state_mut().quant.setup.data = dir.display().to_string();
@@ -207,8 +207,8 @@ fn pipeline_stages_run_export_and_go_stale() {
     for _ in 0..4000 {
         h.step();
         let st = h.state();
-        if matches!(status(st, Stage::Calibrate), Status::Running(..))
-            || matches!(status(st, Stage::Simulate), Status::Running(..))
+        if matches!(st.stage_status(Stage::Calibrate), Status::Running(..))
+            || matches!(st.stage_status(Stage::Simulate), Status::Running(..))
         {
             seen_running = true;
         }
@@ -222,28 +222,29 @@ fn pipeline_stages_run_export_and_go_stale() {
     let st = h.state();
     assert!(st.error.is_none(), "{:?}", st.error);
     assert!(
-        matches!(status(st, Stage::Optimize), Status::Done(_)),
+        matches!(st.stage_status(Stage::Optimize), Status::Done(_)),
         "{:?}",
-        status(st, Stage::Optimize)
+        st.stage_status(Stage::Optimize)
     );
-    assert!(matches!(status(st, Stage::Calibrate), Status::Done(_)));
-    let Status::Done(sim) = status(st, Stage::Simulate) else {
-        panic!("{:?}", status(st, Stage::Simulate))
+    assert!(matches!(st.stage_status(Stage::Calibrate), Status::Done(_)));
+    let Status::Done(sim) = st.stage_status(Stage::Simulate) else {
+        panic!("{:?}", st.stage_status(Stage::Simulate))
     };
     assert!(sim.contains("6 samples"), "{sim}");
     // Export: the optimized ONNX, the plan and the report.
     let out = dir.join("export");
     h.state_mut().pipeline.export_dir = Some(out.clone());
     h.get_by_label("Run export").click();
-    h.step();
+    // The files are written by a background job.
+    settle(&mut h);
     println!(
         "export: {:?} {:?} {:?}",
-        status(h.state(), Stage::Export),
+        h.state().stage_status(Stage::Export),
         h.state().quant.exported,
         h.state().status
     );
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
-    assert!(matches!(status(h.state(), Stage::Export), Status::Done(_)));
+    assert!(matches!(h.state().stage_status(Stage::Export), Status::Done(_)));
     let onnx = npu_core::import::onnx::load(&out.join("ppocr_cls.optimized.onnx")).expect("the exported ONNX loads");
     let s = h.state().quant.session.as_ref().expect("s");
     let m = s.mapping.as_ref().expect("mapping");
@@ -259,8 +260,8 @@ fn pipeline_stages_run_export_and_go_stale() {
     let n = *s.rows.keys().min().expect("a layer");
     h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
     settle(&mut h);
-    assert!(matches!(status(h.state(), Stage::Export), Status::Stale(_)));
-    assert!(matches!(status(h.state(), Stage::Simulate), Status::Done(_)));
+    assert!(matches!(h.state().stage_status(Stage::Export), Status::Stale(_)));
+    assert!(matches!(h.state().stage_status(Stage::Simulate), Status::Done(_)));
     // A full re-simulation gives the numbers the incremental one gave.
     let incremental = h
         .state()
@@ -291,27 +292,27 @@ fn pipeline_stages_run_export_and_go_stale() {
     // Changing the preprocessing or the optimizer's passes makes the calibration stale.
     h.state_mut().quant.setup.preprocess = "scale=1/255".into();
     h.step();
-    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Stale(_)));
-    assert!(matches!(status(h.state(), Stage::Simulate), Status::Stale(_)));
+    assert!(matches!(h.state().stage_status(Stage::Calibrate), Status::Stale(_)));
+    assert!(matches!(h.state().stage_status(Stage::Simulate), Status::Stale(_)));
     h.state_mut().quant.setup.preprocess = String::new();
     h.state_mut().optimizer.passes[0].2 = false;
     h.step();
-    let Status::Stale(why) = status(h.state(), Stage::Calibrate) else {
-        panic!("{:?}", status(h.state(), Stage::Calibrate))
+    let Status::Stale(why) = h.state().stage_status(Stage::Calibrate) else {
+        panic!("{:?}", h.state().stage_status(Stage::Calibrate))
     };
     assert!(why.contains("passes"), "{why}");
     h.state_mut().optimizer.passes[0].2 = true;
     h.step();
-    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Done(_)));
+    assert!(matches!(h.state().stage_status(Stage::Calibrate), Status::Done(_)));
     // Cancel while calibrating.
     h.get_by_label("Run calibrate").click();
     h.step();
     h.step();
-    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Running(..)));
+    assert!(matches!(h.state().stage_status(Stage::Calibrate), Status::Running(..)));
     h.get_by_label("Cancel calibrate").click();
     h.step();
     assert!(h.state().quant.session.is_none());
-    assert!(matches!(status(h.state(), Stage::Calibrate), Status::Waiting(_)));
+    assert!(matches!(h.state().stage_status(Stage::Calibrate), Status::Waiting(_)));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -319,7 +320,7 @@ fn pipeline_stages_run_export_and_go_stale() {
 fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     let (mut h, dir) = quantized("pareto");
     let before = output_db(h.state()).expect("inexact");
-    h.get_by_label("Measure sensitivity").click();
+    common::click_in_view(&mut h, "Measure sensitivity");
     settle(&mut h);
     let st = h.state();
     let s = st.quant.session.as_ref().expect("s");
@@ -331,7 +332,7 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
         "the analysis measures the current plan"
     );
     // The mixed-precision curve, and one of its points applied.
-    h.get_by_label("Find mixed precision").click();
+    common::click_in_view(&mut h, "Find mixed precision");
     settle(&mut h);
     let (k, point_db, promoted) = {
         let s = h.state().quant.session.as_ref().expect("s");
@@ -347,7 +348,7 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     h.state_mut().quant.pareto_point = k;
     h.step();
     assert!(h.query_by_label("Apply this point").is_some());
-    h.get_by_label("Apply this point").click();
+    common::click_in_view(&mut h, "Apply this point");
     settle(&mut h);
     let applied = output_db(h.state()).expect("db");
     println!("cls: w8a8 {before:.2} dB; point {k} ({promoted} promoted) {point_db:.2} dB, applied {applied:.2} dB");
@@ -355,7 +356,7 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     // (On cls, 16-bit activations without bias correction lose to 8-bit ones: the curve is not
     // monotonic, and it is shown as measured.)
     assert!((applied - before).abs() > 0.01);
-    assert!(h.state().quant.base.is_some());
+    assert!(h.state().quant.base().is_some());
     // Undo takes the point back, redo applies it again.
     h.state_mut().send(Command::Undo);
     settle(&mut h);
@@ -369,12 +370,12 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     settle(&mut h);
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
     drop(h);
-    let mut h = common::harness(Default::default());
+    let mut h = common::harness(npu_studio::studio::Settings::default());
     h.state_mut().send(Command::OpenProject(project));
     settle(&mut h);
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
     assert_eq!(output_db(h.state()), Some(applied), "reopened");
-    assert!(h.state().quant.base.is_some());
+    assert!(h.state().quant.base().is_some());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -443,13 +444,13 @@ fn calibration_preview_and_recipe_files() {
     h.step();
     let note = h.state().quant.rules_note.clone().expect("a note");
     assert!(note.contains("once the plan is calibrated"), "{note}");
-    assert!(h.state().quant.layers.is_empty());
+    assert!(h.state().quant.layers().is_empty());
     // The calibration applies it.
     h.state_mut().start_quantization();
     settle(&mut h);
     let q = &h.state().quant;
-    assert_eq!(q.layers.len(), conv, "{:?}", q.rules_note);
-    assert_eq!(q.layers.get(&other), Some(&LayerPrecision::FP16));
+    assert_eq!(q.layers().len(), conv, "{:?}", q.rules_note);
+    assert_eq!(q.layers().get(&other), Some(&LayerPrecision::FP16));
     assert!(h.query_by_label(&format!("Remove override {other}")).is_some());
     // A file that is not a recipe: the editor says which file and why.
     let bad = dir.join("bad.ron");
@@ -459,22 +460,26 @@ fn calibration_preview_and_recipe_files() {
     h.step();
     let note = h.state().quant.rules_note.clone().expect("a note");
     assert!(note.contains("bad.ron") && note.contains("not a recipe"), "{note}");
-    assert_eq!(h.state().quant.layers.len(), conv, "nothing changed");
+    assert_eq!(h.state().quant.layers().len(), conv, "nothing changed");
     // Saved back: the same rules, and the overrides it now holds.
     let back = dir.join("back.ron");
     h.state_mut().quant.recipe_path = back.display().to_string();
     h.get_by_label("Save recipe").click();
-    h.step();
+    settle(&mut h);
+    assert_eq!(
+        h.state().quant.rules_note.as_deref(),
+        Some(format!("saved to {}", back.display()).as_str())
+    );
     let r =
         npu_core::quant::recipe::Recipe::parse_ron(&std::fs::read_to_string(&back).expect("saved")).expect("a recipe");
     assert_eq!(r.rules, h.state().quant.rules);
     assert_eq!(r.overrides.len(), conv);
     assert_eq!(r.overrides.get(&other).map(String::as_str), Some("fp16"));
     // Removing an override is an edit of its own.
-    let first = h.state().quant.layers.keys().next().expect("an override").clone();
+    let first = h.state().quant.layers().keys().next().expect("an override").clone();
     h.get_by_label(&format!("Remove override {first}")).click();
     settle(&mut h);
-    assert_eq!(h.state().quant.layers.get(&first), None);
-    assert_eq!(h.state().quant.layers.len(), conv - 1);
+    assert_eq!(h.state().quant.layers().get(&first), None);
+    assert_eq!(h.state().quant.layers().len(), conv - 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

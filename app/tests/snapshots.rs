@@ -136,11 +136,16 @@ fn readme_quantization_heatmap() {
     h.state_mut().send(Command::ZoomBy(0.6));
     settle(&mut h);
     // The sensitivity bars and the mixed-precision curve, a point picked on it.
-    h.get_by_label("Measure sensitivity").click();
+    common::click_in_view(&mut h, "Measure sensitivity");
     settle(&mut h);
-    h.get_by_label("Find mixed precision").click();
+    common::click_in_view(&mut h, "Find mixed precision");
     settle(&mut h);
     h.state_mut().quant.pareto_point = 5;
+    // The panel keeps half of the window for the graph: its lower part scrolls into view.
+    h.get_by_label("Worst layers (cumulative):").scroll_to_me();
+    for _ in 0..5 {
+        h.step();
+    }
     // The pointer away from the plots (no crosshair).
     h.event(egui::Event::PointerGone);
     h.step();

@@ -189,7 +189,7 @@ fn keyboard_shortcuts_zoom_fit_and_help() {
     settle(&mut h);
     let st = h.state();
     let b = st.loaded.as_ref().expect("loaded").scene.bounds;
-    let vis = npu_studio::studio::canvas::visible_graph_rect(st.canvas_rect, &st.view);
+    let vis = npu_studio::studio::graph_view::visible_graph_rect(st.canvas_rect, &st.view);
     assert!(vis.expand(1.0).contains_rect(b), "fit shows the whole graph");
     h.key_press(egui::Key::F1);
     settle(&mut h);
@@ -257,17 +257,18 @@ fn every_ppocr_node_is_selectable_and_matches_info_json() {
                 if tn.is_empty() {
                     continue;
                 }
-                let shape: Vec<&str> = t["shape"]
+                let shape: Vec<String> = t["shape"]
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(|d| d.as_str())
+                    .filter_map(|d| d.as_str().map(String::from))
                     .collect();
                 let dtype = t["dtype"].as_str().unwrap_or_default();
+                // Long symbolic dims (`p2o.DynamicDimension.0`) print as letters, in full on hover.
                 let text = if shape.is_empty() {
                     format!("{dtype} scalar")
                 } else {
-                    format!("{dtype} [{}]", shape.join("×"))
+                    format!("{dtype} [{}]", npu_studio::info::short_shape(&shape).0)
                 };
                 assert!(has(&h, tn), "{which}: {name} lacks tensor {tn}");
                 assert!(has(&h, &text), "{which}: {name} lacks '{text}' for {tn}");
@@ -279,7 +280,7 @@ fn every_ppocr_node_is_selectable_and_matches_info_json() {
 fn screen_of(h: &egui_kittest::Harness<'_, npu_studio::studio::Studio>, box_index: usize) -> egui::Pos2 {
     let st = h.state();
     let r = st.loaded.as_ref().expect("loaded").scene.boxes[box_index].rect;
-    let xf = npu_studio::studio::canvas::Xf::new(st.canvas_rect, &st.view);
+    let xf = npu_studio::studio::graph_view::Xf::new(st.canvas_rect, &st.view);
     // A point inside the card's header (a frame's handle is its header too).
     xf.pos(r.center_top() + egui::vec2(0.0, 8.0))
 }
@@ -386,7 +387,7 @@ fn drag_and_scroll_pan_and_ctrl_scroll_zooms_about_the_pointer() {
     h.event(egui::Event::PointerMoved(p));
     h.step();
     let st = h.state();
-    let under = npu_studio::studio::canvas::Xf::new(st.canvas_rect, &st.view).graph(p);
+    let under = npu_studio::studio::graph_view::Xf::new(st.canvas_rect, &st.view).graph(p);
     let z0 = st.view.zoom;
     wheel(&h, egui::vec2(0.0, 120.0), egui::Modifiers::CTRL);
     h.run_steps(40);
@@ -396,7 +397,7 @@ fn drag_and_scroll_pan_and_ctrl_scroll_zooms_about_the_pointer() {
         "ctrl+scroll zooms in: {z0} → {}",
         st.view.zoom
     );
-    let still = npu_studio::studio::canvas::Xf::new(st.canvas_rect, &st.view).graph(p);
+    let still = npu_studio::studio::graph_view::Xf::new(st.canvas_rect, &st.view).graph(p);
     assert!(
         (still - under).length() < 1.0,
         "the point under the pointer moved by {:?}",

@@ -33,3 +33,21 @@ impl CancelFlag {
         self.0.load(Ordering::Relaxed)
     }
 }
+
+/// Reports a stage's progress as the span `from..=to` (fractions) of a longer job's.
+pub struct Part<'a> {
+    pub inner: &'a dyn Progress,
+    pub from: f64,
+    pub to: f64,
+}
+
+impl Progress for Part<'_> {
+    fn update(&self, done: usize, total: usize, what: &str) {
+        let f = if total == 0 { 0.0 } else { done as f64 / total as f64 };
+        let x = self.from + (self.to - self.from) * f.clamp(0.0, 1.0);
+        self.inner.update((x * 1000.0).round() as usize, 1000, what);
+    }
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
+}

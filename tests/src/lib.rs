@@ -96,13 +96,23 @@ pub fn compare_val(got: &Val, want: &Val, rtol: f64, atol: f64) -> Result<(), St
     }
 }
 
-/// Reads `DIR/<prefix>_0.pb`, `_1.pb`, … as the values `kinds` says, one per file.
+/// Reads `DIR/<prefix>_0.pb`, `_1.pb`, … as the values `kinds` says, one per file: a file
+/// missing for any of them is an error (a case with no expected outputs compares nothing),
+/// and so is a file beyond them (a value the graph does not declare).
 pub fn read_pb_values(dir: &Path, prefix: &str, kinds: &[ValueKind]) -> Result<Vec<Val>, String> {
     let mut out = Vec::new();
     for (i, &kind) in kinds.iter().enumerate() {
         let f = dir.join(format!("{prefix}_{i}.pb"));
-        let Ok(bytes) = std::fs::read(&f) else { break };
+        let bytes = std::fs::read(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         out.push(value_from_pb(&bytes, kind).map_err(|e| format!("{}: {e}", f.display()))?);
+    }
+    let extra = dir.join(format!("{prefix}_{}.pb", kinds.len()));
+    if extra.exists() {
+        return Err(format!(
+            "{}: the graph declares {} {prefix}s, the data has more",
+            extra.display(),
+            kinds.len()
+        ));
     }
     Ok(out)
 }

@@ -171,19 +171,19 @@ fn calibration_from_an_image_folder() {
     assert!(sqnr > 20.0, "{sqnr}");
 }
 
+/// What calibrating through the pipeline on `path` fails with: a set that cannot be listed
+/// fails to open, a sample that cannot be read or run fails the calibration; either names
+/// the path or file.
 fn calib_error(model: &Model, path: &str) -> String {
-    let q = Quantizer::new(model, 1).expect("quantizer");
-    let r = source(path).and_then(|src| {
-        q.calibrate(
-            &mut src.samples(model, &Preprocess::default()),
-            src.len(),
-            "w8a8",
-            Calibration::MinMax,
-            &Silent,
-        )
-    });
-    match r {
-        Err(QuantError::Data(m)) => m,
+    use npu_core::pipeline::{self, CalibrateError, Samples, SamplesError};
+    let q = pipeline::quantizer(model, 1).expect("quantizer");
+    let set = match Samples::open(path, "") {
+        Ok(set) => set,
+        Err(e @ SamplesError::Data(_)) => return e.to_string(),
+        Err(e) => panic!("unexpected error kind: {e}"),
+    };
+    match pipeline::calibrate(&q, &set, &Silent) {
+        Err(CalibrateError::Quant(e @ (QuantError::Samples(_) | QuantError::Data(_)))) => e.to_string(),
         Err(e) => panic!("unexpected error kind: {e}"),
         Ok(_) => panic!("{path}: calibration succeeded on bad input"),
     }

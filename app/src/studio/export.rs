@@ -1,18 +1,14 @@
 //! Export of the current view: SVG written from the scene, PNG from a screenshot of the
-//! canvas. Files are written atomically (temporary file, then rename).
+//! canvas. Files are written atomically (temporary file, then rename) by a background job.
 
+use super::jobs::{Job, take_finished};
 use super::theme::Theme;
 use crate::graph::doc::{CARD_HEADER, CARD_LINE, CARD_PAD, GraphDoc};
 use crate::graph::scene::{BoxKind, FRAME_HEADER, Scene};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
-
-/// Writes a file atomically (temporary file, then rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    npu_core::export::write_atomic(path, bytes).map_err(|e| e.to_string())
-}
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -189,17 +185,19 @@ pub fn svg(doc: &GraphDoc, scene: &Scene, view: egui::Rect, theme: &Theme) -> St
     s
 }
 
-/// A PNG export waiting for its screenshot.
+/// A view export: a PNG waiting for its screenshot, and the write under way.
 #[derive(Default)]
 pub struct ExportState {
     waiting: Option<(Receiver<Arc<egui::ColorImage>>, PathBuf, egui::Rect, f32)>,
+    writing: Option<Job<String>>,
 }
 
 impl ExportState {
     pub fn pending(&self) -> bool {
-        self.waiting.is_some()
+        self.waiting.is_some() || self.writing.is_some()
     }
 
+    /// Asks for a screenshot; the canvas part of it is written to `path` once it comes.
     pub fn request_png(&mut self, ctx: &egui::Context, path: PathBuf, canvas: egui::Rect) {
         let (tx, rx) = channel();
         ctx.request_screenshot(move |img| {
@@ -208,19 +206,31 @@ impl ExportState {
         self.waiting = Some((rx, path, canvas, ctx.pixels_per_point()));
     }
 
-    pub fn poll(&mut self, status: &mut String, error: &mut Option<String>) {
-        let Some((rx, path, rect, ppp)) = &self.waiting else {
-            return;
-        };
-        let Ok(img) = rx.try_recv() else { return };
-        let r = png_bytes(&img, *rect, *ppp)
-            .map_err(|e| format!("{}: {e}", path.display()))
-            .and_then(|b| write_atomic(path, &b));
-        match r {
-            Ok(()) => *status = format!("Exported the view to {}", path.display()),
-            Err(e) => *error = Some(format!("Could not write the view: {e}")),
+    /// Writes an SVG document in the background.
+    pub fn write_svg(&mut self, path: PathBuf, svg: String, ctx: Option<&egui::Context>) {
+        self.writing = Some(Job::spawn("export-view", ctx, move |_| {
+            npu_core::export::write_atomic(&path, svg.as_bytes())
+                .map_err(|e| format!("Could not write the view: {e}"))?;
+            Ok(format!("Exported the view to {}", path.display()))
+        }));
+    }
+
+    /// Starts the PNG's write once its screenshot came; returns what a finished write says
+    /// (`Err`: the message to show as an error).
+    pub fn poll(&mut self, ctx: Option<&egui::Context>) -> Option<Result<String, String>> {
+        if let Some((rx, ..)) = &self.waiting
+            && let Ok(img) = rx.try_recv()
+            && let Some((_, path, rect, ppp)) = self.waiting.take()
+        {
+            self.writing = Some(Job::spawn("export-view", ctx, move |_| {
+                png_bytes(&img, rect, ppp)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+                    .and_then(|b| npu_core::export::write_atomic(&path, &b).map_err(|e| e.to_string()))
+                    .map_err(|e| format!("Could not write the view: {e}"))?;
+                Ok(format!("Exported the view to {}", path.display()))
+            }));
         }
-        self.waiting = None;
+        take_finished(&mut self.writing).map(|r| r.map_err(|e| e.to_string()))
     }
 }
 

@@ -1,10 +1,12 @@
 //! The inspector: the selected node, tensor or scope, or the model's properties when
 //! nothing is selected. Tensor names are links to their producer and consumers.
 
-use super::Studio;
 use super::commands::{Command, Selection};
+use super::document::Loaded;
+use super::jobs::Job;
+use super::plots;
 use crate::info::{IoInfo, model_info, node_info, value_info};
-use egui_plot::{Bar, BarChart, Plot};
+use egui_plot::{Bar, BarChart};
 use npu_core::ir::{Attr, Model, Tensor, ValueId};
 use std::sync::Arc;
 
@@ -18,6 +20,31 @@ pub struct InspectorState {
     stats: Option<(ValueId, Arc<WeightStats>)>,
     /// The model's properties, computed once per model.
     info: Option<Arc<crate::info::InfoReport>>,
+    /// The input shape typed for the MAC count of a model with dynamic inputs.
+    pub macs_shape: String,
+    /// The MACs at a fixed input shape, once counted, and the count under way.
+    macs: Option<MacsAt>,
+    macs_job: Option<(Shapes, Job<MacsAt>)>,
+}
+
+/// Input shapes by input name.
+type Shapes = Vec<(String, Vec<usize>)>;
+
+/// The MAC count of a dynamic model at one input shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MacsAt {
+    pub shapes: Vec<(String, Vec<usize>)>,
+    /// The count and whether some shape was still unknown, or why it could not be counted.
+    pub macs: Result<(u64, bool), String>,
+}
+
+/// Where the input shape of a dynamic model comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShapeSource {
+    /// Typed by the user in the inspector.
+    Typed,
+    /// The first calibration sample's.
+    Calibration,
 }
 
 /// Statistics of a constant tensor, computed in f64.
@@ -101,43 +128,72 @@ pub fn constant_of(model: &Model, v: ValueId) -> Option<Tensor> {
     }
 }
 
-fn shape_text(t: &IoInfo) -> String {
+/// A tensor's dtype and shape, short (symbolic expressions as letters), and what the
+/// letters stand for (`None` when there are none).
+fn shape_text(t: &IoInfo) -> (String, Option<String>) {
     if t.shape.is_empty() {
-        format!("{} scalar", t.dtype)
-    } else {
-        format!("{} [{}]", t.dtype, t.shape.join("×"))
+        return (format!("{} scalar", t.dtype), None);
     }
+    let (short, legend) = crate::info::short_shape(&t.shape);
+    let hover = (!legend.is_empty()).then(|| {
+        legend
+            .iter()
+            .map(|(c, e)| format!("{c} = {e}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    (format!("{} [{short}]", t.dtype), hover)
 }
 
-pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui) {
+/// The inspector panel. `calib_shapes` are the first calibration sample's input shapes
+/// (the MAC count of a dynamic model uses them); `node_section` draws what features add
+/// under a selected node (the quantization section).
+pub fn inspector_ui(
+    ui: &mut egui::Ui,
+    state: &mut InspectorState,
+    loaded: Option<&Loaded>,
+    selection: Option<Selection>,
+    calib_shapes: Option<&[(String, Vec<usize>)]>,
+    out: &mut Vec<Command>,
+    node_section: impl FnOnce(&mut egui::Ui, usize, &mut Vec<Command>),
+) {
     // The panel keeps its width whatever is selected, so the canvas never jumps.
     egui::ScrollArea::vertical()
         .id_salt("inspector_scroll")
         .auto_shrink(false)
         .show(ui, |ui| {
-            let Some(l) = &st.loaded else {
+            let Some(l) = loaded else {
                 ui.heading("Inspector");
                 ui.label("No model open");
                 return;
             };
             let model = l.model.clone();
             let doc = l.doc.clone();
-            let path = l.path.clone();
-            let warnings = l.warnings.clone();
-            let mut out = Vec::new();
-            match st.selection {
+            match selection {
                 None => {
-                    let info = st
-                        .inspector
+                    let info = state
                         .info
-                        .get_or_insert_with(|| Arc::new(model_info(&model, &path, false)))
+                        .get_or_insert_with(|| Arc::new(model_info(&model, &l.path, false)))
                         .clone();
-                    model_ui(ui, &model, &info, &path, &warnings, &mut out);
+                    let macs = state.macs_at(&model, &info, calib_shapes, ui.ctx());
+                    model_ui(ui, &model, &info, &l.path, &l.warnings, macs.as_ref(), out);
+                    if info.macs_partial {
+                        ui.add(egui::Label::new(egui::RichText::new(macs_note(macs.as_ref())).weak()).wrap());
+                        ui.horizontal(|ui| {
+                            let label = ui.label("MACs at input shape:");
+                            ui.add(
+                                egui::TextEdit::singleline(&mut state.macs_shape)
+                                    .hint_text("images=1x3x320x320")
+                                    .desired_width(170.0),
+                            )
+                            .labelled_by(label.id);
+                        });
+                    }
                 }
-                Some(Selection::Node(n)) => node_ui(ui, &model, &doc.consumers, n, &mut out),
+                Some(Selection::Node(n)) => node_ui(ui, &model, &doc.consumers, n, out),
                 Some(Selection::Value(v)) => {
-                    let stats = weight_stats_cached(&mut st.inspector, &model, v);
-                    value_ui(ui, &model, &doc.consumers, v, stats.as_deref(), &mut out);
+                    let stats = weight_stats_cached(state, &model, v);
+                    value_ui(ui, &model, &doc.consumers, v, stats.as_deref(), out);
                 }
                 Some(Selection::Scope(s)) => {
                     let sc = &doc.scopes[s];
@@ -153,11 +209,8 @@ pub fn inspector_ui(st: &mut Studio, ui: &mut egui::Ui) {
                     }
                 }
             }
-            if let Some(Selection::Node(n)) = st.selection {
-                super::quantize::inspector_ui(st, ui, n);
-            }
-            for c in out {
-                st.send(c);
+            if let Some(Selection::Node(n)) = selection {
+                node_section(ui, n, out);
             }
         });
 }
@@ -180,6 +233,7 @@ fn model_ui(
     r: &crate::info::InfoReport,
     path: &std::path::Path,
     warnings: &[String],
+    macs_at: Option<&(ShapeSource, MacsAt)>,
     out: &mut Vec<Command>,
 ) {
     ui.heading("Model properties");
@@ -213,10 +267,7 @@ fn model_ui(
             row("nodes", r.nodes.to_string());
             row("parameters", r.parameters.to_string());
             row("parameter bytes", r.parameter_bytes.to_string());
-            row(
-                "MACs",
-                format!("{}{}", r.macs, if r.macs_partial { " (lower bound)" } else { "" }),
-            );
+            row("MACs", macs_text(r, macs_at));
         });
     ui.separator();
     ui.strong("Inputs");
@@ -250,19 +301,131 @@ fn tensor_row(ui: &mut egui::Ui, t: &IoInfo, v: ValueId, out: &mut Vec<Command>)
     if ui.link(&t.name).on_hover_text("Show this tensor").clicked() {
         out.push(Command::Reveal(Selection::Value(v)));
     }
-    indented_weak(ui, &shape_text(t));
+    shape_line(ui, t);
 }
 
 /// A weak, wrapping line under a tensor link.
 fn indented_weak(ui: &mut egui::Ui, text: &str) {
+    indented_weak_hover(ui, text, None);
+}
+
+fn indented_weak_hover(ui: &mut egui::Ui, text: &str, hover: Option<&str>) {
     egui::Frame::NONE
         .inner_margin(egui::Margin {
             left: 14,
             ..Default::default()
         })
         .show(ui, |ui| {
-            ui.add(egui::Label::new(egui::RichText::new(text).weak()).wrap())
+            let r = ui.add(egui::Label::new(egui::RichText::new(text).weak()).wrap());
+            if let Some(h) = hover {
+                r.on_hover_text(h);
+            }
         });
+}
+
+/// A tensor's dtype and short shape under its link; the full expressions on hover.
+fn shape_line(ui: &mut egui::Ui, t: &IoInfo) {
+    let (text, hover) = shape_text(t);
+    indented_weak_hover(ui, &text, hover.as_deref());
+}
+
+/// The MAC row: the count (a lower bound while some shape is unknown).
+fn macs_text(r: &crate::info::InfoReport, at: Option<&(ShapeSource, MacsAt)>) -> String {
+    match at.map(|(_, m)| &m.macs) {
+        Some(Ok((n, false))) => n.to_string(),
+        Some(Ok((n, true))) => format!("{n} (lower bound)"),
+        _ if r.macs_partial => format!("{} (lower bound)", r.macs),
+        _ => r.macs.to_string(),
+    }
+}
+
+/// Under the properties of a model with dynamic inputs: the shape its MACs were counted at
+/// and where that shape came from, or how to give one.
+fn macs_note(at: Option<&(ShapeSource, MacsAt)>) -> String {
+    let Some((source, m)) = at else {
+        return "The inputs are dynamic, so the MACs are a lower bound: give an input shape below, or a folder of calibration samples, to count them at it.".into();
+    };
+    let shape = m
+        .shapes
+        .iter()
+        .map(|(n, d)| format!("{n}={}", d.iter().map(ToString::to_string).collect::<Vec<_>>().join("×")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let from = match source {
+        ShapeSource::Typed => "the shape typed below",
+        ShapeSource::Calibration => "the calibration samples' shape",
+    };
+    match &m.macs {
+        Ok(_) => format!("MACs at {shape} ({from})"),
+        Err(e) => format!("MACs at {shape} ({from}): {e}"),
+    }
+}
+
+impl InspectorState {
+    /// The MAC count at the typed shape, else at the calibration samples' shape; counted
+    /// off the UI thread (shape inference runs again), `None` until it is there.
+    fn macs_at(
+        &mut self,
+        model: &Arc<Model>,
+        info: &crate::info::InfoReport,
+        calib: Option<&[(String, Vec<usize>)]>,
+        ctx: &egui::Context,
+    ) -> Option<(ShapeSource, MacsAt)> {
+        if !info.macs_partial {
+            return None;
+        }
+        let typed: Option<Vec<(String, Vec<usize>)>> = {
+            let specs: Vec<&str> = self
+                .macs_shape
+                .split([';', ' '])
+                .filter(|s| !s.trim().is_empty())
+                .collect();
+            (!specs.is_empty())
+                .then(|| {
+                    specs
+                        .iter()
+                        .map(|s| crate::info::parse_shape(s))
+                        .collect::<Result<Vec<_>, _>>()
+                        .ok()
+                })
+                .flatten()
+        };
+        let (source, shapes) = match (typed, calib) {
+            (Some(t), _) => (ShapeSource::Typed, t),
+            (None, Some(c)) if !c.is_empty() => (ShapeSource::Calibration, c.to_vec()),
+            _ => return None,
+        };
+        let current = self.macs.as_ref().is_some_and(|m| m.shapes == shapes);
+        let running = self.macs_job.as_ref().is_some_and(|(s, _)| *s == shapes);
+        if !current && !running {
+            let model = model.clone();
+            let key = shapes.clone();
+            let job = Job::spawn("count-macs", Some(ctx), move |_| {
+                let map: std::collections::HashMap<String, Vec<usize>> = key.iter().cloned().collect();
+                let macs = crate::info::macs_at(&model, &map).map_err(|e| e.to_string());
+                Ok(MacsAt { shapes: key, macs })
+            });
+            self.macs_job = Some((shapes.clone(), job));
+        }
+        self.macs.clone().filter(|m| m.shapes == shapes).map(|m| (source, m))
+    }
+
+    /// Takes a finished MAC count.
+    pub fn poll(&mut self) {
+        if let Some((_, j)) = &self.macs_job
+            && let Some(r) = j.poll()
+        {
+            self.macs_job = None;
+            if let Ok(m) = r {
+                self.macs = Some(m);
+            }
+        }
+    }
+
+    /// True while a MAC count runs.
+    pub fn busy(&self) -> bool {
+        self.macs_job.is_some()
+    }
 }
 
 fn node_ui(ui: &mut egui::Ui, model: &Model, consumers: &[Vec<usize>], n: usize, out: &mut Vec<Command>) {
@@ -312,7 +475,7 @@ fn node_ui(ui: &mut egui::Ui, model: &Model, consumers: &[Vec<usize>], n: usize,
                 _ => Command::Reveal(Selection::Value(v)),
             });
         }
-        indented_weak(ui, &shape_text(t));
+        shape_line(ui, t);
         if weight {
             indented_weak(ui, "weight");
         }
@@ -323,7 +486,7 @@ fn node_ui(ui: &mut egui::Ui, model: &Model, consumers: &[Vec<usize>], n: usize,
         if ui.link(&t.name).on_hover_text("Show this tensor").clicked() {
             out.push(Command::Reveal(Selection::Value(v)));
         }
-        indented_weak(ui, &shape_text(t));
+        shape_line(ui, t);
         for &c in &consumers[v] {
             let cn = &model.graph.nodes[c];
             ui.horizontal(|ui| {
@@ -359,7 +522,11 @@ fn value_ui(
     let val = &model.graph.values[v];
     ui.heading(if stats.is_some() { "Weight" } else { "Tensor" });
     ui.label(egui::RichText::new(&t.name).strong());
-    ui.label(shape_text(&t));
+    let (text, hover) = shape_text(&t);
+    let r = ui.label(text);
+    if let Some(h) = hover {
+        r.on_hover_text(h);
+    }
     if let Some(p) = val.producer {
         let pn = &model.graph.nodes[p];
         ui.horizontal(|ui| {
@@ -414,11 +581,7 @@ fn stats_ui(ui: &mut egui::Ui, s: &WeightStats) {
             .iter()
             .map(|&(x, c)| Bar::new(x, c as f64).width(s.bin_width * 0.95))
             .collect();
-        Plot::new("weight_histogram")
-            .height(130.0)
-            .allow_drag(false)
-            .allow_zoom(false)
-            .allow_scroll(false)
+        plots::fixed("weight_histogram", 130.0)
             .show_y(false)
             .show(ui, |p| p.bar_chart(BarChart::new("values", bars)));
     }

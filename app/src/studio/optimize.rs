@@ -1,23 +1,28 @@
 //! The optimizer view: pass toggles and a run button, then the graph before and after step
 //! N side by side. Nodes a rewrite removed are struck out in the "before" pane, nodes it
 //! made or rewrote are outlined in both, and selecting a node in one pane outlines the
-//! nodes it is linked to in the other through the origin ids every new node keeps.
+//! nodes it is linked to in the other through the origin ids every new node keeps. The
+//! run, the replay of a step and the "Save as ONNX" write are background jobs.
 
-use super::canvas::{Highlights, own_card_box, pane_ui};
 use super::commands::{Command, Selection};
-use super::jobs::Job;
-use super::{Studio, ViewState};
+use super::document::{Loaded, initial_collapsed};
+use super::graph_view::{self, Highlights, Pane, ViewState, own_card_box, pane_ui};
+use super::jobs::{Job, JobError, take_finished};
+use super::theme::Theme;
 use crate::graph::doc::{GraphDoc, ItemKind};
 use crate::graph::scene::{BoxKind, Scene, SceneBuilder};
 use egui::Rect;
 use npu_core::ir::{Model, NodeId};
 use npu_core::passes::{self, LogEntry, Patch};
+use npu_core::pipeline::{self, Passes};
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// A finished optimization run of the open model.
 pub struct OptRun {
-    pub patches: Vec<Patch>,
+    /// Shared with the step-replay job.
+    pub patches: Arc<Vec<Patch>>,
     pub log: Vec<LogEntry>,
     pub rounds: usize,
     pub converged: bool,
@@ -47,8 +52,9 @@ pub struct AfterPane {
 }
 
 impl AfterPane {
-    fn new(original: &Model, patches: &[Patch], step: usize) -> Result<Self, String> {
-        let model = passes::replay(original, &patches[..step]).map_err(|e| e.to_string())?;
+    fn new(original: &Model, patches: &[Patch], step: usize) -> Result<Self, JobError> {
+        let model = passes::replay(original, &patches[..step])
+            .map_err(|e| JobError::Failed(format!("Replaying the optimization failed: {e}")))?;
         let mut rewritten = HashSet::new();
         let mut kept = HashSet::new();
         let mut rewritten_before = HashSet::new();
@@ -77,11 +83,7 @@ impl AfterPane {
         }
         let removed_before = (0..original.graph.nodes.len()).filter(|n| !kept.contains(n)).collect();
         let doc = Arc::new(GraphDoc::build(&model));
-        let collapsed: HashSet<_> = if doc.items.len() > super::COLLAPSE_ABOVE_ITEMS {
-            (1..doc.scopes.len()).collect()
-        } else {
-            HashSet::new()
-        };
+        let collapsed = initial_collapsed(&doc);
         let mut builder = SceneBuilder::new(doc.clone());
         let scene = Arc::new(builder.build(&collapsed));
         Ok(Self {
@@ -142,6 +144,10 @@ pub struct OptimizerState {
     /// The step the slider asks for.
     pub step: usize,
     pub after: Option<AfterPane>,
+    /// The replay of the step asked for, while it runs.
+    replay: Option<Job<AfterPane>>,
+    /// The "Save as ONNX" write, while it runs.
+    save_job: Option<Job<String>>,
     /// The node selected in the "after" pane.
     pub after_selected: Option<NodeId>,
 }
@@ -158,6 +164,8 @@ impl Default for OptimizerState {
             run: None,
             step: 0,
             after: None,
+            replay: None,
+            save_job: None,
             after_selected: None,
         }
     }
@@ -166,9 +174,7 @@ impl Default for OptimizerState {
 impl OptimizerState {
     /// Forgets the run (another model was opened); keeps the pass choice.
     pub fn reset(&mut self) {
-        if let Some(j) = &self.job {
-            j.progress.cancel.cancel();
-        }
+        self.cancel();
         *self = Self {
             open: self.open,
             passes: std::mem::take(&mut self.passes),
@@ -177,7 +183,7 @@ impl OptimizerState {
     }
 
     pub fn busy(&self) -> bool {
-        self.job.is_some()
+        self.job.is_some() || self.replay.is_some() || self.save_job.is_some()
     }
 
     /// The names of the enabled passes.
@@ -192,127 +198,160 @@ impl OptimizerState {
 
     pub fn cancel(&self) {
         if let Some(j) = &self.job {
-            j.progress.cancel.cancel();
+            j.cancel();
+        }
+        if let Some(j) = &self.replay {
+            j.cancel();
         }
     }
 }
 
-/// Starts an optimization run of the open model with the enabled passes.
-pub fn start(st: &mut Studio) {
-    let Some(l) = &st.loaded else { return };
-    let names: Vec<String> = st
-        .optimizer
-        .passes
-        .iter()
-        .filter(|p| p.2)
-        .map(|p| p.0.to_owned())
-        .collect();
-    let model = l.model.clone();
-    let ctx = st.ctx.clone();
-    st.optimizer.reset();
-    st.optimizer.job = Some(Job::spawn("optimize", ctx.as_ref(), move |p| {
-        let passes = passes::select(&names)?;
-        let ran = names.clone();
-        let opts = passes::Options {
-            passes,
-            progress: p,
-            ..passes::Options::default()
-        };
-        let r = passes::optimize(&model, &opts).map_err(|e| e.to_string())?;
-        Ok(OptRun {
-            nodes_after: r.model.graph.nodes.len(),
-            patches: r.patches,
-            log: r.log,
-            rounds: r.rounds,
-            converged: r.converged,
-            passes: ran,
-        })
-    }));
-    st.status = "Optimizing…".into();
-}
-
-/// Polls the running job; shows the last step when it lands.
-pub fn poll(st: &mut Studio) {
-    let Some(r) = st.optimizer.job.as_ref().and_then(Job::poll) else {
-        return;
-    };
-    st.optimizer.job = None;
-    match r {
-        Ok(run) => {
-            st.status = format!("Optimized: {} rewrites in {} rounds", run.patches.len(), run.rounds);
-            let last = run.patches.len();
-            st.optimizer.run = Some(run);
-            set_step(st, last);
-        }
-        Err(e) if e == "cancelled" => st.status = "Optimization cancelled".into(),
-        Err(e) => st.error = Some(format!("Optimization failed: {e}")),
+impl OptimizerState {
+    /// Starts an optimization run of `model` with the enabled passes.
+    pub fn start(&mut self, model: Arc<Model>, ctx: Option<&egui::Context>) {
+        let names = self.enabled();
+        self.reset();
+        self.job = Some(Job::spawn("optimize", ctx, move |p| {
+            let r = pipeline::optimize(&model, &Passes::Only(names.clone()), p)?;
+            Ok(OptRun {
+                nodes_after: r.model.graph.nodes.len(),
+                patches: Arc::new(r.patches),
+                log: r.log,
+                rounds: r.rounds,
+                converged: r.converged,
+                passes: names,
+            })
+        }));
     }
-}
 
-/// Shows the model after `step` patches in the "after" pane.
-pub fn set_step(st: &mut Studio, step: usize) {
-    let (Some(l), Some(run)) = (&st.loaded, &st.optimizer.run) else {
-        return;
-    };
-    let step = step.min(run.patches.len());
-    if st.optimizer.after.as_ref().is_some_and(|a| a.step == step) {
-        st.optimizer.step = step;
-        return;
-    }
-    match AfterPane::new(&l.model, &run.patches, step) {
-        Ok(mut pane) => {
-            if let Some(old) = &st.optimizer.after {
-                pane.view = old.view;
-                pane.fitted = old.fitted;
+    /// Takes finished jobs: a run shows its last step, a replayed step shows in the after
+    /// pane, a write says where it went. Returns (status, error) messages to show.
+    pub fn poll(&mut self, original: Option<&Arc<Model>>, ctx: Option<&egui::Context>) -> Vec<Result<String, String>> {
+        let mut notes = Vec::new();
+        match take_finished(&mut self.job) {
+            Some(Ok(run)) => {
+                notes.push(Ok(format!(
+                    "Optimized: {} rewrites in {} rounds",
+                    run.patches.len(),
+                    run.rounds
+                )));
+                let last = run.patches.len();
+                self.run = Some(run);
+                if let Some(m) = original {
+                    self.set_step(m, last, ctx);
+                }
             }
-            st.optimizer.after_selected = None;
-            st.optimizer.after = Some(pane);
-            st.optimizer.step = step;
+            Some(Err(JobError::Cancelled)) => notes.push(Ok("Optimization cancelled".into())),
+            Some(Err(JobError::Failed(e))) => notes.push(Err(format!("Optimization failed: {e}"))),
+            None => {}
         }
-        Err(e) => st.error = Some(format!("Replaying the optimization failed: {e}")),
+        match take_finished(&mut self.replay) {
+            Some(Ok(mut pane)) => {
+                if let Some(old) = &self.after {
+                    pane.view = old.view;
+                    pane.fitted = old.fitted;
+                }
+                self.after_selected = None;
+                self.after = Some(pane);
+            }
+            Some(Err(JobError::Cancelled)) | None => {}
+            Some(Err(JobError::Failed(e))) => notes.push(Err(e)),
+        }
+        match take_finished(&mut self.save_job) {
+            Some(Ok(status)) => notes.push(Ok(status)),
+            Some(Err(e)) => notes.push(Err(e.to_string())),
+            None => {}
+        }
+        notes
     }
-}
 
-/// Writes the model after the current step next to the open file as `<name>.opt.onnx`.
-fn save(st: &mut Studio) {
-    let (Some(l), Some(after)) = (&st.loaded, &st.optimizer.after) else {
-        return;
-    };
-    let stem = l
-        .path
-        .file_stem()
-        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
-    let path = l.path.with_file_name(format!("{stem}.opt.onnx"));
-    match npu_core::export::onnx::save(&after.model, &path) {
-        Ok(()) => st.status = format!("Wrote {}", path.display()),
-        Err(e) => st.error = Some(e.to_string()),
+    /// Shows the model after `step` patches in the "after" pane (replayed in the
+    /// background; the pane keeps the previous step until it lands).
+    pub fn set_step(&mut self, original: &Arc<Model>, step: usize, ctx: Option<&egui::Context>) {
+        let Some(run) = &self.run else { return };
+        let step = step.min(run.patches.len());
+        self.step = step;
+        if self.after.as_ref().is_some_and(|a| a.step == step) && self.replay.is_none() {
+            return;
+        }
+        if let Some(j) = &self.replay {
+            j.cancel();
+        }
+        let (model, patches) = (original.clone(), run.patches.clone());
+        self.replay = Some(Job::spawn("replay-step", ctx, move |p| {
+            p.check()?;
+            AfterPane::new(&model, &patches, step)
+        }));
+    }
+
+    /// Writes the model after the current step next to the open file as `<name>.opt.onnx`.
+    pub fn save(&mut self, loaded: &Loaded, ctx: Option<&egui::Context>) {
+        let Some(after) = &self.after else { return };
+        let path = loaded.path.with_file_name(format!("{}.opt.onnx", loaded.stem()));
+        let model = after.model.clone();
+        self.save_job = Some(Job::spawn("save-optimized", ctx, move |_| {
+            npu_core::export::onnx::save(&model, &path)?;
+            Ok(format!("Wrote {}", path.display()))
+        }));
+    }
+
+    /// Closes the before/after comparison.
+    pub fn close(&mut self) {
+        if let Some(j) = &self.replay {
+            j.cancel();
+        }
+        self.replay = None;
+        self.after = None;
+        self.run = None;
+    }
+
+    /// What the "before" pane outlines: nodes a rewrite removed or rewrote, and the nodes
+    /// linked to the after pane's selection.
+    pub fn before_highlights(&self, doc: &GraphDoc, scene: &Scene, hl: &mut Highlights) {
+        let Some(after) = &self.after else { return };
+        let boxes = |nodes: &mut dyn Iterator<Item = usize>| -> HashSet<usize> {
+            nodes.filter_map(|n| own_card_box(doc, scene, n)).collect()
+        };
+        hl.removed = boxes(&mut after.removed_before.iter().copied());
+        hl.rewritten = boxes(&mut after.rewritten_before.iter().copied());
+        hl.linked = boxes(&mut after.linked_before(self.after_selected).into_iter());
+    }
+
+    /// Collapses or expands a scope of the after pane.
+    pub fn toggle_after_scope(&mut self, s: crate::graph::doc::ScopeId) {
+        if let Some(pane) = &mut self.after {
+            pane.toggle_scope(s);
+        }
     }
 }
 
 /// The optimizer panel (bottom of the window).
-pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
+pub fn panel_ui(ui: &mut egui::Ui, opt: &OptimizerState, loaded: Option<&Loaded>, out: &mut Vec<Command>) {
     ui.horizontal(|ui| {
         ui.strong("Graph optimizer");
         ui.label("passes, in the order they run each round:");
     });
     ui.horizontal_wrapped(|ui| {
-        for (name, about, on) in &mut st.optimizer.passes {
-            ui.checkbox(on, *name).on_hover_text(*about);
+        for (index, (name, about, on)) in opt.passes.iter().enumerate() {
+            let mut enabled = *on;
+            if ui.checkbox(&mut enabled, *name).on_hover_text(*about).changed() {
+                out.push(Command::SetPass { index, enabled });
+            }
         }
     });
     ui.horizontal(|ui| {
-        let can_run = st.loaded.is_some() && st.optimizer.job.is_none();
+        let can_run = loaded.is_some() && opt.job.is_none();
         if ui.add_enabled(can_run, egui::Button::new("Run passes")).clicked() {
-            start(st);
+            out.push(Command::RunOptimizer);
         }
-        if let Some(j) = &st.optimizer.job {
+        if let Some(j) = &opt.job {
             let (f, what) = j.progress.fraction();
             ui.add(egui::ProgressBar::new(f).desired_width(200.0).text(what));
             if ui.button("Cancel").clicked() {
-                j.progress.cancel.cancel();
+                out.push(Command::CancelOptimizer);
             }
         }
-        if let (Some(l), Some(run)) = (&st.loaded, &st.optimizer.run) {
+        if let (Some(l), Some(run)) = (loaded, &opt.run) {
             ui.label(format!(
                 "{} → {} nodes in {} rewrites, {} rounds{}",
                 l.model.graph.nodes.len(),
@@ -326,17 +365,16 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                 .on_hover_text("Writes <name>.opt.onnx next to the model")
                 .clicked()
             {
-                save(st);
+                out.push(Command::SaveOptimizedStep);
             }
             if ui.button("Close comparison").clicked() {
-                st.optimizer.after = None;
-                st.optimizer.run = None;
+                out.push(Command::CloseComparison);
             }
         }
     });
-    let Some(run) = &st.optimizer.run else { return };
+    let Some(run) = &opt.run else { return };
     let total = run.patches.len();
-    let mut step = st.optimizer.step;
+    let mut step = opt.step;
     ui.horizontal(|ui| {
         let label = ui.label("Step");
         if ui.button("First").on_hover_text("Before any rewrite").clicked() {
@@ -375,33 +413,42 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                 names(&e.added)
             );
             if !e.constants_removed.is_empty() {
-                t += &format!("; constants removed: {}", e.constants_removed.join(", "));
+                let _ = write!(t, "; constants removed: {}", e.constants_removed.join(", "));
             }
             t
         }
         None => "step 0: the imported model".into(),
     };
     ui.label(text);
-    if step != st.optimizer.step {
-        set_step(st, step);
+    if step != opt.step {
+        out.push(Command::SetOptimizerStep(step));
     }
 }
 
 /// The "after" pane: the model after the current step, with rewritten nodes outlined and
-/// the nodes linked to the selection in the "before" pane outlined in blue.
-pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
-    let theme = st.theme.clone();
-    let main_zoom = st.view.zoom;
-    let before_sel = match st.selection {
+/// the nodes linked to the selection in the "before" pane outlined in blue. Returns a
+/// status line when a node was clicked.
+pub fn after_pane_ui(
+    ui: &mut egui::Ui,
+    rect: Rect,
+    opt: &mut OptimizerState,
+    theme: &Theme,
+    main_view: &ViewState,
+    selection: Option<Selection>,
+    out: &mut Vec<Command>,
+) -> Option<String> {
+    let main_zoom = main_view.zoom;
+    let before_sel = match selection {
         Some(Selection::Node(n)) => Some(n),
         _ => None,
     };
-    let Some(pane) = &mut st.optimizer.after else { return };
+    let after_selected = opt.after_selected;
+    let pane = opt.after.as_mut()?;
     pane.rect = rect;
     if !pane.fitted && rect.width() > 1.0 {
         // The zoom of the "before" pane, the graph's first input at the top.
         let b = pane.scene.bounds;
-        let zoom = main_zoom.clamp(super::canvas::MIN_ZOOM, super::canvas::MAX_ZOOM);
+        let zoom = main_zoom.clamp(graph_view::MIN_ZOOM, graph_view::MAX_ZOOM);
         let top = pane
             .doc
             .items
@@ -420,10 +467,7 @@ pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         pane.fitted = true;
     }
     let hl = Highlights {
-        selected_box: st
-            .optimizer
-            .after_selected
-            .and_then(|n| pane.boxes([n]).into_iter().next()),
+        selected_box: after_selected.and_then(|n| pane.boxes([n]).into_iter().next()),
         rewritten: pane.boxes(pane.rewritten.iter().copied()),
         linked: before_sel.map(|n| pane.boxes(pane.linked_after(n))).unwrap_or_default(),
         ..Highlights::default()
@@ -433,25 +477,27 @@ pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
         ui,
         rect,
         ui.scope_id().with("after_canvas"),
-        &scene,
-        &doc,
-        &model,
+        &Pane {
+            scene: &scene,
+            doc: &doc,
+            model: &model,
+            theme,
+            highlights: &hl,
+            band_select: false,
+        },
         &mut pane.view,
-        &theme,
-        &hl,
-        false,
     );
     let title = format!(
         "After step {} · {} nodes · green: made or rewritten",
         pane.step,
         model.graph.nodes.len()
     );
-    super::canvas::pane_title(&ui.painter_at(rect), rect, &title, &theme);
+    graph_view::pane_title(&ui.painter_at(rect), rect, &title, theme);
+    let mut status = None;
     if let Some(b) = events.double_clicked
         && let BoxKind::Collapsed(s) | BoxKind::Frame(s) = scene.boxes[b].kind
-        && let Some(pane) = &mut st.optimizer.after
     {
-        pane.toggle_scope(s);
+        out.push(Command::ToggleAfterScope(s));
     } else if let Some(hit) = events.clicked {
         let node = hit.and_then(|b| match scene.boxes[b].kind {
             BoxKind::Item(i) => match doc.items[i].kind {
@@ -460,18 +506,19 @@ pub fn after_pane_ui(st: &mut Studio, ui: &mut egui::Ui, rect: Rect) {
             },
             _ => None,
         });
-        st.optimizer.after_selected = node;
+        out.push(Command::SelectAfter(node));
         // The first original node it comes from becomes the "before" selection's link.
         if let Some(n) = node {
-            st.status = format!(
+            status = Some(format!(
                 "{} ({}) comes from {} node(s) of the imported model",
                 model.graph.nodes[n].name,
                 model.graph.nodes[n].op,
                 model.graph.nodes[n].origin.len()
-            );
+            ));
             if let Some(&o) = model.graph.nodes[n].origin.first() {
-                st.send(Command::Reveal(Selection::Node(o)));
+                out.push(Command::Reveal(Selection::Node(o)));
             }
         }
     }
+    status
 }

@@ -3,9 +3,13 @@
 //! the studio's state every frame, so a stage whose inputs changed since it ran (the model
 //! file, the optimizer's passes, the calibration setup, a precision edit) shows stale at once.
 
-use super::Studio;
-use super::commands::Command;
-use std::path::{Path, PathBuf};
+use super::commands::{Command, Dialog};
+use super::document::Loaded;
+use super::jobs::JobProgress;
+use super::optimize::OptimizerState;
+use super::quantize::{QuantView, Session, db};
+use super::theme::Theme;
+use std::path::PathBuf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
@@ -81,6 +85,28 @@ pub struct PipelineState {
     pub export_dir: Option<PathBuf>,
 }
 
+impl PipelineState {
+    /// The folder Export writes to.
+    pub fn export_dir(&self, loaded: Option<&Loaded>) -> Option<PathBuf> {
+        if let Some(d) = &self.export_dir {
+            return Some(d.clone());
+        }
+        let l = loaded?;
+        Some(l.path.with_file_name(format!("{}_export", l.stem())))
+    }
+}
+
+/// What the row reads of the rest of the studio.
+pub struct PipelineCx<'a> {
+    pub loaded: Option<&'a Loaded>,
+    /// The model being opened.
+    pub opening: Option<&'a JobProgress>,
+    pub optimizer: &'a OptimizerState,
+    pub quant: &'a QuantView,
+    /// The export being written.
+    pub exporting: Option<&'a JobProgress>,
+}
+
 /// Why stages are stale, worked out once per frame (one look at the model file).
 struct Staleness {
     /// The model file changed on disk since it was opened.
@@ -90,8 +116,8 @@ struct Staleness {
 }
 
 impl Staleness {
-    fn of(st: &Studio) -> Self {
-        let import = st.loaded.as_ref().and_then(|l| {
+    fn of(st: &PipelineCx<'_>) -> Self {
+        let import = st.loaded.and_then(|l| {
             let now = std::fs::metadata(&l.path).and_then(|m| m.modified()).ok();
             (now != l.modified).then(|| "the file changed on disk: run to reopen it".to_string())
         });
@@ -110,19 +136,20 @@ impl Staleness {
     }
 }
 
-pub fn status(st: &Studio, stage: Stage) -> Status {
+/// Where a stage stands now.
+pub fn status(st: &PipelineCx<'_>, stage: Stage) -> Status {
     status_with(st, stage, &Staleness::of(st))
 }
 
-fn status_with(st: &Studio, stage: Stage, stale: &Staleness) -> Status {
+fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
     let session = st.quant.session.as_ref();
     let simulating = session.is_some_and(|s| s.simulating.load(std::sync::atomic::Ordering::Relaxed));
     match stage {
         Stage::Import => {
-            if let Some(j) = &st.open_job {
-                let (f, what) = j.progress.fraction();
+            if let Some(p) = st.opening {
+                let (f, what) = p.fraction();
                 Status::Running(f, what)
-            } else if let Some(l) = &st.loaded {
+            } else if let Some(l) = st.loaded {
                 stale.import.clone().map_or_else(
                     || Status::Done(format!("{} nodes", l.model.graph.nodes.len())),
                     Status::Stale,
@@ -135,7 +162,7 @@ fn status_with(st: &Studio, stage: Stage, stale: &Staleness) -> Status {
             if let Some((f, what)) = st.optimizer.progress() {
                 return Status::Running(f, what);
             }
-            let Some(l) = &st.loaded else {
+            let Some(l) = st.loaded else {
                 return Status::Waiting("needs a model".into());
             };
             let before = l.model.graph.nodes.len();
@@ -207,7 +234,7 @@ fn status_with(st: &Studio, stage: Stage, stale: &Staleness) -> Status {
                     .flatten();
                 Status::Done(format!(
                     "output {}, {} samples",
-                    super::quantize::db(out),
+                    db(out),
                     r.map_or(0, |r| r.eval_samples)
                 ))
             }
@@ -216,6 +243,10 @@ fn status_with(st: &Studio, stage: Stage, stale: &Staleness) -> Status {
         Stage::Compile => Status::Unavailable("no NPU compiler in this build yet".into()),
         Stage::Emulate => Status::Unavailable("needs a compiled NPU binary".into()),
         Stage::Export => {
+            if let Some(p) = st.exporting {
+                let (f, what) = p.fraction();
+                return Status::Running(f, what);
+            }
             let ready = session.and_then(|s| s.result.as_ref().map(|r| r.generation));
             match (&st.quant.exported, ready) {
                 (Some((g, dir)), Some(now)) => {
@@ -232,119 +263,43 @@ fn status_with(st: &Studio, stage: Stage, stale: &Staleness) -> Status {
     }
 }
 
-/// The folder Export writes to.
-pub fn export_dir(st: &Studio) -> Option<PathBuf> {
-    if let Some(d) = &st.pipeline.export_dir {
-        return Some(d.clone());
-    }
-    let l = st.loaded.as_ref()?;
-    let stem = l.path.file_stem()?.to_string_lossy().into_owned();
-    Some(l.path.with_file_name(format!("{stem}_export")))
-}
-
-/// Writes the optimized model (ONNX), the current quantization plan (RON) and its error
-/// report (JSON) into `dir`, each atomically. Returns the files written.
-pub fn export(st: &Studio, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let l = st.loaded.as_ref().ok_or("no model is open")?;
-    let s = st
-        .quant
-        .session
-        .as_ref()
-        .ok_or("nothing to export: run the calibration first")?;
-    let (Some(m), Some(r)) = (&s.mapping, &s.result) else {
-        return Err("nothing to export yet: the simulation has not finished".into());
-    };
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let stem = l
-        .path
-        .file_stem()
-        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
-    let onnx = dir.join(format!("{stem}.optimized.onnx"));
-    // (`save` writes the fused forms onnxruntime lacks as their ONNX equivalents.)
-    npu_core::export::onnx::save(&m.optimized, &onnx).map_err(|e| e.to_string())?;
-    let plan = dir.join(format!("{stem}.quant.ron"));
-    let text = ron::ser::to_string_pretty(&r.plan, ron::ser::PrettyConfig::default()).map_err(|e| e.to_string())?;
-    npu_core::export::write_atomic(&plan, text.as_bytes()).map_err(|e| format!("{}: {e}", plan.display()))?;
-    let report = dir.join(format!("{stem}.quant_report.json"));
-    let text = serde_json::to_string_pretty(&r.report).map_err(|e| e.to_string())?;
-    npu_core::export::write_atomic(&report, text.as_bytes()).map_err(|e| format!("{}: {e}", report.display()))?;
-    Ok(vec![onnx, plan, report])
-}
-
-/// Runs a stage (from its button).
-fn run(st: &mut Studio, stage: Stage) {
-    match stage {
-        Stage::Import => match &st.loaded {
-            Some(l) => {
-                let p = l.path.clone();
-                st.send(Command::Open(p));
-            }
-            None => st.send(Command::OpenDialog),
+/// What a stage's Run button asks for.
+fn run(st: &PipelineCx<'_>, stage: Stage) -> Option<Command> {
+    Some(match stage {
+        Stage::Import => match st.loaded {
+            Some(l) => Command::Open(l.path.clone()),
+            None => Command::Dialog(Dialog::OpenModel),
         },
-        Stage::Optimize => st.send(Command::RunOptimizer),
-        Stage::Calibrate => {
-            st.quant.open = true;
-            if st.quant.setup.data.is_empty() {
-                // Under Xvfb or CI no dialog appears: the folder can be typed in the panel.
-                match rfd::FileDialog::new().pick_folder() {
-                    Some(p) => st.quant.setup.data = p.display().to_string(),
-                    None => {
-                        st.status = "Choose a folder of samples in the Quantize panel first".into();
-                        return;
-                    }
-                }
-            }
-            st.start_quantization();
-        }
-        Stage::Simulate => {
-            let ctx = st.ctx.clone();
-            st.quant.resimulate(ctx);
-        }
-        Stage::Compile | Stage::Emulate => {}
-        Stage::Export => {
-            let Some(dir) = export_dir(st) else { return };
-            match export(st, &dir) {
-                Ok(files) => {
-                    let g = st
-                        .quant
-                        .session
-                        .as_ref()
-                        .map_or(0, super::quantize::Session::generation);
-                    st.quant.exported = Some((g, dir.clone()));
-                    st.status = format!("Exported {} files to {}", files.len(), dir.display());
-                }
-                Err(e) => st.error = Some(format!("Export failed: {e}")),
-            }
-        }
-    }
+        Stage::Optimize => Command::RunOptimizer,
+        // Under Xvfb or CI no dialog appears: the folder can be typed in the panel.
+        Stage::Calibrate if st.quant.setup.data.is_empty() => Command::Dialog(Dialog::Samples { then_calibrate: true }),
+        Stage::Calibrate => Command::StartQuantization,
+        Stage::Simulate => Command::Resimulate,
+        Stage::Compile | Stage::Emulate => return None,
+        Stage::Export => Command::ExportPlan,
+    })
 }
 
-fn cancel(st: &mut Studio, stage: Stage) {
-    match stage {
-        Stage::Import => {
-            if let Some(j) = &st.open_job {
-                j.progress.cancel.cancel();
-            }
-        }
-        Stage::Optimize => st.optimizer.cancel(),
-        Stage::Calibrate => st.quant.cancel(),
+/// What a stage's Cancel button asks for.
+fn cancel(st: &PipelineCx<'_>, stage: Stage) -> Option<Command> {
+    Some(match stage {
+        Stage::Import => Command::CancelOpen,
+        Stage::Optimize => Command::CancelOptimizer,
+        Stage::Calibrate => Command::CancelQuantization,
         Stage::Simulate => match st.quant.session.as_ref() {
-            Some(s) if s.full.is_some() => s.cancel_full(),
-            _ => st.quant.cancel(),
+            Some(s) if s.full.is_some() => Command::CancelResimulation,
+            _ => Command::CancelQuantization,
         },
-        Stage::Compile | Stage::Emulate | Stage::Export => {}
-    }
+        Stage::Compile | Stage::Emulate | Stage::Export => return None,
+    })
 }
 
 /// Whether a running stage can be cancelled: an edit's incremental update cannot (it takes
 /// milliseconds); the first calibration and simulation can.
-fn cancellable(st: &Studio, stage: Stage) -> bool {
+fn cancellable(st: &PipelineCx<'_>, stage: Stage) -> bool {
     match stage {
-        Stage::Calibrate => st
-            .quant
-            .session
-            .as_ref()
-            .is_some_and(super::quantize::Session::starting),
+        Stage::Calibrate => st.quant.session.as_ref().is_some_and(Session::starting),
+        Stage::Export => false,
         Stage::Simulate => st
             .quant
             .session
@@ -355,13 +310,12 @@ fn cancellable(st: &Studio, stage: Stage) -> bool {
 }
 
 /// Whether a stage's inputs are there (its run button is enabled).
-fn can_run(st: &Studio, stage: Stage, status: &Status, stale: &Staleness) -> bool {
+fn can_run(st: &PipelineCx<'_>, stage: Stage, status: &Status, stale: &Staleness) -> bool {
     let ready = st.quant.session.as_ref().is_some_and(|s| s.result.is_some());
     match stage {
         _ if matches!(status, Status::Running(..) | Status::Unavailable(_)) => false,
         Stage::Import => true,
-        Stage::Optimize => st.loaded.is_some(),
-        Stage::Calibrate => st.loaded.is_some(),
+        Stage::Optimize | Stage::Calibrate => st.loaded.is_some(),
         // A stale calibration needs Run calibrate, not another simulation.
         Stage::Simulate => ready && stale.calibration.is_none(),
         Stage::Export => ready,
@@ -370,7 +324,7 @@ fn can_run(st: &Studio, stage: Stage, status: &Status, stale: &Staleness) -> boo
 }
 
 /// The pipeline row.
-pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
+pub fn panel_ui(ui: &mut egui::Ui, st: &PipelineCx<'_>, theme: &Theme, out: &mut Vec<Command>) {
     let stale = Staleness::of(st);
     let statuses: Vec<(Stage, Status)> = Stage::ALL.iter().map(|&s| (s, status_with(st, s, &stale))).collect();
     let mut clicked_run = None;
@@ -383,10 +337,10 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                 ui.label("›");
             }
             let colour = match status {
-                Status::Done(_) => st.theme.quant.high,
-                Status::Stale(_) => st.theme.quant.mid,
-                Status::Running(..) => st.theme.selected,
-                Status::Waiting(_) | Status::Unavailable(_) => st.theme.text_weak,
+                Status::Done(_) => theme.quant.high,
+                Status::Stale(_) => theme.quant.mid,
+                Status::Running(..) => theme.selected,
+                Status::Waiting(_) | Status::Unavailable(_) => theme.text_weak,
             };
             ui.allocate_ui_with_layout(
                 egui::vec2(width, 78.0),
@@ -409,10 +363,15 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
                             .on_hover_text(detail);
                         match status {
                             Status::Running(f, what) => {
+                                // As tall as the small Run button it replaces: the row keeps
+                                // its height while a stage runs.
+                                let h = ui.text_style_height(&egui::TextStyle::Button);
+                                ui.spacing_mut().interact_size.y = h;
                                 ui.horizontal(|ui| {
                                     ui.add(
                                         egui::ProgressBar::new(*f)
                                             .desired_width(width - 90.0)
+                                            .desired_height(h)
                                             .text(what.clone())
                                             .animate(true),
                                     );
@@ -442,10 +401,6 @@ pub fn panel_ui(st: &mut Studio, ui: &mut egui::Ui) {
             );
         }
     });
-    if let Some(s) = clicked_cancel {
-        cancel(st, s);
-    }
-    if let Some(s) = clicked_run {
-        run(st, s);
-    }
+    out.extend(clicked_cancel.and_then(|s| cancel(st, s)));
+    out.extend(clicked_run.and_then(|s| run(st, s)));
 }

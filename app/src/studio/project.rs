@@ -4,6 +4,7 @@
 //! saved; when a model is opened and its sidecar holds edits newer than the project, the
 //! studio offers to recover them.
 
+pub use super::document::file_hash;
 use super::quantize::{Edits, Setup};
 use npu_core::quant::recipe::Rule;
 use npu_core::quant::{LayerPrecision, QuantPlan};
@@ -30,17 +31,6 @@ pub struct Project {
     /// which `layers` edit; absent: the calibrated plan.
     #[serde(default)]
     pub plan: Option<QuantPlan>,
-}
-
-/// FNV-1a 64 of a file's bytes, as 16 hex digits.
-pub fn file_hash(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Ok(format!("{h:016x}"))
 }
 
 impl Project {
@@ -104,7 +94,7 @@ impl Project {
 /// or in `dir` when given.
 pub fn autosave_path(project: Option<&Path>, model: &Path, dir: Option<&Path>) -> PathBuf {
     let base = project.unwrap_or(model);
-    let mut name = base.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = base.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
     name.push(".autosave.ron");
     match dir {
         Some(d) => d.join(name),

@@ -1,7 +1,7 @@
 //! Search over node names, op types and tensor names, with next/previous and jump-to.
 
-use super::Studio;
 use super::commands::{Command, Selection};
+use super::document::Loaded;
 use crate::graph::doc::GraphDoc;
 use crate::graph::scene::Scene;
 use std::collections::HashSet;
@@ -76,96 +76,97 @@ pub fn find(model: &npu_core::ir::Model, doc: &GraphDoc, query: &str) -> Vec<Hit
     hits
 }
 
-/// Jumps to the next (`d` > 0) or previous match.
-pub fn step(st: &mut Studio, d: i32) {
-    refresh(st);
-    let n = st.search.hits.len();
-    if n == 0 {
-        return;
+impl Search {
+    /// Moves to the next (`d` > 0) or previous match; returns it, to reveal.
+    pub fn step(&mut self, loaded: Option<&Loaded>, d: i32) -> Option<Selection> {
+        self.refresh(loaded);
+        let n = self.hits.len();
+        if n == 0 {
+            return None;
+        }
+        let next = match self.current {
+            None if d >= 0 => 0,
+            None => n - 1,
+            Some(c) => (c as i64 + i64::from(d)).rem_euclid(n as i64) as usize,
+        };
+        self.current = Some(next);
+        Some(self.hits[next].selection)
     }
-    let next = match st.search.current {
-        None if d >= 0 => 0,
-        None => n - 1,
-        Some(c) => (c as i64 + i64::from(d)).rem_euclid(n as i64) as usize,
-    };
-    st.search.current = Some(next);
-    let sel = st.search.hits[next].selection;
-    st.reveal(sel);
-}
 
-/// Recomputes the matches when the query changed.
-fn refresh(st: &mut Studio) {
-    if st.search.searched == st.search.query {
-        return;
+    /// Recomputes the matches when the query changed.
+    fn refresh(&mut self, loaded: Option<&Loaded>) {
+        if self.searched == self.query {
+            return;
+        }
+        self.searched = self.query.clone();
+        self.current = None;
+        self.hits = match loaded {
+            Some(l) => find(&l.model, &l.doc, &self.query),
+            None => Vec::new(),
+        };
     }
-    st.search.searched = st.search.query.clone();
-    st.search.current = None;
-    st.search.hits = match &st.loaded {
-        Some(l) => find(&l.model, &l.doc, &st.search.query),
-        None => Vec::new(),
-    };
 }
 
 /// The tool bar: search box, match navigation, view buttons.
-pub fn toolbar_ui(st: &mut Studio, ui: &mut egui::Ui) {
+pub fn toolbar_ui(ui: &mut egui::Ui, search: &mut Search, loaded: Option<&Loaded>, out: &mut Vec<Command>) {
     ui.horizontal(|ui| {
         let label = ui.label("Search");
         let resp = ui
             .add(
-                egui::TextEdit::singleline(&mut st.search.query)
+                egui::TextEdit::singleline(&mut search.query)
                     .hint_text("node, op type or tensor (Ctrl+F)")
                     .desired_width(300.0),
             )
             .labelled_by(label.id);
-        if std::mem::take(&mut st.search.focus_requested) {
+        if std::mem::take(&mut search.focus_requested) {
             resp.request_focus();
         }
         if resp.changed() {
-            refresh(st);
+            search.refresh(loaded);
         }
         if resp.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
             let back = ui.input(|i| i.modifiers.shift);
-            st.send(Command::SearchStep(if back { -1 } else { 1 }));
+            out.push(Command::SearchStep(if back { -1 } else { 1 }));
             resp.request_focus();
         }
-        let n = st.search.hits.len();
-        let summary = match (n, st.search.current) {
-            (0, _) if st.search.query.trim().is_empty() => String::new(),
+        let n = search.hits.len();
+        let summary = match (n, search.current) {
+            (0, _) if search.query.trim().is_empty() => String::new(),
             (0, _) => "no matches".to_owned(),
             (n, Some(c)) => format!("{} of {n}", c + 1),
             (n, None) => format!("{n} matches"),
         };
         ui.label(summary);
         if ui.add_enabled(n > 0, egui::Button::new("◀ Previous")).clicked() {
-            st.send(Command::SearchStep(-1));
+            out.push(Command::SearchStep(-1));
         }
         if ui.add_enabled(n > 0, egui::Button::new("Next ▶")).clicked() {
-            st.send(Command::SearchStep(1));
+            out.push(Command::SearchStep(1));
         }
-        if let Some(c) = st.search.current
-            && let Some(h) = st.search.hits.get(c)
+        if let Some(c) = search.current
+            && let Some(h) = search.hits.get(c)
         {
             ui.weak(&h.text);
         }
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
             if ui.button("Help").on_hover_text("Keyboard shortcuts (F1)").clicked() {
-                st.send(Command::ToggleHelp);
+                out.push(Command::ToggleHelp);
             }
             if ui.button("Zoom to selection").clicked() {
-                st.send(Command::ZoomToSelection);
+                out.push(Command::ZoomToSelection);
             }
             if ui
                 .button("Fit")
                 .on_hover_text("Fit the graph to the window (F)")
                 .clicked()
             {
-                st.send(Command::FitView);
+                out.push(Command::FitView);
             }
             if ui.button("−").on_hover_text("Zoom out (−)").clicked() {
-                st.send(Command::ZoomBy(0.8));
+                out.push(Command::ZoomBy(0.8));
             }
             if ui.button("+").on_hover_text("Zoom in (+)").clicked() {
-                st.send(Command::ZoomBy(1.25));
+                out.push(Command::ZoomBy(1.25));
             }
         });
     });

@@ -1,6 +1,6 @@
 //! The one place colours live: light and dark themes for the graph and the panels.
 //! `clippy.toml` forbids building colours anywhere else.
-#![allow(clippy::disallowed_methods)]
+#![expect(clippy::disallowed_methods, reason = "the theme is where colours are made")]
 
 use crate::graph::doc::Family;
 use egui::Color32;

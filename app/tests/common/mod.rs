@@ -1,5 +1,5 @@
 //! The shared harness: fixed size and scale, light theme, a model opened and laid out.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses part of the shared harness")]
 
 use egui_kittest::Harness;
 use npu_studio::studio::commands::Command;
@@ -94,6 +94,17 @@ pub fn cls_with_samples_typed<'a>(samples: &str) -> Harness<'a, Studio> {
     h.step();
     h.get_by_label("Samples:").type_text(samples);
     h
+}
+
+/// Scrolls the widget with this label into view (the quantization panel keeps its height
+/// and scrolls), then clicks it, as a user would.
+pub fn click_in_view(h: &mut Harness<'_, Studio>, label: &str) {
+    use egui_kittest::kittest::Queryable;
+    h.get_by_label(label).scroll_to_me();
+    for _ in 0..3 {
+        h.step();
+    }
+    h.get_by_label(label).click();
 }
 
 /// A click of the primary button at a screen position, then one frame.

@@ -13,11 +13,15 @@ pub enum ExportError {
     Io { file: String, source: std::io::Error },
     #[error("{file}: {message}")]
     Model { file: String, message: String },
+    #[error("cancelled")]
+    Cancelled,
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a rename, so a
 /// crash or a full disk never leaves a half-written file in place of a good one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
+    // Unique per call: background jobs of one process may write the same file at once.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let io = |source| ExportError::Io {
         file: path.display().to_string(),
         source,
@@ -29,7 +33,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
     let name = path
         .file_name()
         .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{k}.tmp", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;

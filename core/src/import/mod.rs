@@ -40,6 +40,11 @@ pub enum ImportError {
     },
     #[error("{file}: {} unsupported op(s):\n{}", ops.len(), UnsupportedList(ops))]
     Unsupported { file: PathBuf, ops: Vec<UnsupportedOp> },
+    /// The content is a model format (or another kind of file) no importer reads yet.
+    #[error("{file}: {what}: this build imports ONNX models only")]
+    UnsupportedFormat { file: PathBuf, what: &'static str },
+    #[error("cancelled")]
+    Cancelled,
 }
 
 struct UnsupportedList<'a>(&'a [UnsupportedOp]);
@@ -65,7 +70,92 @@ impl ImportError {
     }
 }
 
-/// Loads a model file, choosing the importer by extension.
+pub use onnx::LoadOptions;
+
+/// What a file's first bytes say it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// No other format's signature: read as an ONNX protobuf (which has no magic number).
+    Onnx,
+    /// A TFLite flatbuffer (file identifier `TFL3`).
+    TfLite,
+    /// Something we recognise but cannot import: what it is.
+    Other(&'static str),
+}
+
+/// Recognises a model file by its first bytes (16 are enough).
+pub fn detect(head: &[u8]) -> Content {
+    if head.get(4..8) == Some(b"TFL3") {
+        return Content::TfLite;
+    }
+    let signatures: [(&[u8], &'static str); 4] = [
+        (b"PK\x03\x04", "a zip archive (a PyTorch checkpoint or a Keras file?)"),
+        (b"\x89HDF\r\n\x1a\n", "an HDF5 file (a Keras model?)"),
+        (b"GGUF", "a GGUF file"),
+        (b"\x80\x02", "a Python pickle (a PyTorch checkpoint?)"),
+    ];
+    for (magic, what) in signatures {
+        if head.starts_with(magic) {
+            return Content::Other(what);
+        }
+    }
+    // safetensors: an 8-byte little-endian header length, then a JSON object.
+    if head.len() >= 9 && head[8] == b'{' && head[..8].iter().rev().take(4).all(|&b| b == 0) {
+        return Content::Other("a safetensors file");
+    }
+    Content::Onnx
+}
+
+/// Loads a model file with the importer its content calls for; fails listing every
+/// unsupported op at once.
 pub fn load(path: &Path) -> Result<(crate::ir::Model, ImportReport), ImportError> {
-    onnx::load(path)
+    load_with(path, &LoadOptions::default())
+}
+
+/// [`load`] with options (the studio keeps ops the executor lacks, for viewing).
+pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<(crate::ir::Model, ImportReport), ImportError> {
+    let mut head = [0u8; 16];
+    let n = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|e| ImportError::io(path, e))?;
+        let mut n = 0;
+        while n < head.len() {
+            match f.read(&mut head[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ImportError::io(path, e)),
+            }
+        }
+        n
+    };
+    match detect(&head[..n]) {
+        Content::Onnx => onnx::load_with(path, opts),
+        Content::TfLite => Err(ImportError::UnsupportedFormat {
+            file: path.to_path_buf(),
+            what: "a TFLite model",
+        }),
+        Content::Other(what) => Err(ImportError::UnsupportedFormat {
+            file: path.to_path_buf(),
+            what,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Content, detect};
+
+    #[test]
+    fn content_decides_the_importer() {
+        // An ONNX ModelProto starts with field 1 (ir_version), a varint.
+        assert_eq!(detect(&[0x08, 0x07, 0x12, 0x05]), Content::Onnx);
+        assert_eq!(detect(b"\x1c\0\0\0TFL3\0\0\0\0"), Content::TfLite);
+        assert!(matches!(detect(b"PK\x03\x04rest"), Content::Other(w) if w.contains("zip")));
+        assert!(matches!(
+            detect(b"\x10\0\0\0\0\0\0\0{\"__metadata__\""),
+            Content::Other(w) if w.contains("safetensors")
+        ));
+        assert_eq!(detect(b""), Content::Onnx);
+    }
 }

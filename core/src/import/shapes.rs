@@ -4,7 +4,6 @@
 //! follows from them) are folded by running the kernel; every other supported op has a
 //! rule that maps input shapes (fixed or symbolic) to output shapes.
 
-use super::ImportReport;
 use crate::ir::{Attr, DType, Dim, Graph, Model, Node, Shape, Tensor, concrete};
 use crate::sim::OpCtx;
 
@@ -12,12 +11,44 @@ use crate::sim::OpCtx;
 const FOLD_LIMIT: usize = 1 << 16;
 
 /// Fills in `dtype` and `shape` of every value that can be inferred.
-pub fn infer(model: &mut Model, report: &mut ImportReport) {
+pub fn infer(model: &mut Model) {
     let opset = model.opset();
-    infer_graph(&mut model.graph, opset, report);
+    infer_graph(&mut model.graph, opset);
 }
 
-fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
+/// A fixed input shape asked for an input the model does not have.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the model has no input named '{0}'")]
+pub struct NoSuchInput(pub String);
+
+/// Fixes the dims of the named graph inputs (e.g. a dynamic height and width) and infers
+/// every other shape again from them: what MAC counts and the studio's shapes use when a
+/// model is dynamic.
+pub fn fix_inputs<S: std::hash::BuildHasher>(
+    model: &mut Model,
+    shapes: &std::collections::HashMap<String, Vec<usize>, S>,
+) -> Result<(), NoSuchInput> {
+    for name in shapes.keys() {
+        if !model.graph.inputs.iter().any(|&i| &model.graph.values[i].name == name) {
+            return Err(NoSuchInput(name.clone()));
+        }
+    }
+    for &i in &model.graph.inputs {
+        let v = &mut model.graph.values[i];
+        if let Some(dims) = shapes.get(&v.name) {
+            v.shape = Some(dims.iter().map(|&d| Dim::Fixed(d)).collect());
+        }
+    }
+    for v in &mut model.graph.values {
+        if v.producer.is_some() {
+            v.shape = None;
+        }
+    }
+    infer(model);
+    Ok(())
+}
+
+fn infer_graph(g: &mut Graph, opset: i64) {
     let Ok(order) = g.topo_order() else {
         return;
     };
@@ -36,7 +67,7 @@ fn infer_graph(g: &mut Graph, opset: i64, report: &mut ImportReport) {
         // Subgraphs first: an If's outputs take their types from its branches.
         for a in g.nodes[n].attrs.values_mut() {
             if let Attr::Graph(sub) = a {
-                infer_graph(sub, opset, report);
+                infer_graph(sub, opset);
             }
         }
         let node = g.nodes[n].clone();
@@ -242,14 +273,13 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(d, s)]
         }
         "Cast" => vec![(node.attr_i("to").and_then(|c| DType::from_onnx(c as i32)), i0.1)],
-        "CastLike" => vec![(dt(1), i0.1)],
+        "CastLike" | "DequantizeLinear" => vec![(dt(1), i0.1)],
         "QuantizeLinear" => {
             let d = dt(2)
                 .or_else(|| node.attr_i("output_dtype").and_then(|c| DType::from_onnx(c as i32)))
                 .or(Some(DType::U8));
             vec![(d, i0.1)]
         }
-        "DequantizeLinear" => vec![(dt(1), i0.1)],
         "Conv" | "FusedConv" | "MaxPool" | "AveragePool" | "LpPool" => {
             let Some(x) = i0.1.clone() else {
                 return vec![(i0.0, None)];
@@ -322,7 +352,7 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             let group = node.attr_i("group").unwrap_or(1).max(1) as usize;
             let m = match &w[1] {
                 Dim::Fixed(v) => Dim::Fixed(v * group),
-                d => d.clone(),
+                Dim::Sym(s) => Dim::Sym(s.clone()),
             };
             let mut out = vec![x[0].clone(), m];
             let kernel: Vec<usize> = match node.attr_ints("kernel_shape") {
@@ -585,8 +615,40 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(d, s)]
         }
         "Split" => {
+            // Sizes from the `split` input (opset 13+) or attribute, else equal parts
+            // (the last one smaller when the axis does not divide, as opset 18 allows).
             let n = node.outputs.len();
-            vec![(i0.0, None); n]
+            let Some(x) = i0.1.clone() else {
+                return vec![(i0.0, None); n];
+            };
+            let rank = x.len() as i64;
+            let axis = node.attr_i("axis").unwrap_or(0);
+            let Some(axis) = usize::try_from(if axis < 0 { axis + rank } else { axis })
+                .ok()
+                .filter(|&a| a < x.len())
+            else {
+                return vec![(i0.0, None); n];
+            };
+            let sizes: Option<Vec<i64>> = if opset >= 13 {
+                known(1).and_then(Tensor::as_i64_vec)
+            } else {
+                node.attr_ints("split").map(<[i64]>::to_vec)
+            };
+            let dims: Vec<Dim> = match (sizes, &x[axis]) {
+                (Some(s), _) if s.len() == n => s.iter().map(|&d| Dim::Fixed(d.max(0) as usize)).collect(),
+                (None, Dim::Fixed(d)) if n > 0 => {
+                    let part = d.div_ceil(n);
+                    (0..n).map(|k| Dim::Fixed(part.min(d.saturating_sub(k * part)))).collect()
+                }
+                _ => vec![sym(); n],
+            };
+            dims.into_iter()
+                .map(|d| {
+                    let mut s = x.clone();
+                    s[axis] = d;
+                    (i0.0, Some(s))
+                })
+                .collect()
         }
         "LSTM" => vec![(i0.0, None), (i0.0, None), (i0.0, None)],
         "If" => (0..node.outputs.len())

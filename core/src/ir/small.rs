@@ -96,6 +96,10 @@ pub fn round_half_even(x: f32) -> f32 {
 
 /// A small IEEE-like float format described by its bit widths and special-value rules.
 #[derive(Clone, Copy, Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "the specs define each special-value rule as its own yes/no"
+)]
 struct FloatFormat {
     exp_bits: u32,
     man_bits: u32,

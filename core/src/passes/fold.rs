@@ -72,13 +72,14 @@ impl Pass for FoldConstants {
             for v in &n.inputs {
                 match v {
                     None => inputs.push(None),
-                    Some(v) => match cx.constant(*v) {
-                        Some(t) => inputs.push(Some(t)),
-                        None => {
+                    Some(v) => {
+                        if let Some(t) = cx.constant(*v) {
+                            inputs.push(Some(t));
+                        } else {
                             all_const = false;
                             break;
                         }
-                    },
+                    }
                 }
             }
             if !all_const || n.inputs.is_empty() {

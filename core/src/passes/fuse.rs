@@ -48,8 +48,11 @@ fn weighted<'g>(cx: &Cx<'g>, v: Option<ValueId>, ops: &[&str]) -> Option<Produce
     Some(Producer { id, node, w, b })
 }
 
+/// Maps a weight element's flat index to the output channel it feeds.
+type ChannelOf = Box<dyn Fn(usize) -> usize>;
+
 /// Output channels of a producer and the channel each weight element feeds.
-fn channel_of(p: &Producer<'_>) -> Option<(usize, Box<dyn Fn(usize) -> usize>)> {
+fn channel_of(p: &Producer<'_>) -> Option<(usize, ChannelOf)> {
     let s = p.w.shape().to_vec();
     let rank_ok = match p.node.op.as_str() {
         "Conv" | "ConvTranspose" => s.len() >= 3,

@@ -132,12 +132,23 @@ pub fn all_passes() -> Vec<Box<dyn Pass>> {
     ]
 }
 
+/// A pass name that is not one of [`all_passes`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown pass '{name}'; passes are: {}", known.join(", "))]
+pub struct UnknownPass {
+    pub name: String,
+    pub known: Vec<&'static str>,
+}
+
 /// The passes named in `names` (comma-separated list items), in the standard order.
-pub fn select(names: &[String]) -> Result<Vec<Box<dyn Pass>>, String> {
+pub fn select(names: &[String]) -> Result<Vec<Box<dyn Pass>>, UnknownPass> {
     let all = all_passes();
-    let known: Vec<&str> = all.iter().map(|p| p.name()).collect();
+    let known: Vec<&'static str> = all.iter().map(|p| p.name()).collect();
     if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
-        return Err(format!("unknown pass '{bad}'; passes are: {}", known.join(", ")));
+        return Err(UnknownPass {
+            name: bad.clone(),
+            known,
+        });
     }
     Ok(all
         .into_iter()
@@ -577,6 +588,8 @@ pub struct Optimized {
 /// Why an optimization run stopped without a result.
 #[derive(Debug, thiserror::Error)]
 pub enum OptimizeError {
+    #[error(transparent)]
+    UnknownPass(#[from] UnknownPass),
     #[error(transparent)]
     Patch(#[from] PatchError),
     #[error("after pass '{pass}', rule '{rule}' (step {step}): {message}")]

@@ -73,7 +73,6 @@ fn times_input(cx: &Cx<'_>, f: &Node) -> Option<(ValueId, NodeId, ValueId)> {
 }
 
 /// Emits `nodes` replaced by one node `op(inputs)` writing `out`.
-#[allow(clippy::too_many_arguments)]
 fn emit(
     cx: &mut Cx<'_>,
     rule: &'static str,
@@ -91,18 +90,17 @@ fn emit(
     let Some(x) = inputs.first().copied().flatten() else {
         return false;
     };
-    let keeps_rank = match (rank(x), rank(out)) {
-        (Some(a), Some(b)) => a == b,
+    let keeps_rank = if let (Some(a), Some(b)) = (rank(x), rank(out)) {
+        a == b
+    } else {
         // Unknown ranks (dynamic reshapes): safe when every constant the chain reads is
         // a scalar, or a vector where a ReduceMean over the last axis proves rank ≥ 1.
-        _ => {
-            let const_ranks = nodes
-                .iter()
-                .flat_map(|&k| cx.g.nodes[k].inputs.iter().flatten())
-                .filter_map(|&v| cx.constant(v).map(|t| t.shape().len()));
-            let reduces = nodes.iter().any(|&k| cx.g.nodes[k].op == "ReduceMean");
-            const_ranks.into_iter().all(|r| r == 0 || (r == 1 && reduces))
-        }
+        let const_ranks = nodes
+            .iter()
+            .flat_map(|&k| cx.g.nodes[k].inputs.iter().flatten())
+            .filter_map(|&v| cx.constant(v).map(|t| t.shape().len()));
+        let reduces = nodes.iter().any(|&k| cx.g.nodes[k].op == "ReduceMean");
+        const_ranks.into_iter().all(|r| r == 0 || (r == 1 && reduces))
     };
     if !keeps_rank {
         return false;
@@ -241,9 +239,8 @@ fn norm(cx: &mut Cx<'_>, id: NodeId, n: &Node) -> bool {
         Some(crate::ir::Dim::Fixed(d)) => Some(*d),
         _ => None,
     };
-    let mut out = match cx.out(n) {
-        Some(o) => o,
-        None => return false,
+    let Some(mut out) = cx.out(n) else {
+        return false;
     };
     // Optional ·γ, then +β (LayerNorm only).
     let mut gamma = None;

@@ -198,7 +198,7 @@ impl Quantizer<'_> {
                     o.observe(a.as_slice_memory_order().unwrap_or(&[]))
                         .map_err(|m| QuantError::Tensor {
                             name: g.values[v].name.clone(),
-                            message: m,
+                            message: m.to_string(),
                         })?;
                 }
                 Ok(())

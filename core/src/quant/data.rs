@@ -5,6 +5,7 @@
 use super::QuantError;
 use crate::ir::{Dim, Model, Tensor};
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// How an image becomes an input tensor.
@@ -62,14 +63,18 @@ impl Preprocess {
     /// Parses `key=value` pairs separated by `;`: `size=HxW`, `resize=stretch|letterbox|pad-right|center-crop`,
     /// `color=rgb|bgr`, `scale=F` (or `1/255`), `mean=a,b,c`, `std=a,b,c`, `layout=nchw|nhwc`,
     /// `dtype=f32|u8|i8`.
-    pub fn parse(spec: &str) -> Result<Self, String> {
+    pub fn parse(spec: &str) -> Result<Self, PreprocessError> {
         let mut p = Self::default();
         for part in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
             let (k, v) = part
                 .split_once('=')
-                .ok_or_else(|| format!("preprocessing: `{part}` is not key=value"))?;
-            let bad = |what: &str| format!("preprocessing: {k}: {what}, got `{v}`");
-            let num = |s: &str| -> Result<f32, String> {
+                .ok_or_else(|| PreprocessError::NotKeyValue(part.to_owned()))?;
+            let bad = |expected: &'static str| PreprocessError::Value {
+                key: k.to_owned(),
+                expected,
+                value: v.to_owned(),
+            };
+            let num = |s: &str| -> Result<f32, PreprocessError> {
                 if let Some((a, b)) = s.split_once('/') {
                     let (a, b): (f32, f32) = (
                         a.trim().parse().map_err(|_| bad("a number"))?,
@@ -79,7 +84,7 @@ impl Preprocess {
                 }
                 s.trim().parse().map_err(|_| bad("a number"))
             };
-            let triple = |s: &str| -> Result<[f32; 3], String> {
+            let triple = |s: &str| -> Result<[f32; 3], PreprocessError> {
                 let v: Vec<f32> = s.split(',').map(num).collect::<Result<_, _>>()?;
                 match v.as_slice() {
                     [a] => Ok([*a; 3]),
@@ -131,11 +136,7 @@ impl Preprocess {
                         _ => return Err(bad("f32, u8 or i8")),
                     }
                 }
-                _ => {
-                    return Err(format!(
-                        "preprocessing: unknown key `{k}` (size, resize, color, scale, mean, std, layout, dtype)"
-                    ));
-                }
+                _ => return Err(PreprocessError::UnknownKey(k.to_owned())),
             }
         }
         Ok(p)
@@ -198,13 +199,14 @@ impl Preprocess {
     }
 
     /// Decodes and preprocesses one image file into a `1×3×H×W` (or `1×H×W×3`) tensor.
-    pub fn load_image(&self, path: &Path, input_shape: Option<&[Dim]>) -> Result<Tensor, String> {
+    pub fn load_image(&self, path: &Path, input_shape: Option<&[Dim]>) -> Result<Tensor, ImageError> {
+        use image::imageops::{FilterType, resize};
         let img = image::ImageReader::open(path)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| ImageError::Read(e.to_string()))?
             .with_guessed_format()
-            .map_err(|e| e.to_string())?
+            .map_err(|e| ImageError::Read(e.to_string()))?
             .decode()
-            .map_err(|e| format!("cannot decode the image: {e}"))?
+            .map_err(|e| ImageError::Decode(e.to_string()))?
             .to_rgb8();
         let (h, w) = match (self.size, input_shape) {
             (Some(s), _) => s,
@@ -216,16 +218,15 @@ impl Preprocess {
                 };
                 match (hd, wd) {
                     (Dim::Fixed(h), Dim::Fixed(w)) => (*h, *w),
-                    _ => return Err("the model input has dynamic height or width: give size=HxW".into()),
+                    _ => return Err(ImageError::DynamicSize),
                 }
             }
-            _ => return Err("give size=HxW in the preprocessing spec".into()),
+            _ => return Err(ImageError::NeedSize),
         };
         let (iw, ih) = (img.width() as usize, img.height() as usize);
         if iw == 0 || ih == 0 {
-            return Err("the image is empty".into());
+            return Err(ImageError::Empty);
         }
-        use image::imageops::{FilterType, resize};
         let fit = |rw: usize, rh: usize| resize(&img, rw.max(1) as u32, rh.max(1) as u32, FilterType::Triangle);
         // (resized image, its offset in the target canvas)
         let (r, ox, oy): (image::RgbImage, isize, isize) = match self.resize {
@@ -275,12 +276,110 @@ impl Preprocess {
             }
         }
         let shape = if self.nhwc { [1, h, w, 3] } else { [1, 3, h, w] };
-        let t = Tensor::from_f32(&shape, out).ok_or_else(|| "internal: shape".to_string())?;
+        let t = Tensor::from_f32(&shape, out).ok_or(ImageError::Empty)?;
         Ok(match (self.dtype, t) {
             (ImageDType::U8, Tensor::F32(a)) => Tensor::U8(a.mapv(|v| v.round().clamp(0.0, 255.0) as u8)),
             (ImageDType::I8, Tensor::F32(a)) => Tensor::I8(a.mapv(|v| v.round().clamp(-128.0, 127.0) as i8)),
             (_, t) => t,
         })
+    }
+}
+
+/// A preprocessing spec that cannot be read: each names the part or key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PreprocessError {
+    #[error("preprocessing: `{0}` is not key=value")]
+    NotKeyValue(String),
+    #[error("preprocessing: {key}: {expected}, got `{value}`")]
+    Value {
+        key: String,
+        expected: &'static str,
+        value: String,
+    },
+    #[error("preprocessing: unknown key `{0}` (size, resize, color, scale, mean, std, layout, dtype)")]
+    UnknownKey(String),
+}
+
+/// An image that cannot become an input tensor (the caller names the file).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    #[error("{0}")]
+    Read(String),
+    #[error("cannot decode the image: {0}")]
+    Decode(String),
+    #[error("the model input has dynamic height or width: give size=HxW")]
+    DynamicSize,
+    #[error("give size=HxW in the preprocessing spec")]
+    NeedSize,
+    #[error("the image is empty")]
+    Empty,
+}
+
+/// A calibration or evaluation set that cannot be listed or read: each names the path,
+/// file or input.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    #[error("{0}: expected synthetic:N with N > 0")]
+    Synthetic(String),
+    #[error("{0}: no such file or folder")]
+    Missing(String),
+    #[error("{path}: {message}")]
+    Unreadable { path: String, message: String },
+    #[error("{0}: no .npy, .npz, .png or .jpg files in this folder")]
+    NoSamples(String),
+    /// One sample file (named) cannot be used.
+    #[error("{file}: {problem}")]
+    Sample { file: String, problem: SampleProblem },
+    #[error("input `{0}` has no shape for synthetic data")]
+    NoShape(String),
+}
+
+/// Why one sample file cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SampleProblem {
+    /// A `.npy` or image for a model with several inputs.
+    SeveralInputs(usize),
+    Read(String),
+    NotNpz(String),
+    /// An `.npz` without a float32 array of that input's name.
+    NoArray {
+        input: String,
+        message: String,
+    },
+    NotNpy(String),
+    Image(ImageError),
+    NoTensor(String),
+    Shape {
+        input: String,
+        expected: String,
+        found: Vec<usize>,
+    },
+    NonFinite {
+        input: String,
+        index: usize,
+    },
+}
+
+impl fmt::Display for SampleProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SeveralInputs(n) => write!(
+                f,
+                "the model has {n} inputs; use .npz files with one array per input name"
+            ),
+            Self::Read(m) => f.write_str(m),
+            Self::NotNpz(m) => write!(f, "not a readable .npz: {m}"),
+            Self::NoArray { input, message } => write!(f, "no float32 array named `{input}`: {message}"),
+            Self::NotNpy(m) => write!(f, "not a float32/float64 .npy file: {m}"),
+            Self::Image(e) => write!(f, "{e}"),
+            Self::NoTensor(input) => write!(f, "no tensor for input `{input}`"),
+            Self::Shape { input, expected, found } => {
+                write!(f, "input `{input}` expects shape {expected}, the file holds {found:?}")
+            }
+            Self::NonFinite { input, index } => {
+                write!(f, "input `{input}` holds a non-finite value at flat index {index}")
+            }
+        }
     }
 }
 
@@ -296,24 +395,27 @@ const IMAGE_EXT: &[&str] = &["png", "jpg", "jpeg"];
 
 /// Lists a calibration path: a folder (its `.npy`, `.npz` and image files, sorted), one
 /// file, or `synthetic:N`.
-pub fn source(path: &str) -> Result<Source, QuantError> {
+pub fn source(path: &str) -> Result<Source, DataError> {
     if let Some(n) = path.strip_prefix("synthetic:") {
         let n = n
             .parse::<usize>()
             .ok()
             .filter(|&n| n > 0)
-            .ok_or_else(|| QuantError::Data(format!("{path}: expected synthetic:N with N > 0")))?;
+            .ok_or_else(|| DataError::Synthetic(path.to_owned()))?;
         return Ok(Source::Synthetic(n));
     }
     let p = Path::new(path);
     if !p.exists() {
-        return Err(QuantError::Data(format!("{path}: no such file or folder")));
+        return Err(DataError::Missing(path.to_owned()));
     }
     if p.is_file() {
         return Ok(Source::Files(vec![p.to_path_buf()]));
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-        .map_err(|e| QuantError::Data(format!("{path}: {e}")))?
+        .map_err(|e| DataError::Unreadable {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|f| {
@@ -324,9 +426,7 @@ pub fn source(path: &str) -> Result<Source, QuantError> {
         .collect();
     files.sort();
     if files.is_empty() {
-        return Err(QuantError::Data(format!(
-            "{path}: no .npy, .npz, .png or .jpg files in this folder"
-        )));
+        return Err(DataError::NoSamples(path.to_owned()));
     }
     Ok(Source::Files(files))
 }
@@ -356,27 +456,29 @@ impl Source {
                 load_file(p, model, pre)
                     .and_then(|s| check(model, &s).map(|()| s))
                     .map(|s| (label.clone(), s))
-                    .map_err(|m| QuantError::Data(format!("{label}: {m}")))
+                    .map_err(|problem| {
+                        QuantError::Samples(DataError::Sample {
+                            file: label.clone(),
+                            problem,
+                        })
+                    })
             }
             Self::Synthetic(_) => synthetic(model, i as u64).map(|s| (format!("synthetic sample {i}"), s)),
         })
     }
 }
 
-fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String, Tensor>, String> {
+fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String, Tensor>, SampleProblem> {
     let g = &model.graph;
     let ext = p
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
         .to_ascii_lowercase();
-    let only_input = || -> Result<(String, Option<Vec<Dim>>), String> {
+    let only_input = || -> Result<(String, Option<Vec<Dim>>), SampleProblem> {
         match g.inputs.as_slice() {
             [i] => Ok((g.values[*i].name.clone(), g.values[*i].shape.clone())),
-            _ => Err(format!(
-                "the model has {} inputs; use .npz files with one array per input name",
-                g.inputs.len()
-            )),
+            _ => Err(SampleProblem::SeveralInputs(g.inputs.len())),
         }
     };
     let mut out = HashMap::new();
@@ -387,45 +489,46 @@ fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String
         }
         "npz" => {
             use ndarray_npy::NpzReader;
-            let f = std::fs::File::open(p).map_err(|e| e.to_string())?;
-            let mut z = NpzReader::new(f).map_err(|e| format!("not a readable .npz: {e}"))?;
+            let f = std::fs::File::open(p).map_err(|e| SampleProblem::Read(e.to_string()))?;
+            let mut z = NpzReader::new(f).map_err(|e| SampleProblem::NotNpz(e.to_string()))?;
             for &i in &g.inputs {
                 let name = &g.values[i].name;
-                let a: ndarray::ArrayD<f32> = z
-                    .by_name(name)
-                    .or_else(|_| z.by_name(&format!("{name}.npy")))
-                    .map_err(|e| format!("no float32 array named `{name}`: {e}"))?;
+                let a: ndarray::ArrayD<f32> =
+                    z.by_name(name)
+                        .or_else(|_| z.by_name(&format!("{name}.npy")))
+                        .map_err(|e| SampleProblem::NoArray {
+                            input: name.clone(),
+                            message: e.to_string(),
+                        })?;
                 out.insert(name.clone(), Tensor::F32(a));
             }
         }
         _ => {
             let (name, shape) = only_input()?;
-            out.insert(name, pre.load_image(p, shape.as_deref())?);
+            out.insert(name, pre.load_image(p, shape.as_deref()).map_err(SampleProblem::Image)?);
         }
     }
     Ok(out)
 }
 
-fn read_npy(p: &Path) -> Result<Tensor, String> {
+fn read_npy(p: &Path) -> Result<Tensor, SampleProblem> {
     use ndarray_npy::ReadNpyExt;
-    let f = || std::fs::File::open(p).map_err(|e| e.to_string());
+    let f = || std::fs::File::open(p).map_err(|e| SampleProblem::Read(e.to_string()));
     if let Ok(a) = ndarray::ArrayD::<f32>::read_npy(f()?) {
         return Ok(Tensor::F32(a));
     }
     match ndarray::ArrayD::<f64>::read_npy(f()?) {
         Ok(a) => Ok(Tensor::F32(a.mapv(|v| v as f32))),
-        Err(e) => Err(format!("not a float32/float64 .npy file: {e}")),
+        Err(e) => Err(SampleProblem::NotNpy(e.to_string())),
     }
 }
 
 /// Checks a sample against the model's declared inputs.
-fn check(model: &Model, s: &HashMap<String, Tensor>) -> Result<(), String> {
+fn check(model: &Model, s: &HashMap<String, Tensor>) -> Result<(), SampleProblem> {
     let g = &model.graph;
     for &i in &g.inputs {
         let v = &g.values[i];
-        let t = s
-            .get(&v.name)
-            .ok_or_else(|| format!("no tensor for input `{}`", v.name))?;
+        let t = s.get(&v.name).ok_or_else(|| SampleProblem::NoTensor(v.name.clone()))?;
         if let Some(shape) = &v.shape {
             let ok = shape.len() == t.shape().len()
                 && shape.iter().zip(t.shape()).all(|(d, &n)| match d {
@@ -433,18 +536,20 @@ fn check(model: &Model, s: &HashMap<String, Tensor>) -> Result<(), String> {
                     Dim::Sym(_) => n > 0,
                 });
             if !ok {
-                return Err(format!(
-                    "input `{}` expects shape {}, the file holds {:?}",
-                    v.name,
-                    crate::ir::shape_string(shape),
-                    t.shape()
-                ));
+                return Err(SampleProblem::Shape {
+                    input: v.name.clone(),
+                    expected: crate::ir::shape_string(shape),
+                    found: t.shape().to_vec(),
+                });
             }
         }
         if let Tensor::F32(a) = t
-            && let Some(k) = a.iter().position(|x| !x.is_finite())
+            && let Some(index) = a.iter().position(|x| !x.is_finite())
         {
-            return Err(format!("input `{}` holds a non-finite value at flat index {k}", v.name));
+            return Err(SampleProblem::NonFinite {
+                input: v.name.clone(),
+                index,
+            });
         }
     }
     Ok(())
@@ -466,7 +571,7 @@ fn synthetic(model: &Model, seed: u64) -> Result<HashMap<String, Tensor>, QuantE
         let shape: Vec<usize> = v
             .shape
             .as_ref()
-            .ok_or_else(|| QuantError::Data(format!("input `{}` has no shape for synthetic data", v.name)))?
+            .ok_or_else(|| DataError::NoShape(v.name.clone()))?
             .iter()
             .map(|d| match d {
                 Dim::Fixed(k) => *k,
@@ -529,7 +634,11 @@ mod tests {
         assert_eq!(a[[0, 0, 0, 0]], -128);
         assert_eq!(a[[0, 1, 1, 0]], 72);
         let e = Preprocess::parse("dtype=f64").expect_err("unknown dtype");
-        assert!(e.contains("dtype") && e.contains("f64"), "{e}");
+        assert!(
+            matches!(&e, PreprocessError::Value { key, value, .. } if key == "dtype" && value == "f64"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("dtype") && e.to_string().contains("f64"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -113,26 +113,40 @@ impl LayerPrecision {
     }
 
     /// `int8`, `int16`, `fp16`, `int4`, `float`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, SpecError> {
         Ok(match s {
             "int8" => Self::INT8,
             "int16" => Self::INT16,
             "fp16" => Self::FP16,
             "int4" => Self::INT4,
             "float" => Self::FLOAT,
-            _ => return Err(format!("unknown precision `{s}` (int8, int16, fp16, int4, float)")),
+            _ => return Err(SpecError::Precision(s.to_owned())),
         })
     }
 }
 
+/// A precision, preset or calibration method named by the user that is not one of ours.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("unknown precision `{0}` (int8, int16, fp16, int4, float)")]
+    Precision(String),
+    #[error("unknown preset `{0}` (w8a8, w8a16, w4a16, fp16)")]
+    Preset(String),
+    #[error("unknown calibration method `{0}` (minmax, moving-average, percentile[-P], mse, entropy)")]
+    Calibration(String),
+}
+
+/// The built-in presets, in the order the studio offers them.
+pub const PRESETS: [&str; 4] = ["w8a8", "w8a16", "w4a16", "fp16"];
+
 /// Built-in recipes: the precision of every layer and the calibration method.
-pub fn preset(name: &str) -> Result<(LayerPrecision, Calibration), String> {
+pub fn preset(name: &str) -> Result<(LayerPrecision, Calibration), SpecError> {
     Ok(match name {
         "w8a8" => (LayerPrecision::INT8, Calibration::Mse),
         "w8a16" => (LayerPrecision::INT16, Calibration::Mse),
         "w4a16" => (LayerPrecision::INT4, Calibration::Mse),
         "fp16" => (LayerPrecision::FP16, Calibration::MinMax),
-        _ => return Err(format!("unknown preset `{name}` (w8a8, w8a16, w4a16, fp16)")),
+        _ => return Err(SpecError::Preset(name.to_owned())),
     })
 }
 
@@ -190,12 +204,27 @@ pub struct BiasCorrectionNote {
 pub enum QuantError {
     #[error("{0}")]
     Data(String),
+    /// A calibration or evaluation set that cannot be read.
+    #[error(transparent)]
+    Samples(#[from] data::DataError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
     #[error("node {node} ({op}): {message}")]
     Node { node: String, op: String, message: String },
     #[error("tensor {name}: {message}")]
     Tensor { name: String, message: String },
     #[error("cancelled")]
     Cancelled,
+}
+
+/// Calibration statistics: every quantized activation's observer after one pass over the
+/// calibration set (what [`Quantizer::plan_from_stats`] chooses ranges from).
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// By value id of the optimized graph.
+    pub observers: HashMap<ValueId, Observer>,
+    /// Samples seen.
+    pub samples: usize,
 }
 
 /// A model prepared for calibration and fake-quant simulation: node order, last uses,
@@ -225,7 +254,7 @@ fn weight_axis(g: &Graph, node: &Node, input: usize) -> Option<usize> {
     match (node.op.as_str(), input) {
         ("Conv" | "FusedConv", 1) => Some(0),
         ("ConvTranspose", 1) => Some(1.min(rank.saturating_sub(1))),
-        ("Gemm" | "FusedGemm", 1) => Some(if node.attr_i("transB").unwrap_or(0) != 0 { 0 } else { 1 }),
+        ("Gemm" | "FusedGemm", 1) => Some(usize::from(node.attr_i("transB").unwrap_or(0) == 0)),
         ("MatMul", 1) if rank >= 2 => Some(rank - 1),
         _ => None,
     }
@@ -430,7 +459,18 @@ impl<'m> Quantizer<'m> {
         method: Calibration,
         progress: &dyn Progress,
     ) -> Result<QuantPlan, QuantError> {
-        let (default, _) = preset(preset_name).map_err(QuantError::Data)?;
+        let stats = self.observe(samples, total, progress)?;
+        progress.update(stats.samples, total, "choosing ranges");
+        self.plan_from_stats(&stats, preset_name, method)
+    }
+
+    /// One streaming pass over the samples: every quantized activation's statistics.
+    pub fn observe(
+        &self,
+        samples: &mut dyn Iterator<Item = Result<(String, HashMap<String, Tensor>), QuantError>>,
+        total: usize,
+        progress: &dyn Progress,
+    ) -> Result<Stats, QuantError> {
         let g = self.graph();
         let mut obs: HashMap<ValueId, Observer> = self.quant_points.iter().map(|&v| (v, Observer::new())).collect();
         let mut n = 0;
@@ -458,24 +498,42 @@ impl<'m> Quantizer<'m> {
         if n == 0 {
             return Err(QuantError::Data("the calibration set is empty".into()));
         }
-        progress.update(n, total, "choosing ranges");
+        Ok(Stats {
+            observers: obs,
+            samples: n,
+        })
+    }
+
+    /// The plan of a preset with every activation's clipping range chosen by `method` from
+    /// the statistics (no per-layer edits, no bias correction).
+    pub fn plan_from_stats(
+        &self,
+        stats: &Stats,
+        preset_name: &str,
+        method: Calibration,
+    ) -> Result<QuantPlan, QuantError> {
+        let (default, _) = preset(preset_name)?;
+        let g = self.graph();
         let ranges = self
             .quant_points
             .iter()
             .map(|v| {
-                let o = &obs[v];
+                let o = stats.observers.get(v).ok_or_else(|| QuantError::Tensor {
+                    name: g.values[*v].name.clone(),
+                    message: "no calibration statistics (the statistics belong to another graph)".into(),
+                })?;
                 let r = Ranges {
                     int8: o.range(method, 255.0, false),
                     int16: o.range(method, 65535.0, false),
                 };
-                (g.values[*v].name.clone(), r)
+                Ok((g.values[*v].name.clone(), r))
             })
-            .collect();
+            .collect::<Result<_, QuantError>>()?;
         Ok(QuantPlan {
             version: 1,
             preset: preset_name.into(),
             calibration: method,
-            calibration_samples: n,
+            calibration_samples: stats.samples,
             inputs: default.activations,
             default,
             layers: BTreeMap::new(),
@@ -484,40 +542,25 @@ impl<'m> Quantizer<'m> {
         })
     }
 
-    /// A plan for a resolved recipe: calibration over `src`, then (with `bias_correction`)
-    /// the empirical bias correction, kept only where it raises the output SQNR on the
-    /// calibration set (each layer's shift is measured alone, and on some models the shifts
-    /// interact). What `npu-studio quantize` and the studio run.
-    pub fn make_plan(
+    /// Measures the empirical bias correction of `plan` on the samples and keeps it only
+    /// where it raises the output SQNR on them (each layer's shift is measured alone, and
+    /// on some models the shifts interact).
+    pub fn correct_bias(
         &self,
+        plan: QuantPlan,
         src: &data::Source,
         pre: &data::Preprocess,
-        label: &str,
-        preset_name: &str,
-        resolved: &recipe::Resolved,
-        method: Calibration,
-        bias_correction: bool,
         progress: &dyn Progress,
-    ) -> Result<(QuantPlan, Option<BiasCorrectionNote>), QuantError> {
-        let model = self.model;
-        let mut plan = self.calibrate(&mut src.samples(model, pre), src.len(), preset_name, method, progress)?;
-        plan.preset = label.into();
-        plan.inputs = resolved.inputs;
-        plan.layers.clone_from(&resolved.layers);
-        if !bias_correction {
-            return Ok((plan, None));
-        }
-        let corr = self.bias_corrections(&plan, &mut src.samples(model, pre), progress)?;
-        let cached = self.cache(&mut src.samples(model, pre))?;
+    ) -> Result<(QuantPlan, BiasCorrectionNote), QuantError> {
+        let corr = self.bias_corrections(&plan, &mut src.samples(self.model, pre), progress)?;
+        let cached = self.cache(&mut src.samples(self.model, pre))?;
         let without = self.output_sqnr(&plan, &cached)?.sqnr_db;
         let mut with_plan = plan.clone();
         with_plan.bias_correction = corr;
         let with = self.output_sqnr(&with_plan, &cached)?.sqnr_db;
         let kept = with.unwrap_or(f64::INFINITY) >= without.unwrap_or(f64::INFINITY);
-        if kept {
-            plan = with_plan;
-        }
-        Ok((plan, Some(BiasCorrectionNote { without, with, kept })))
+        let note = BiasCorrectionNote { without, with, kept };
+        Ok((if kept { with_plan } else { plan }, note))
     }
 
     /// The format and range of the grid `v` lies on under `plan` (None: float).
@@ -955,7 +998,9 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
         amax[c] = amax[c].max(f64::from(v).abs());
     }
     let floor = amax.iter().copied().fold(0.0, f64::max) * scheme::WEIGHT_SCALE_FLOOR;
-    amax.iter_mut().for_each(|m| *m = m.max(floor));
+    for m in &mut amax {
+        *m = m.max(floor);
+    }
     if prec.weights == WeightFormat::Uint8 {
         // One asymmetric grid for the whole tensor: scale (max − min) / 255 (as 127ths
         // below, the same expression then holds for both formats).
@@ -963,7 +1008,7 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
             .iter()
             .fold((0f64, 0f64), |(a, b), &v| (a.min(f64::from(v)), b.max(f64::from(v))));
         let s = (hi - lo) / 255.0 * 127.0;
-        amax.iter_mut().for_each(|m| *m = s);
+        amax.fill(s);
     }
     bias.iter()
         .enumerate()
@@ -1035,12 +1080,14 @@ pub struct Report {
 impl Report {
     /// CSV with one row per tensor.
     pub fn to_csv(&self) -> String {
+        use std::fmt::Write as _;
         let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
         let mut s =
             String::from("name,node,op,activations,weights,sqnr_local_db,sqnr_cumulative_db,cosine,max_abs_err\n");
         for t in &self.tensors {
-            s.push_str(&format!(
-                "{},{},{},{:?},{:?},{},{},{:.6},{:.6e}\n",
+            let _ = writeln!(
+                s,
+                "{},{},{},{:?},{:?},{},{},{:.6},{:.6e}",
                 csv_field(&t.name),
                 csv_field(&t.node),
                 t.op,
@@ -1050,7 +1097,7 @@ impl Report {
                 f(t.sqnr_cumulative_db),
                 t.cosine,
                 t.max_abs_err
-            ));
+            );
         }
         s
     }

@@ -37,7 +37,7 @@ impl Calibration {
     }
 
     /// Parses `minmax`, `moving-average`, `percentile[-P]`, `mse`, `entropy`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, super::SpecError> {
         Ok(match s {
             "minmax" => Self::MinMax,
             "moving-average" => Self::MovingAverage,
@@ -46,15 +46,16 @@ impl Calibration {
             "entropy" => Self::Entropy,
             _ => match s.strip_prefix("percentile-").map(str::parse::<f64>) {
                 Some(Ok(p)) if p > 50.0 && p <= 100.0 => Self::Percentile(p),
-                _ => {
-                    return Err(format!(
-                        "unknown calibration method `{s}` (minmax, moving-average, percentile[-P], mse, entropy)"
-                    ));
-                }
+                _ => return Err(super::SpecError::Calibration(s.to_owned())),
             },
         })
     }
 }
+
+/// A batch held a NaN or an infinity (the value).
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("holds a non-finite value ({0})")]
+pub struct NonFinite(pub f32);
 
 /// Statistics of one tensor over the calibration set.
 #[derive(Clone, Debug)]
@@ -89,14 +90,14 @@ impl Observer {
     }
 
     /// Adds one batch. Non-finite values are an error (the caller names the tensor).
-    pub fn observe(&mut self, data: &[f32]) -> Result<(), String> {
+    pub fn observe(&mut self, data: &[f32]) -> Result<(), NonFinite> {
         if data.is_empty() {
             return Ok(());
         }
         let (mut bmin, mut bmax) = (f32::INFINITY, f32::NEG_INFINITY);
         for &v in data {
             if !v.is_finite() {
-                return Err(format!("holds a non-finite value ({v})"));
+                return Err(NonFinite(v));
             }
             bmin = bmin.min(v);
             bmax = bmax.max(v);
@@ -255,18 +256,18 @@ impl Observer {
 
     /// TensorRT-style entropy calibration on the histogram of |x|.
     fn entropy_threshold(&self, levels: f64) -> f64 {
+        const N: usize = 2048;
         // Fold into a histogram of magnitudes over [0, m).
         let m = self.min.abs().max(self.max);
         if m == 0.0 {
             return 0.0;
         }
-        const N: usize = 2048;
         let mut h = vec![0f64; N];
         for (i, &c) in self.bins.iter().enumerate() {
             let v = self.center(i).abs();
             h[((v / m * N as f64) as usize).min(N - 1)] += c as f64;
         }
-        let q = ((levels + 1.0) / 2.0).round().max(2.0) as usize;
+        let q = f64::midpoint(levels, 1.0).round().max(2.0) as usize;
         let mut best = (N, f64::INFINITY);
         let mut i = q;
         while i <= N {
@@ -319,15 +320,15 @@ mod tests {
     #[test]
     fn growing_histogram_keeps_every_sample_in_its_bin() {
         let mut o = Observer::new();
-        o.observe(&[0.0, 1.0]).unwrap();
-        o.observe(&[-3.0, 5.0, 0.5]).unwrap();
-        o.observe(&[100.0]).unwrap();
+        o.observe(&[0.0, 1.0]).expect("finite");
+        o.observe(&[-3.0, 5.0, 0.5]).expect("finite");
+        o.observe(&[100.0]).expect("finite");
         assert_eq!(o.count, 6);
         assert_eq!(o.bins.iter().sum::<u64>(), 6);
         let (lo, bw, bins) = o.histogram();
         assert!(lo <= -3.0 && lo + bw * BINS as f64 > 100.0);
         // -3 sits in the first non-empty bin.
-        let first = bins.iter().position(|&c| c > 0).unwrap();
+        let first = bins.iter().position(|&c| c > 0).expect("a non-empty bin");
         assert!((lo + first as f64 * bw - -3.0).abs() <= bw);
         assert_eq!((o.min, o.max), (-3.0, 100.0));
     }
@@ -337,7 +338,7 @@ mod tests {
         let mut o = Observer::new();
         let mut data: Vec<f32> = (0..100_000).map(|i| ((i % 2001) as f32 - 1000.0) / 1000.0).collect();
         data.push(50.0);
-        o.observe(&data).unwrap();
+        o.observe(&data).expect("finite");
         assert_eq!(o.range(Calibration::MinMax, 255.0, false).1, 50.0);
         assert!(o.range(Calibration::Percentile(99.9), 255.0, false).1 < 1.1);
         // One far outlier costs more clipped (49²) than the coarser grid does: MSE keeps it.
@@ -358,7 +359,7 @@ mod tests {
             })
             .collect();
         let mut o = Observer::new();
-        o.observe(&data).unwrap();
+        o.observe(&data).expect("finite");
         let (lo, hi) = o.range(Calibration::Mse, 15.0, true);
         let m = o.min.abs().max(o.max);
         assert!(hi > 3.0 && hi < 0.7 * m && lo == -hi, "{lo} {hi} (max {m})");
@@ -368,11 +369,11 @@ mod tests {
     #[test]
     fn entropy_threshold_of_a_gaussian_is_a_few_sigma() {
         let mut o = Observer::new();
-        let mut u = uniform(88172645463325252);
+        let mut u = uniform(88_172_645_463_325_252);
         let data: Vec<f32> = (0..200_000)
             .map(|_| ((-2.0 * u().ln()).sqrt() * (std::f64::consts::TAU * u()).cos()) as f32)
             .collect();
-        o.observe(&data).unwrap();
+        o.observe(&data).expect("finite");
         let (lo, hi) = o.range(Calibration::Entropy, 255.0, true);
         eprintln!("entropy range {lo} {hi}, minmax {} {}", o.min, o.max);
         assert!(hi > 2.0 && hi < o.max, "{hi}");

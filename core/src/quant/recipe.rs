@@ -16,7 +16,7 @@
 
 use super::observer::Calibration;
 use super::scheme::ActFormat;
-use super::{LayerPrecision, preset};
+use super::{LayerPrecision, SpecError, preset};
 use crate::ir::{Graph, Node};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -95,8 +95,8 @@ impl Recipe {
         }
     }
 
-    pub fn parse_ron(text: &str) -> Result<Self, String> {
-        ron::from_str(text).map_err(|e| e.to_string())
+    pub fn parse_ron(text: &str) -> Result<Self, RecipeError> {
+        ron::from_str(text).map_err(|e| RecipeError::Syntax(e.to_string()))
     }
 
     pub fn to_ron(&self) -> String {
@@ -105,19 +105,23 @@ impl Recipe {
 
     /// Applies the recipe to `graph`. Errors name the rule (by its position, from 1) or the
     /// override that is wrong; an override naming a node the graph lacks is an error too.
-    pub fn resolve(&self, graph: &Graph) -> Result<Resolved, String> {
-        let (default, method) = preset(&self.preset).map_err(|e| format!("preset: {e}"))?;
+    pub fn resolve(&self, graph: &Graph) -> Result<Resolved, RecipeError> {
+        let (default, method) = preset(&self.preset).map_err(RecipeError::Preset)?;
         let mut rules = Vec::with_capacity(self.rules.len());
         for (k, r) in self.rules.iter().enumerate() {
-            let at = |m: String| format!("rule {} ({}): {m}", k + 1, describe(r));
+            let at = |problem: RuleProblem| RecipeError::Rule {
+                index: k + 1,
+                rule: describe(r),
+                problem,
+            };
             let re = match &r.name {
-                Some(p) => Some(regex_lite::Regex::new(p).map_err(|e| at(format!("bad name regex: {e}")))?),
+                Some(p) => Some(regex_lite::Regex::new(p).map_err(|e| at(RuleProblem::Regex(e.to_string())))?),
                 None => None,
             };
             if re.is_none() && r.op.is_none() {
-                return Err(at("needs `name` or `op`".into()));
+                return Err(at(RuleProblem::Empty));
             }
-            let p = LayerPrecision::parse(&r.precision).map_err(at)?;
+            let p = LayerPrecision::parse(&r.precision).map_err(|e| at(RuleProblem::Precision(e)))?;
             rules.push((re, r.op.as_deref(), p));
         }
         let mut matched = vec![0; rules.len()];
@@ -138,11 +142,12 @@ impl Recipe {
         }
         for (name, prec) in &self.overrides {
             if !graph.nodes.iter().any(|n| &n.name == name) {
-                return Err(format!(
-                    "override `{name}`: no node of that name in the optimized graph"
-                ));
+                return Err(RecipeError::NoSuchNode { node: name.clone() });
             }
-            let p = LayerPrecision::parse(prec).map_err(|e| format!("override `{name}`: {e}"))?;
+            let p = LayerPrecision::parse(prec).map_err(|error| RecipeError::Override {
+                node: name.clone(),
+                error,
+            })?;
             if p == default {
                 layers.remove(name);
             } else {
@@ -157,6 +162,37 @@ impl Recipe {
             matched,
         })
     }
+}
+
+/// Why a recipe cannot be read or applied: each names the rule (from 1) or override.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecipeError {
+    /// The text is not a recipe (RON syntax or a field of the wrong type).
+    #[error("{0}")]
+    Syntax(String),
+    #[error("preset: {0}")]
+    Preset(SpecError),
+    #[error("rule {index} ({rule}): {problem}")]
+    Rule {
+        index: usize,
+        rule: String,
+        problem: RuleProblem,
+    },
+    #[error("override `{node}`: no node of that name in the optimized graph")]
+    NoSuchNode { node: String },
+    #[error("override `{node}`: {error}")]
+    Override { node: String, error: SpecError },
+}
+
+/// What is wrong with one rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleProblem {
+    #[error("bad name regex: {0}")]
+    Regex(String),
+    #[error("needs `name` or `op`")]
+    Empty,
+    #[error(transparent)]
+    Precision(SpecError),
 }
 
 fn describe(r: &Rule) -> String {
@@ -236,15 +272,28 @@ mod tests {
     #[test]
     fn errors_name_the_rule_or_override() {
         let g = graph(&[("a", "Conv")]);
-        let bad = |text: &str| {
+        let typed = |text: &str| {
             Recipe::parse_ron(text)
                 .expect("parses")
                 .resolve(&g)
                 .expect_err("must fail")
         };
-        let e = bad(
-            r#"Recipe(rules: [(op: Some("Conv"), precision: "int8"), (name: Some("(unclosed"), precision: "int8")])"#,
+        let bad = |text: &str| typed(text).to_string();
+        let text =
+            r#"Recipe(rules: [(op: Some("Conv"), precision: "int8"), (name: Some("(unclosed"), precision: "int8")])"#;
+        assert!(
+            matches!(
+                typed(text),
+                RecipeError::Rule {
+                    index: 2,
+                    problem: RuleProblem::Regex(_),
+                    ..
+                }
+            ),
+            "{}",
+            bad(text)
         );
+        let e = bad(text);
         assert!(e.starts_with("rule 2 (name /(unclosed/)"), "{e}");
         let e = bad(r#"Recipe(rules: [(op: Some("Conv"), precision: "int9")])"#);
         assert!(e.contains("rule 1") && e.contains("int9"), "{e}");

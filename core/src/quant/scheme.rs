@@ -108,7 +108,9 @@ pub fn qdq_activation(data: &mut [f32], format: ActFormat, range: (f64, f64)) {
         ActFormat::Fp16 => data.iter_mut().for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
         ActFormat::Int8 | ActFormat::Int16 => {
             let a = Affine::from_range(range.0, range.1, format.levels().unwrap_or(255.0));
-            data.iter_mut().for_each(|v| *v = a.qdq(*v));
+            for v in data.iter_mut() {
+                *v = a.qdq(*v);
+            }
         }
     }
 }
@@ -159,7 +161,9 @@ pub fn qdq_weight(data: &[f32], shape: &[usize], axis: usize, format: WeightForm
             // tensor's largest: else its int32 bias grid (input scale × weight scale) would
             // underflow and the bias saturate.
             let floor = amax.iter().copied().fold(0.0, f64::max) * WEIGHT_SCALE_FLOOR;
-            amax.iter_mut().for_each(|m| *m = m.max(floor));
+            for m in &mut amax {
+                *m = m.max(floor);
+            }
             for (i, v) in out.iter_mut().enumerate() {
                 let m = amax[slot(i)];
                 if m > 0.0 {

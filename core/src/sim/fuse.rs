@@ -370,9 +370,13 @@ fn apply(step: Step, pos: usize, o: &Operand<'_>, chunk: &mut [f32], base: usize
                 Operand::Scalar(q) => {
                     let q = *q;
                     if pos == 0 {
-                        chunk.iter_mut().for_each(|v| *v = f(*v, q));
+                        for v in chunk.iter_mut() {
+                            *v = f(*v, q);
+                        }
                     } else {
-                        chunk.iter_mut().for_each(|v| *v = f(q, *v));
+                        for v in chunk.iter_mut() {
+                            *v = f(q, *v);
+                        }
                     }
                 }
                 Operand::Full(s) => {

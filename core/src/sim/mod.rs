@@ -1,7 +1,7 @@
 //! The FP32 reference executor: runs a [`Model`] on ndarray tensors with fast kernels.
 
 mod fuse;
-pub mod ops;
+pub(crate) mod ops;
 pub mod simd;
 
 use ops::elementwise::sigmoid as elementwise_sigmoid;
@@ -24,6 +24,14 @@ pub enum SimError {
     Graph(#[from] crate::ir::ValidationError),
     #[error("cancelled")]
     Cancelled,
+}
+
+/// Casts a tensor to `to` as ONNX's `Cast` does (saturating for 8-bit floats).
+pub fn cast(t: &Tensor, to: crate::ir::DType) -> Result<Tensor, SimError> {
+    ops::quant::cast(t, to, true, crate::ir::small::E8M0Round::Up).map_err(|message| SimError::BadInput {
+        name: format!("cast to {to}"),
+        message,
+    })
 }
 
 /// Per-run settings visible to kernels.
@@ -478,7 +486,7 @@ fn run_chain_step(
 }
 
 /// Runs a subgraph (an If/Loop body) with explicit inputs, resolving outer names through `outer`.
-pub fn run_subgraph(
+pub(crate) fn run_subgraph(
     g: &Graph,
     inputs: &[Val],
     outer: &dyn Fn(&str) -> Option<Val>,

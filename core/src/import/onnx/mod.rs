@@ -1,6 +1,10 @@
 //! ONNX import: protobuf → [`Model`]. Weights stay slices of the memory-mapped file.
 
-#[allow(clippy::all, clippy::pedantic, missing_docs, unused_qualifications)]
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    reason = "generated once by prost-build from onnx.proto"
+)]
 pub mod proto;
 
 use super::{ImportError, ImportReport, UnsupportedOp};
@@ -126,7 +130,7 @@ pub fn from_bytes(
             });
         }
     }
-    crate::import::shapes::infer(&mut model, &mut report);
+    crate::import::shapes::infer(&mut model);
     Ok((model, report))
 }
 
@@ -597,22 +601,30 @@ fn opt_from_pb(o: data_proto::OptionalProto) -> Result<Val, String> {
 
 /// Decodes a serialized `TensorProto`, `SequenceProto` or `OptionalProto` (as `kind` says):
 /// the `.pb` files of the ONNX test data.
-pub fn value_from_pb(bytes: &[u8], kind: ValueKind) -> Result<Val, String> {
+pub fn value_from_pb(bytes: &[u8], kind: ValueKind) -> Result<Val, PbError> {
     match kind {
         ValueKind::Tensor => tensor_from_pb(bytes).map(|(_, t)| Val::Tensor(t)),
-        ValueKind::Sequence => {
-            seq_from_pb(data_proto::SequenceProto::decode(bytes).map_err(|e| format!("not a SequenceProto: {e}"))?)
-        }
-        ValueKind::Optional => {
-            opt_from_pb(data_proto::OptionalProto::decode(bytes).map_err(|e| format!("not an OptionalProto: {e}"))?)
-        }
-        ValueKind::Other => Err("maps and sparse tensors are not supported".into()),
+        ValueKind::Sequence => seq_from_pb(
+            data_proto::SequenceProto::decode(bytes).map_err(|e| PbError(format!("not a SequenceProto: {e}")))?,
+        )
+        .map_err(PbError),
+        ValueKind::Optional => opt_from_pb(
+            data_proto::OptionalProto::decode(bytes).map_err(|e| PbError(format!("not an OptionalProto: {e}")))?,
+        )
+        .map_err(PbError),
+        ValueKind::Other => Err(PbError("maps and sparse tensors are not supported".into())),
     }
 }
 
+/// A serialized value (`.pb` test data) that cannot be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PbError(pub String);
+
 /// Decodes a serialized `TensorProto` (the `.pb` files of the ONNX test data).
-pub fn tensor_from_pb(bytes: &[u8]) -> Result<(String, Tensor), String> {
-    tensor_from_proto(TensorProto::decode(bytes).map_err(|e| format!("not a TensorProto: {e}"))?)
+pub fn tensor_from_pb(bytes: &[u8]) -> Result<(String, Tensor), PbError> {
+    tensor_from_proto(TensorProto::decode(bytes).map_err(|e| PbError(format!("not a TensorProto: {e}")))?)
+        .map_err(PbError)
 }
 
 fn tensor_from_proto(t: TensorProto) -> Result<(String, Tensor), String> {

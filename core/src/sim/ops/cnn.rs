@@ -103,7 +103,6 @@ pub fn geometry(node: &Node, input: &[usize], kernel: &[usize], ceil_mode: bool)
 }
 
 /// im2col for output rows `oy0..oy1` of one image and group: `col` is `ksize × ((oy1-oy0)·ow)`.
-#[allow(clippy::needless_range_loop)]
 fn im2col_rows(x: &[f32], cg: usize, h: usize, w: usize, g: &Geometry, oy0: usize, oy1: usize, col: &mut [f32]) {
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
     let ow = g.out[1];
@@ -192,6 +191,10 @@ fn conv_tiled(
             (col.as_slice(), n)
         };
         assert!(ksize == 0 || (ksize - 1) * rhs_rs + n <= rhs.len());
+        #[expect(
+            clippy::redundant_locals,
+            reason = "moves the whole Send wrapper into the closure, not its raw-pointer field"
+        )]
         let out = out;
         // SAFETY: tile t writes columns oy0*ow..oy1*ow of each of the mg output rows, which
         // no other tile touches; the bounds were checked above.
@@ -503,7 +506,9 @@ pub fn conv2d(
     let finish = |ch: usize, o: &mut [f32], with_bias: bool| {
         if with_bias && let Some(b) = bias {
             let v = b[ch];
-            o.iter_mut().for_each(|q| *q += v);
+            for q in o.iter_mut() {
+                *q += v;
+            }
         }
         if let Some(a) = act {
             a.apply_slice(o);
@@ -714,7 +719,9 @@ fn conv_transpose(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Resul
         let bv: Vec<f32> = bv.iter().copied().collect();
         out.par_chunks_mut(oh * ow).enumerate().for_each(|(i, p)| {
             let v = bv[i % m];
-            p.iter_mut().for_each(|x| *x += v);
+            for x in p.iter_mut() {
+                *x += v;
+            }
         });
     }
     let mut shape = vec![n, m];

@@ -2,7 +2,7 @@
 //! logic, Where, Clip and the variadic Max/Min/Sum/Mean.
 
 use super::{OpResult, broadcast_shapes, f32_as, input, opt_input};
-use crate::ir::{DType, Node, Tensor};
+use crate::ir::{Node, Tensor};
 use crate::sim::OpCtx;
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn, Zip};
@@ -167,7 +167,9 @@ fn act_slice_impl<const FMA: bool>(a: Activation, s: &mut [f32]) {
     macro_rules! each {
         ($f:expr) => {{
             let f = $f;
-            s.iter_mut().for_each(|v| *v = f(*v))
+            for v in s.iter_mut() {
+                *v = f(*v);
+            }
         }};
     }
     match a {
@@ -288,6 +290,8 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         "Softplus" => unary!(x, |v| if v > 20.0 { v } else { v.exp().ln_1p() }),
         "Softsign" => unary!(x, |v| v / (1.0 + v.abs())),
         "Mish" => unary!(x, |v| v * (if v > 20.0 { v } else { v.exp().ln_1p() }).tanh()),
+        // max/min, not clamp: a NaN input gives 0 · NaN as onnxruntime's kernel does.
+        #[expect(clippy::manual_clamp, reason = "clamp would propagate NaN differently")]
         "HardSwish" => unary!(x, |v| v * (v / 6.0 + 0.5).max(0.0).min(1.0)),
         "Relu" => match x {
             Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => unary!(x, |v| v.max(0.0)),
@@ -716,11 +720,6 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
     Some(r.map(|t| vec![t]))
 }
 
-/// Converts an f32 array into the dtype `dt` (used by ops that compute in f32).
-pub fn from_f32_like(dt: DType, a: ArrayD<f32>) -> Tensor {
-    f32_as(dt, a)
-}
-
 /// Ops [`try_inplace`] may compute in the buffer of their first input.
 pub const INPLACE_OPS: &[&str] = &[
     "Add",
@@ -824,6 +823,10 @@ fn binary_inplace<F: Fn(f32, f32) -> f32 + Sync + Send>(a: &mut ArrayD<f32>, b: 
 
 /// Computes an element-wise op into `x` (its first input, which nobody else needs).
 /// Returns `Ok(false)` when the case is not handled in place; `x` is then unchanged.
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "an in-place kernel fails like its out-of-place form; the caller handles both"
+)]
 pub fn try_inplace(node: &Node, x: &mut Tensor, rest: &[Option<&Tensor>], ctx: &OpCtx) -> Result<bool, String> {
     let Tensor::F32(a) = x else { return Ok(false) };
     if !a.is_standard_layout() {

@@ -54,7 +54,6 @@ pub fn sgemm(m: usize, n: usize, k: usize, a: Mat<'_>, b: Mat<'_>, c: &mut [f32]
 pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
 
 /// [`sgemm`] with an epilogue over every row segment of the result.
-#[allow(clippy::too_many_arguments)]
 pub fn sgemm_then(
     m: usize,
     n: usize,
@@ -83,7 +82,6 @@ pub fn sgemm_scaled(
     sgemm_impl(m, n, k, a, b, c, accumulate, scale, threads, None);
 }
 
-#[allow(clippy::too_many_arguments)]
 fn sgemm_impl(
     m: usize,
     n: usize,
@@ -125,6 +123,10 @@ fn sgemm_impl(
         (0..len.div_ceil(step)).into_par_iter().for_each(|p| {
             let lo = p * step;
             let cnt = step.min(len - lo);
+            #[expect(
+                clippy::redundant_locals,
+                reason = "moves the whole Send wrapper into the closure, not its raw-pointer field"
+            )]
             let out = out;
             // SAFETY: block p writes rows (or columns) lo..lo+cnt of C, which no other block
             // touches; all operand bounds were checked above.
@@ -187,8 +189,8 @@ fn sgemm_impl(
             b,
             accumulate,
             scale,
-        )
-    };
+        );
+    }
     if let Some(f) = epi {
         c[..m * n].chunks_mut(n).enumerate().for_each(|(r, row)| f(r, row));
     }

@@ -202,15 +202,6 @@ pub fn opt_input<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tens
     inputs.get(i).copied().flatten()
 }
 
-/// The i-th input as f32 (any float dtype is converted).
-pub fn input_f32(inputs: &[Option<&Tensor>], i: usize) -> Result<ArrayD<f32>, String> {
-    let t = input(inputs, i)?;
-    match t {
-        Tensor::F32(a) => Ok(a.clone()),
-        _ => Ok(t.to_f32()),
-    }
-}
-
 /// The i-th input as a list of integers (shapes, axes, indices).
 pub fn input_ints(inputs: &[Option<&Tensor>], i: usize) -> Result<Vec<i64>, String> {
     input(inputs, i)?

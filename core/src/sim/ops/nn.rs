@@ -7,8 +7,8 @@ use ndarray::{ArrayD, Axis, IxDyn};
 use rayon::prelude::*;
 
 /// Output in the input's dtype: floats through f32, integers through f64.
-fn restore(dt: DType, a: ArrayD<f64>) -> Result<Tensor, String> {
-    super::quant::cast_f64(&a, dt)
+fn restore(dt: DType, a: &ArrayD<f64>) -> Result<Tensor, String> {
+    super::quant::cast_f64(a, dt)
 }
 
 fn batch_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
@@ -43,7 +43,9 @@ fn batch_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
                 }
             }
         }
-        m.iter_mut().for_each(|x| *x /= cnt);
+        for x in &mut m {
+            *x /= cnt;
+        }
         for b in 0..n {
             for ch in 0..c {
                 for &val in &xd[(b * c + ch) * plane..(b * c + ch + 1) * plane] {
@@ -51,7 +53,9 @@ fn batch_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
                 }
             }
         }
-        v.iter_mut().for_each(|x| *x /= cnt);
+        for x in &mut v {
+            *x /= cnt;
+        }
         (
             m.iter().map(|&x| x as f32).collect(),
             v.iter().map(|&x| x as f32).collect(),
@@ -232,7 +236,9 @@ fn softmax_row_impl<const FMA: bool>(s: &[f32], o: &mut [f32], log: bool) {
         }
     } else {
         let inv = 1.0 / sum;
-        o.iter_mut().for_each(|d| *d *= inv);
+        for d in o.iter_mut() {
+            *d *= inv;
+        }
     }
 }
 
@@ -374,7 +380,7 @@ fn reduce(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpR
             acc = acc.index_axis_move(Axis(ax), 0);
         }
     }
-    Ok(vec![restore(xt.dtype(), acc)?])
+    Ok(vec![restore(xt.dtype(), &acc)?])
 }
 
 fn arg_reduce(node: &Node, inputs: &[Option<&Tensor>], max: bool) -> OpResult {
@@ -428,7 +434,7 @@ fn cumsum(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
             }
         }
     }
-    Ok(vec![restore(xt.dtype(), out)?])
+    Ok(vec![restore(xt.dtype(), &out)?])
 }
 
 /// Dispatches the NN family; `None` if `op` is not one of them.

@@ -74,10 +74,7 @@ pub fn cast(t: &Tensor, to: DType, saturate: bool, round: E8M0Round) -> Result<T
             _ => cast_f64(&a.mapv(f64::from), to),
         },
         Tensor::F64(a) => cast_f64(a, to),
-        Tensor::F16(_) | Tensor::BF16(_) => match to {
-            DType::F16 | DType::BF16 | DType::F32 => cast_f64(&t.to_f64(), to),
-            _ => cast_f64(&t.to_f64(), to),
-        },
+        Tensor::F16(_) | Tensor::BF16(_) => cast_f64(&t.to_f64(), to),
         Tensor::Small(dt, _) if dt.is_float() => cast_f64(&t.to_f64(), to),
         Tensor::Small(dt, codes) => {
             let vals = codes.mapv(|c| small::decode(*dt, c) as i64);

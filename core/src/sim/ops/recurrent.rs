@@ -149,7 +149,9 @@ fn lstm(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
                 }
                 let g = &mut gates[bi * 4 * h..(bi + 1) * 4 * h];
                 if let Some(cl) = clip {
-                    g.iter_mut().for_each(|v| *v = v.clamp(-cl, cl));
+                    for v in g.iter_mut() {
+                        *v = v.clamp(-cl, cl);
+                    }
                 }
                 for j in 0..h {
                     let cprev = cs[bi * h + j];

@@ -6,6 +6,7 @@ use crate::map_tensor;
 use crate::sim::OpCtx;
 use ndarray::{ArrayD, Axis, Dimension, IxDyn, Slice};
 
+#[expect(clippy::unnecessary_wraps, reason = "every arm of the op table returns an OpResult")]
 fn one(t: Tensor) -> OpResult {
     Ok(vec![t])
 }
@@ -138,6 +139,10 @@ fn slice_bounds(dim: usize, start: i64, end: i64, step: i64) -> (isize, Option<i
     }
 }
 
+#[expect(
+    clippy::cloned_instead_of_copied,
+    reason = "one body serves every dtype through `map_tensor!`, strings (not Copy) included"
+)]
 fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String> {
     let idx = indices.to_i64().ok_or("indices must be integers")?;
     let dim = *data.shape().get(axis).ok_or("axis out of range")? as i64;
@@ -158,6 +163,10 @@ fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String
     }))
 }
 
+#[expect(
+    clippy::clone_on_copy,
+    reason = "one body serves every dtype through `map_tensor!`, strings (not Copy) included"
+)]
 fn gather_elements(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String> {
     let idx = indices.to_i64().ok_or("indices must be integers")?;
     let dim = *data.shape().get(axis).ok_or("axis out of range")? as i64;
@@ -347,6 +356,10 @@ fn range(inputs: &[Option<&Tensor>]) -> Result<Tensor, String> {
     }
 }
 
+#[expect(
+    clippy::clone_on_copy,
+    reason = "one body serves every dtype through `map_tensor!`, strings (not Copy) included"
+)]
 fn tile(x: &Tensor, reps: &[i64]) -> Result<Tensor, String> {
     if reps.len() != x.shape().len() {
         return Err("repeats length must equal the input rank".into());
@@ -365,6 +378,10 @@ fn expand(x: &Tensor, shape: &[i64]) -> Result<Tensor, String> {
     Ok(map_tensor!(x, a => a.broadcast(IxDyn(&out)).ok_or("cannot expand")?.to_owned()))
 }
 
+#[expect(
+    clippy::cloned_instead_of_copied,
+    reason = "one body serves every dtype through `map_tensor!`, strings (not Copy) included"
+)]
 fn constant_of_shape(node: &Node, inputs: &[Option<&Tensor>]) -> Result<Tensor, String> {
     let dims: Vec<usize> = input_ints(inputs, 0)?.iter().map(|&d| d.max(0) as usize).collect();
     let value = match node.attr("value") {
@@ -503,7 +520,7 @@ fn resize_taps(
     let inl = in_len as f64;
     let mut taps = Vec::with_capacity(out_len);
     let mut extrap = vec![false; out_len];
-    for o in 0..out_len {
+    for (o, outside) in extrap.iter_mut().enumerate() {
         let y = o as f64;
         let x = match cfg.coord {
             "align_corners" => {
@@ -520,7 +537,7 @@ fn resize_taps(
                 } else {
                     y * (roi.1 - roi.0) * (inl - 1.0) / (out_w - 1.0)
                 } + roi.0 * (inl - 1.0);
-                extrap[o] = x < 0.0 || x > inl - 1.0;
+                *outside = x < 0.0 || x > inl - 1.0;
                 x
             }
             "pytorch_half_pixel" => {
@@ -591,7 +608,9 @@ fn resize_taps(
             }
             let s: f64 = coeffs.iter().map(|c| c.1).sum();
             if s != 0.0 {
-                coeffs.iter_mut().for_each(|c| c.1 /= s);
+                for c in &mut coeffs {
+                    c.1 /= s;
+                }
             }
         }
         let last = in_len.saturating_sub(1) as i64;
@@ -656,9 +675,7 @@ fn resize(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor
     let rank = x.shape().len();
     let in_shape = x.shape().to_vec();
     let upsample = node.op == "Upsample";
-    let (roi_t, scales_t, sizes_t) = if upsample {
-        (None, opt_input(inputs, 1), None)
-    } else if ctx.opset < 11 {
+    let (roi_t, scales_t, sizes_t) = if upsample || ctx.opset < 11 {
         (None, opt_input(inputs, 1), None)
     } else {
         (opt_input(inputs, 1), opt_input(inputs, 2), opt_input(inputs, 3))

@@ -1,55 +1,27 @@
-//! `npu-studio quantize` and `npu-studio analyze`: the quantizer from the command line.
+//! `npu-studio quantize`, `simulate` and `analyze`: the quantizer from the command line,
+//! stage by stage through `npu_core::pipeline`.
 
+use super::progress::{Stderr, end_progress};
 use anyhow::{Context, Result, bail};
 use npu_core::ir::Model;
-use npu_core::progress::Progress;
-use npu_core::quant::data::{Preprocess, source};
+use npu_core::pipeline::{self, BiasCorrection, Passes, PlanRequest, Samples};
+use npu_core::progress::Silent;
 use npu_core::quant::observer::Calibration;
 use npu_core::quant::recipe::Recipe;
-use npu_core::quant::{QuantPlan, Quantizer, Report, preset};
+use npu_core::quant::{QuantPlan, Report, preset};
 use serde::Serialize;
-use std::io::Write;
 use std::path::Path;
 
-/// Progress on stderr, one line rewritten in place.
-struct Stderr;
-
-impl Progress for Stderr {
-    fn update(&self, done: usize, total: usize, what: &str) {
-        use std::io::IsTerminal;
-        if !std::io::stderr().is_terminal() {
-            return;
-        }
-        let mut e = std::io::stderr().lock();
-        let _ = write!(e, "\r\x1b[2K[{done}/{total}] {what}");
-        let _ = e.flush();
-    }
-    fn cancelled(&self) -> bool {
-        false
-    }
-}
-
-fn end_progress() {
-    use std::io::IsTerminal;
-    if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
-    }
-}
-
-/// The model with the graph-optimization passes applied (the plan's names refer to it).
+/// The model with every graph-optimization pass applied (the plan's names refer to it).
 fn optimized(path: &Path) -> Result<Model> {
-    let (model, report) = npu_core::import::load(path)?;
-    for w in &report.warnings {
-        eprintln!("warning: {w}");
-    }
-    let o = npu_core::passes::optimize(&model, &npu_core::passes::Options::default())
+    let imported = super::load(path)?;
+    let o = pipeline::optimize(&imported, &Passes::All, &Silent)
         .with_context(|| format!("optimizing {}", path.display()))?;
     Ok(o.model)
 }
 
 fn write_report(path: &Path, report: &impl Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(report)?;
-    npu_core::export::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+    pipeline::export_json(report, path).with_context(|| format!("writing {}", path.display()))
 }
 
 fn warn_synthetic(what: &str, path: &str) {
@@ -105,11 +77,18 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         Some(p) => load_recipe(p)?,
         None => Recipe::from_preset(preset_name),
     };
-    let recipe_name = recipe_name(a.recipe, &recipe);
-    preset(&recipe.preset).map_err(anyhow::Error::msg)?;
-    let method = method.map(Calibration::parse).transpose().map_err(anyhow::Error::msg)?;
-    let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
+    let label = recipe_name(a.recipe, &recipe);
+    preset(&recipe.preset)?;
+    let method = method.map(Calibration::parse).transpose()?;
+    let promote_to = target_sqnr
+        .map(|_| npu_core::quant::LayerPrecision::parse(promote_to))
+        .transpose()?;
+    let pre = preprocess.unwrap_or("");
+    warn_synthetic("calibration", calib);
+    let calib_set = Samples::open(calib, pre)?;
     let model = optimized(model_path)?;
+    // Checked before the calibration: a recipe that does not fit the graph fails at once,
+    // naming the file, and rules that match nothing are reported first.
     let resolved = recipe.resolve(&model.graph).map_err(|e| match a.recipe {
         Some(p) => anyhow::anyhow!("{}: {e}", p.display()),
         None => anyhow::anyhow!("{e}"),
@@ -126,83 +105,49 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
             }
         }
     }
-    let method = method.unwrap_or(resolved.calibration);
-    let q = Quantizer::new(&model, threads)?;
-    warn_synthetic("calibration", calib);
-    let src = source(calib)?;
+    let q = pipeline::quantizer(&model, threads)?;
     let t = std::time::Instant::now();
-    let made = q.make_plan(
-        &src,
-        &pre,
-        &recipe_name,
-        &recipe.preset,
-        &resolved,
-        method,
-        !no_bias_correction,
-        &Stderr,
-    );
+    let request = PlanRequest {
+        calibration: method,
+        bias_correction: if no_bias_correction {
+            BiasCorrection::Off
+        } else {
+            BiasCorrection::Measure
+        },
+        ..PlanRequest::recipe(recipe, label)
+    };
+    let planned = pipeline::calibrate(&q, &calib_set, &Stderr)
+        .map_err(anyhow::Error::from)
+        .and_then(|stats| pipeline::plan(&q, &stats, &calib_set, &request, &Stderr).map_err(anyhow::Error::from));
     end_progress();
-    let (mut plan, bc) = made?;
-    if let Some(bc) = bc {
-        let db = |x: Option<f64>| x.map_or("exact".into(), |v| format!("{v:.2} dB"));
+    let planned = planned?;
+    if let Some(bc) = planned.bias_correction {
         println!(
             "bias correction: calibration-set output SQNR {} → {}; {}",
-            db(bc.without),
-            db(bc.with),
+            db2(bc.without),
+            db2(bc.with),
             if bc.kept { "kept" } else { "dropped" }
         );
     }
+    let mut plan = planned.plan;
     let calib_s = t.elapsed().as_secs_f64();
     let mut amp = None;
-    if let Some(target) = target_sqnr {
-        let to = npu_core::quant::LayerPrecision::parse(promote_to).map_err(anyhow::Error::msg)?;
+    if let (Some(target), Some(to)) = (target_sqnr, promote_to) {
         // The search is part of making the plan: it runs on the calibration set (where the
         // bias corrections it measures again come from); --eval only reports.
-        let src = source(calib)?;
-        let cached = q.cache(&mut src.samples(&model, &pre))?;
-        let r = q.mixed_precision(&plan, &cached, target, to, &Stderr);
+        let r = pipeline::mixed_precision(&q, &plan, &calib_set, target, to, &Stderr);
         end_progress();
         let (mp, p) = r?;
-        let db = |x: Option<f64>| x.map_or("exact".into(), |v| format!("{v:.2} dB"));
-        println!(
-            "mixed precision to {target:.2} dB (layers promoted to {promote_to}, of {}):",
-            mp.layers_total
-        );
-        for c in &mp.curve {
-            println!(
-                "  {:>4} layers  {:>10.0} activation bytes  {}",
-                c.promoted,
-                c.cost_bytes,
-                db(c.sqnr_db)
-            );
-        }
-        match mp.chosen {
-            Some(k) => {
-                println!(
-                    "  chosen: {k} layers ({:.1}% of {}), in {:.1} s:",
-                    100.0 * k as f64 / mp.layers_total.max(1) as f64,
-                    mp.layers_total,
-                    mp.seconds
-                );
-                for (name, gain) in &mp.ranking[..k] {
-                    println!("    {name} (left at 8 bits alone: −{gain:.2} dB)");
-                }
-            }
-            None => println!(
-                "  the target is not reached on this curve ({:.1} s); plan left unchanged",
-                mp.seconds
-            ),
-        }
+        print_curve(&mp, target, a.promote_to);
         plan = p;
         amp = Some(mp);
     }
-    let text = ron::ser::to_string_pretty(&plan, ron::ser::PrettyConfig::default())?;
-    npu_core::export::write_atomic(out, text.as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+    pipeline::export_plan(&plan, out)?;
     println!(
         "{}: {} recipe, {} calibration on {} samples in {calib_s:.1} s, {} activations ({} layers off the default); plan written to {}",
         model_path.display(),
         plan.preset,
-        method.name(),
+        planned.method.name(),
         plan.calibration_samples,
         plan.ranges.len(),
         plan.layers.len(),
@@ -211,7 +156,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     let Some(eval) = eval else {
         return Ok(());
     };
-    let report = simulate(&q, &plan, eval, &pre)?;
+    let report = simulate(&q, &plan, eval, pre)?;
     print_summary(&report);
     if let Some(p) = report_path {
         write_report(
@@ -226,6 +171,44 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         npu_core::export::write_atomic(p, report.to_csv().as_bytes())?;
     }
     Ok(())
+}
+
+/// An SQNR with two decimals (`exact` for an error-free tensor).
+fn db2(x: Option<f64>) -> String {
+    x.map_or("exact".into(), |v| format!("{v:.2} dB"))
+}
+
+/// The mixed-precision curve and the layers it promotes.
+fn print_curve(mp: &npu_core::quant::amp::MixedPrecision, target: f64, promote_to: &str) {
+    println!(
+        "mixed precision to {target:.2} dB (layers promoted to {promote_to}, of {}):",
+        mp.layers_total
+    );
+    for c in &mp.curve {
+        println!(
+            "  {:>4} layers  {:>10.0} activation bytes  {}",
+            c.promoted,
+            c.cost_bytes,
+            db2(c.sqnr_db)
+        );
+    }
+    match mp.chosen {
+        Some(k) => {
+            println!(
+                "  chosen: {k} layers ({:.1}% of {}), in {:.1} s:",
+                100.0 * k as f64 / mp.layers_total.max(1) as f64,
+                mp.layers_total,
+                mp.seconds
+            );
+            for (name, gain) in &mp.ranking[..k] {
+                println!("    {name} (left at 8 bits alone: −{gain:.2} dB)");
+            }
+        }
+        None => println!(
+            "  the target is not reached on this curve ({:.1} s); plan left unchanged",
+            mp.seconds
+        ),
+    }
 }
 
 /// What `quantize --report` writes: the simulation report, plus the mixed-precision curve
@@ -254,19 +237,9 @@ fn recipe_name(path: Option<&Path>, recipe: &Recipe) -> String {
 
 /// What `simulate` and `analyze` start from: the plan, the preprocessing and the optimized
 /// model its names refer to.
-fn plan_inputs(
-    model_path: &Path,
-    plan_path: &Path,
-    preprocess: Option<&str>,
-) -> Result<(QuantPlan, Preprocess, Model)> {
-    let plan = read_plan(plan_path)?;
-    let pre = Preprocess::parse(preprocess.unwrap_or("")).map_err(anyhow::Error::msg)?;
-    Ok((plan, pre, optimized(model_path)?))
-}
-
-fn read_plan(path: &Path) -> Result<QuantPlan> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    ron::from_str(&text).with_context(|| format!("{}: not a quantization plan", path.display()))
+fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantPlan, Model)> {
+    let plan = pipeline::load_plan(plan_path)?;
+    Ok((plan, optimized(model_path)?))
 }
 
 /// `npu-studio simulate`: the fake-quant simulation of a plan and its error report.
@@ -279,9 +252,9 @@ pub fn simulate_plan(
     csv: Option<&Path>,
     threads: usize,
 ) -> Result<()> {
-    let (plan, pre, model) = plan_inputs(model_path, plan_path, preprocess)?;
-    let q = Quantizer::new(&model, threads)?;
-    let report = simulate(&q, &plan, eval, &pre)?;
+    let (plan, model) = plan_inputs(model_path, plan_path)?;
+    let q = pipeline::quantizer(&model, threads)?;
+    let report = simulate(&q, &plan, eval, preprocess.unwrap_or(""))?;
     print_summary(&report);
     if let Some(p) = report_path {
         write_report(p, &report)?;
@@ -292,10 +265,10 @@ pub fn simulate_plan(
     Ok(())
 }
 
-fn simulate(q: &Quantizer<'_>, plan: &QuantPlan, eval: &str, pre: &Preprocess) -> Result<Report> {
+fn simulate(q: &npu_core::quant::Quantizer<'_>, plan: &QuantPlan, eval: &str, pre: &str) -> Result<Report> {
     warn_synthetic("evaluation", eval);
-    let src = source(eval)?;
-    let r = q.simulate(plan, &mut src.samples(q.model, pre), src.len(), &Stderr);
+    let set = Samples::open(eval, pre)?;
+    let r = pipeline::simulate(q, plan, &set, &Stderr);
     end_progress();
     Ok(r?)
 }
@@ -344,13 +317,13 @@ pub fn analyze(
     report_path: &Path,
     threads: usize,
 ) -> Result<()> {
-    let (plan, pre, model) = plan_inputs(model_path, plan_path, preprocess)?;
-    let q = Quantizer::new(&model, threads)?;
+    let (plan, model) = plan_inputs(model_path, plan_path)?;
+    let pre = preprocess.unwrap_or("");
+    let q = pipeline::quantizer(&model, threads)?;
     let t = std::time::Instant::now();
-    let report = simulate(&q, &plan, eval, &pre)?;
-    let src = source(eval)?;
-    let cached = q.cache(&mut src.samples(&model, &pre))?;
-    let analysis = q.analyze(&plan, &cached, &Stderr);
+    let report = simulate(&q, &plan, eval, pre)?;
+    let set = Samples::open(eval, pre)?;
+    let analysis = pipeline::analyze(&q, &plan, &set, &Stderr);
     end_progress();
     let analysis = analysis?;
     print_summary(&report);

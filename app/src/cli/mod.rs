@@ -1,0 +1,339 @@
+//! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`,
+//! `simulate`, `bench-quant-edit`; no subcommand opens the studio. Their flags and JSON
+//! fields are a stable contract.
+
+mod benches;
+mod inspect;
+mod optimize;
+pub mod progress;
+mod quant;
+mod run;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use npu_core::ir::Model;
+use std::path::{Path, PathBuf};
+
+#[derive(Parser)]
+#[command(
+    name = "npu-studio",
+    version,
+    about = "Model-optimization studio for on-device AI",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    /// Model to open (default: the bundled sample model).
+    model: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// The bundled sample model: next to the working directory when run from the repository,
+/// else where the source tree was at build time.
+fn sample_model() -> PathBuf {
+    let local = PathBuf::from("assets/models/sample_cnn.onnx");
+    if local.exists() {
+        return local;
+    }
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/models/sample_cnn.onnx"))
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inputs, outputs, op histogram, parameters, MACs, opsets and producer of a model.
+    Info {
+        model: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Fix a dynamic input shape for MAC counting, e.g. `x=1x3x640x640`.
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shapes: Vec<String>,
+        /// Also list every node: name, op, attributes, inputs and outputs with dtype and shape.
+        #[arg(long)]
+        nodes: bool,
+    },
+    /// Runs the model in FP32 and writes one `.npy` per output.
+    Run {
+        model: PathBuf,
+        /// An input array: `NAME=FILE.npy` (repeat for each input).
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Folder for `<output name>.npy` files.
+        #[arg(long, default_value = ".")]
+        output_dir: PathBuf,
+        /// Threads for the kernels (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Also write every intermediate tensor into this folder (for debugging).
+        #[arg(long, value_name = "DIR")]
+        dump: Option<PathBuf>,
+    },
+    /// Times the graph view: layout, opening with collapsed scopes, expanding a scope and
+    /// painting frames while panning, on synthetic DAGs and on the given model files.
+    BenchLayout {
+        models: Vec<PathBuf>,
+        /// Sizes of synthetic DAGs to time (comma-separated; 0 for none).
+        #[arg(long, value_delimiter = ',', default_value = "10000,50000")]
+        synthetic: Vec<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Times precision edits in the studio's quantization view, headless: calibrates on
+    /// DATA, then changes one layer's precision at a time and measures the time from the
+    /// change to the updated heatmap (incremental re-simulation and overlay colours).
+    BenchQuantEdit {
+        model: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        data: String,
+        #[arg(long, value_name = "SPEC", default_value = "")]
+        preprocess: String,
+        #[arg(long, default_value = "w8a8")]
+        preset: String,
+        #[arg(long, default_value_t = 30)]
+        edits: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Runs the graph-optimization passes to a fixed point and writes the result as ONNX.
+    ///
+    /// Passes (in the order they run each round): fold-constants, dead-code, cse,
+    /// remove-noops, merge-reshape-transpose, fold-batchnorm, fold-bias, normalize-gemm,
+    /// recognize-patterns, fuse-activation, pool-rewrite.
+    Optimize {
+        model: PathBuf,
+        /// The optimized model (ONNX), written atomically.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only these passes (comma-separated; default: all).
+        #[arg(long, value_delimiter = ',')]
+        passes: Vec<String>,
+        /// Write the pass log (one entry per applied rewrite) as JSON.
+        #[arg(long, value_name = "FILE.json")]
+        log: Option<PathBuf>,
+        /// Print the summary as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measures FP32 latency: median and min over `--runs` runs after `--warmup` runs.
+    Bench {
+        model: PathBuf,
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Shape for a random input with dynamic dims, e.g. `x=1x3x640x640`.
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shapes: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        #[arg(long)]
+        json: bool,
+        /// Also print the time spent per op type (one extra run).
+        #[arg(long)]
+        profile: bool,
+        /// Run the graph-optimization passes first (onnxruntime optimizes its graph by
+        /// default too); the time they take is not counted.
+        #[arg(long)]
+        optimize: bool,
+    },
+    /// Calibrates a quantization plan (on the optimized graph) and, with `--eval`, simulates it
+    /// with fake quantization and reports per-tensor and per-output SQNR against FP32.
+    Quantize {
+        model: PathBuf,
+        /// Calibration data: a folder of .npy/.npz/.png/.jpg files, one file, or `synthetic:N`.
+        #[arg(long, value_name = "PATH")]
+        calib: String,
+        /// How images become inputs: `size=HxW;resize=stretch|letterbox|pad-right|center-crop;color=rgb|bgr;scale=1/255;mean=a,b,c;std=a,b,c;layout=nchw|nhwc;dtype=f32|u8|i8`.
+        #[arg(long, value_name = "SPEC")]
+        preprocess: Option<String>,
+        /// Built-in recipe: w8a8, w8a16, w4a16, fp16.
+        #[arg(long, default_value = "w8a8", conflicts_with = "recipe")]
+        preset: String,
+        /// A recipe (RON): a preset, ordered rules by node-name regex and/or op type (later
+        /// rules win), per-node overrides.
+        #[arg(long, value_name = "FILE.ron")]
+        recipe: Option<PathBuf>,
+        /// Calibration method (default: the preset's): minmax, moving-average, percentile[-P], mse, entropy.
+        #[arg(long, value_name = "METHOD")]
+        calibration: Option<String>,
+        /// Evaluation data (same forms as --calib): simulate the plan and report its error.
+        #[arg(long, value_name = "PATH")]
+        eval: Option<String>,
+        /// The plan (RON), written atomically.
+        #[arg(long, value_name = "PLAN.ron")]
+        out: PathBuf,
+        /// The error report (JSON): `outputs`, `tensors`.
+        #[arg(long, value_name = "FILE.json")]
+        report: Option<PathBuf>,
+        /// The per-tensor error table as CSV.
+        #[arg(long, value_name = "FILE.csv")]
+        csv: Option<PathBuf>,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Skip the empirical bias correction (a second pass over the calibration data).
+        #[arg(long)]
+        no_bias_correction: bool,
+        /// Automatic mixed precision: promote the fewest layers needed to reach this output
+        /// SQNR (dB) on the calibration set; prints the curve.
+        #[arg(long, value_name = "DB")]
+        target_sqnr: Option<f64>,
+        /// What --target-sqnr promotes layers to: int16, fp16 or float.
+        #[arg(long, default_value = "int16")]
+        promote_to: String,
+    },
+    /// Simulates a plan and analyses it: weight-only vs activation-only error, per-layer
+    /// sweeps ranked, histograms with clipping ranges; one JSON report.
+    Analyze {
+        model: PathBuf,
+        #[arg(long, value_name = "PLAN.ron")]
+        plan: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        eval: String,
+        #[arg(long, value_name = "SPEC")]
+        preprocess: Option<String>,
+        #[arg(long, value_name = "FILE.json")]
+        report: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+    /// Simulates a plan with fake quantization on evaluation data and reports per-tensor and
+    /// per-output SQNR against FP32 (no sweeps: the quick form of `analyze`).
+    Simulate {
+        model: PathBuf,
+        #[arg(long, value_name = "PLAN.ron")]
+        plan: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        eval: String,
+        #[arg(long, value_name = "SPEC")]
+        preprocess: Option<String>,
+        #[arg(long, value_name = "FILE.json")]
+        report: Option<PathBuf>,
+        #[arg(long, value_name = "FILE.csv")]
+        csv: Option<PathBuf>,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+}
+
+pub fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        None => crate::studio::run(Some(cli.model.unwrap_or_else(sample_model))),
+        Some(Command::Info {
+            model,
+            json,
+            shapes,
+            nodes,
+        }) => inspect::info(&model, json, nodes, &shapes),
+        Some(Command::Run {
+            model,
+            inputs,
+            output_dir,
+            threads,
+            dump,
+        }) => run::run(&model, &inputs, &output_dir, threads, dump.as_deref()),
+        Some(Command::BenchLayout {
+            models,
+            synthetic,
+            json,
+        }) => benches::bench_layout(&models, &synthetic, json),
+        Some(Command::BenchQuantEdit {
+            model,
+            data,
+            preprocess,
+            preset,
+            edits,
+            json,
+        }) => benches::bench_quant_edit(&model, data, preprocess, preset, edits, json),
+        Some(Command::Optimize {
+            model,
+            out,
+            passes,
+            log,
+            json,
+        }) => optimize::optimize(&model, &out, &passes, log.as_deref(), json),
+        Some(Command::Bench {
+            model,
+            inputs,
+            shapes,
+            threads,
+            runs,
+            warmup,
+            json,
+            profile,
+            optimize,
+        }) => run::bench(&model, &inputs, &shapes, threads, runs, warmup, json, profile, optimize),
+        Some(Command::Quantize {
+            model,
+            calib,
+            preprocess,
+            preset,
+            recipe,
+            calibration,
+            eval,
+            out,
+            report,
+            csv,
+            threads,
+            no_bias_correction,
+            target_sqnr,
+            promote_to,
+        }) => quant::quantize(&quant::QuantizeArgs {
+            model: &model,
+            calib: &calib,
+            preprocess: preprocess.as_deref(),
+            preset: &preset,
+            recipe: recipe.as_deref(),
+            method: calibration.as_deref(),
+            eval: eval.as_deref(),
+            out: &out,
+            report: report.as_deref(),
+            csv: csv.as_deref(),
+            threads,
+            no_bias_correction,
+            target_sqnr,
+            promote_to: &promote_to,
+        }),
+        Some(Command::Analyze {
+            model,
+            plan,
+            eval,
+            preprocess,
+            report,
+            threads,
+        }) => quant::analyze(&model, &plan, &eval, preprocess.as_deref(), &report, threads),
+        Some(Command::Simulate {
+            model,
+            plan,
+            eval,
+            preprocess,
+            report,
+            csv,
+            threads,
+        }) => quant::simulate_plan(
+            &model,
+            &plan,
+            &eval,
+            preprocess.as_deref(),
+            report.as_deref(),
+            csv.as_deref(),
+            threads,
+        ),
+    }
+}
+
+/// Imports a model for a command; the importer's warnings go to stderr.
+fn load(path: &Path) -> Result<Model> {
+    let npu_core::pipeline::Imported { model, report } = npu_core::pipeline::import(
+        path,
+        &npu_core::import::LoadOptions::default(),
+        &npu_core::progress::Silent,
+    )?;
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(model)
+}

@@ -1,0 +1,330 @@
+//! `npu-studio run` and `bench`: the FP32 executor on `.npy` inputs, and its latency.
+
+use anyhow::{Context, Result, bail};
+use ndarray::{ArrayD, IxDyn};
+use npu_core::ir::{DType, Dim, Tensor, shape_string};
+use npu_core::pipeline::{self, Passes};
+use npu_core::progress::Silent;
+use npu_core::sim::{Executor, with_threads};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+/// Parses `NAME=1x3x640x640`.
+pub fn parse_shape(spec: &str) -> Result<(String, Vec<usize>)> {
+    crate::info::parse_shape(spec).map_err(anyhow::Error::msg)
+}
+
+/// Reads an `.npy` file of any supported dtype.
+fn read_npy(path: &Path) -> Result<Tensor> {
+    use ndarray_npy::ReadNpyExt;
+    let open = || std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()));
+    macro_rules! try_type {
+        ($t:ty, $v:ident) => {
+            if let Ok(a) = ArrayD::<$t>::read_npy(open()?) {
+                return Ok(Tensor::$v(a));
+            }
+        };
+    }
+    try_type!(f32, F32);
+    try_type!(f64, F64);
+    try_type!(i64, I64);
+    try_type!(i32, I32);
+    try_type!(u8, U8);
+    try_type!(i8, I8);
+    try_type!(i16, I16);
+    try_type!(u16, U16);
+    try_type!(bool, Bool);
+    bail!(
+        "{}: not an .npy file of a supported dtype (f32, f64, i64, i32, u8, i8, i16, u16, bool)",
+        path.display()
+    )
+}
+
+fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
+    use ndarray_npy::WriteNpyExt;
+    let tmp = path.with_extension("npy.tmp");
+    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let w = std::io::BufWriter::new(file);
+    match t {
+        Tensor::F32(a) => a.write_npy(w)?,
+        Tensor::F64(a) => a.write_npy(w)?,
+        Tensor::I64(a) => a.write_npy(w)?,
+        Tensor::I32(a) => a.write_npy(w)?,
+        Tensor::I8(a) => a.write_npy(w)?,
+        Tensor::U8(a) => a.write_npy(w)?,
+        Tensor::I16(a) => a.write_npy(w)?,
+        Tensor::U16(a) => a.write_npy(w)?,
+        Tensor::Bool(a) => a.write_npy(w)?,
+        other => other.to_f32().write_npy(w)?,
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, file) = s
+                .split_once('=')
+                .with_context(|| format!("'{s}' is not NAME=FILE.npy"))?;
+            Ok((name.to_owned(), read_npy(Path::new(file))?))
+        })
+        .collect()
+}
+
+/// Replaces every character outside `[A-Za-z0-9._-]` with `_`.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+pub fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize, dump: Option<&Path>) -> Result<()> {
+    let model = super::load(path)?;
+    let feeds = parse_inputs(inputs)?;
+    for &i in &model.graph.inputs {
+        let name = &model.graph.values[i].name;
+        if !feeds.contains_key(name) {
+            bail!(
+                "{}: input '{name}' needs a value (--input {name}=FILE.npy)",
+                path.display()
+            );
+        }
+    }
+    let mut exec = Executor::new(&model, threads.max(1))?;
+    exec.set_fusion(dump.is_none());
+    let threads = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        threads
+    };
+    let outs = if let Some(dir) = dump {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut err = None;
+        let mut hook = |_: usize, node: &npu_core::ir::Node, outs: &[Option<&Tensor>]| {
+            for (o, t) in node.outputs.iter().zip(outs) {
+                if let (Some(o), Some(t)) = (o, t) {
+                    let name = &model.graph.values[*o].name;
+                    if let Err(e) = write_npy(&dir.join(format!("{}.npy", sanitize(name))), t) {
+                        err.get_or_insert(e);
+                    }
+                }
+            }
+        };
+        let r = with_threads(threads, || exec.run_with_hook(&feeds, Some(&mut hook)));
+        if let Some(e) = err {
+            return Err(e);
+        }
+        r
+    } else {
+        with_threads(threads, || exec.run(&feeds))
+    }
+    .with_context(|| format!("running {}", path.display()))?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    for (name, t) in outs {
+        let file = out_dir.join(format!("{}.npy", sanitize(&name)));
+        write_npy(&file, &t)?;
+        println!(
+            "{} {} [{}] -> {}",
+            name,
+            t.dtype(),
+            shape_string(&t.shape().iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>()),
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+/// Deterministic pseudo-random input (uniform in [0, 1) for floats, small ints otherwise).
+fn random_tensor(dtype: DType, shape: &[usize], seed: u64) -> Result<Tensor> {
+    let mut state = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f64 / (1u64 << 24) as f64
+    };
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = (0..n).map(|_| next()).collect();
+    let a = ArrayD::from_shape_vec(IxDyn(shape), vals)?;
+    Ok(match dtype {
+        DType::F32 => Tensor::F32(a.mapv(|v| v as f32)),
+        DType::F64 => Tensor::F64(a),
+        DType::I64 => Tensor::I64(a.mapv(|v| (v * 4.0) as i64)),
+        DType::I32 => Tensor::I32(a.mapv(|v| (v * 4.0) as i32)),
+        DType::U8 => Tensor::U8(a.mapv(|v| (v * 255.0) as u8)),
+        DType::I8 => Tensor::I8(a.mapv(|v| (v * 255.0 - 128.0) as i8)),
+        DType::Bool => Tensor::Bool(a.mapv(|v| v > 0.5)),
+        other => bail!("random inputs of dtype {other} are not supported; pass --input"),
+    })
+}
+
+#[derive(Serialize)]
+struct BenchReport {
+    model: String,
+    median_ms: f64,
+    min_ms: f64,
+    mean_ms: f64,
+    runs: usize,
+    warmup: usize,
+    threads: usize,
+    /// Whether the graph-optimization passes ran first (`--optimize`).
+    optimized: bool,
+    /// Every timed run, in order.
+    times_ms: Vec<f64>,
+}
+
+pub fn bench(
+    path: &Path,
+    inputs: &[String],
+    shapes: &[String],
+    threads: usize,
+    runs: usize,
+    warmup: usize,
+    json: bool,
+    profile: bool,
+    optimize: bool,
+) -> Result<()> {
+    let mut model = super::load(path)?;
+    if optimize {
+        model = pipeline::optimize(&model, &Passes::All, &Silent)
+            .with_context(|| format!("optimizing {}", path.display()))?
+            .model;
+    }
+    let mut feeds = parse_inputs(inputs)?;
+    let shape_map: HashMap<String, Vec<usize>> = shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?;
+    for &i in &model.graph.inputs {
+        let v = &model.graph.values[i];
+        if feeds.contains_key(&v.name) {
+            continue;
+        }
+        let dims = match (
+            shape_map.get(&v.name),
+            v.shape.as_ref().and_then(|s| npu_core::ir::concrete(s)),
+        ) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => d,
+            (None, None) => bail!(
+                "input '{}' has dynamic shape {}; pass --shape {}=DIMS or --input {}=FILE.npy",
+                v.name,
+                v.shape.as_ref().map_or_else(|| "?".into(), |s| shape_string(s)),
+                v.name,
+                v.name
+            ),
+        };
+        let t = random_tensor(v.dtype.unwrap_or(DType::F32), &dims, i as u64 + 1)?;
+        feeds.insert(v.name.clone(), t);
+    }
+    let threads = threads.max(1);
+    let exec = Executor::new(&model, threads)?;
+    let runs = runs.max(1);
+    let times = with_threads(threads, || -> Result<Vec<f64>> {
+        for _ in 0..warmup {
+            exec.run(&feeds)?;
+        }
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            exec.run(&feeds)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(times)
+    })?;
+    if profile {
+        let mut per_op: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+        let mut per_node: BTreeMap<usize, (f64, String)> = BTreeMap::new();
+        let last = std::sync::Mutex::new(Instant::now());
+        let mut hook = |id: usize, node: &npu_core::ir::Node, outs: &[Option<&Tensor>]| {
+            let now = Instant::now();
+            let ms = (now - *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).as_secs_f64() * 1e3;
+            let e = per_op.entry(node.op.clone()).or_default();
+            e.0 += ms;
+            e.1 += 1;
+            let shape = outs
+                .first()
+                .copied()
+                .flatten()
+                .map(|t| format!("{:?}", t.shape()))
+                .unwrap_or_default();
+            let attrs: Vec<String> = ["kernel_shape", "strides", "group"]
+                .iter()
+                .filter_map(|a| node.attr(a).map(|v| format!("{a}={}", v.summary())))
+                .collect();
+            let entry = per_node.entry(id).or_insert_with(|| {
+                (
+                    0.0,
+                    format!("{} {} -> {shape} {}", node.op, node.label(), attrs.join(" ")),
+                )
+            });
+            entry.0 += ms;
+            *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        };
+        // Averaged over as many runs as were timed.
+        for _ in 0..runs {
+            *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+            exec.run_with_hook(&feeds, Some(&mut hook))?;
+        }
+        let mut rows: Vec<_> = per_op.into_iter().collect();
+        rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        let per_run = runs as f64;
+        eprintln!("time per op type (mean of {runs} runs):");
+        for (op, (ms, n)) in rows {
+            eprintln!("  {:9.2} ms  {:5}x  {op}", ms / per_run, n / runs);
+        }
+        let mut per_node: Vec<(f64, String)> = per_node.into_values().map(|(ms, what)| (ms / per_run, what)).collect();
+        per_node.sort_by(|a, b| b.0.total_cmp(&a.0));
+        eprintln!("slowest nodes:");
+        for (ms, what) in per_node.iter().take(if std::env::var_os("NPU_PROFILE_ALL").is_some() {
+            usize::MAX
+        } else {
+            15
+        }) {
+            eprintln!("  {ms:9.2} ms  {what}");
+        }
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = if sorted.len() % 2 == 1 {
+        sorted[sorted.len() / 2]
+    } else {
+        f64::midpoint(sorted[sorted.len() / 2 - 1], sorted[sorted.len() / 2])
+    };
+    let r = BenchReport {
+        model: path.display().to_string(),
+        median_ms: median,
+        min_ms: sorted[0],
+        mean_ms: times.iter().sum::<f64>() / times.len() as f64,
+        runs,
+        warmup,
+        threads,
+        optimized: optimize,
+        times_ms: times.clone(),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "{}: median {:.2} ms, min {:.2} ms, mean {:.2} ms ({} runs, {} warmup, {} threads{})",
+            r.model,
+            r.median_ms,
+            r.min_ms,
+            r.mean_ms,
+            r.runs,
+            r.warmup,
+            r.threads,
+            if r.optimized { ", optimized graph" } else { "" }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,481 @@
+//! Applying commands, once per frame after layout, and the background work they start:
+//! file dialogs, file writes (projects, autosaves, recipes, the pipeline's export) and what
+//! their jobs answer.
+
+use super::Studio;
+use super::commands::{Command, Dialog, ExportFormat, Selection};
+use super::dialogs::{self, DialogStart};
+use super::export;
+use super::graph_view::{self, visible_graph_rect};
+use super::jobs::{JobError, take_finished};
+use super::project::{self, Project};
+use super::quantize::{Polled, Setup};
+use super::theme::Theme;
+use super::view::PendingView;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// What a finished write job did.
+pub(super) enum Written {
+    /// A project saved to `path` (the old autosave sidecar goes).
+    Project { path: PathBuf, project: Box<Project> },
+    /// The autosave sidecar is up to date, or why not (said in the status bar: the edit
+    /// itself is not lost).
+    Autosave(Result<(), String>),
+    /// The recipe editor's recipe saved, or why not (said in the editor).
+    Recipe(Result<PathBuf, String>),
+    /// The pipeline's export of the plan of edit generation `generation`.
+    Exported {
+        generation: u64,
+        dir: PathBuf,
+        files: usize,
+    },
+}
+
+impl Studio {
+    /// Applies every queued command, in the order they were sent.
+    pub(super) fn run_commands(&mut self) {
+        let commands = std::mem::take(&mut self.commands);
+        for c in commands {
+            self.apply(c);
+        }
+    }
+
+    fn apply(&mut self, c: Command) {
+        match c {
+            Command::Open(path) => self.open(path),
+            Command::Dialog(d) => self.start_dialog(d),
+            Command::Select(s) => self.selection = s,
+            Command::ClearSelection => {
+                self.selection = None;
+                self.multi.clear();
+            }
+            Command::SetMulti(nodes) => self.multi = nodes.into_iter().collect(),
+            Command::Reveal(s) => self.reveal(s),
+            Command::ToggleScope(s) => {
+                if let Some(l) = &mut self.loaded {
+                    if !l.collapsed.remove(&s) {
+                        l.collapsed.insert(s);
+                    }
+                    self.relayout();
+                }
+            }
+            Command::SetAllScopes { collapsed } => {
+                if let Some(l) = &mut self.loaded {
+                    l.collapsed = if collapsed {
+                        (1..l.doc.scopes.len()).collect()
+                    } else {
+                        HashSet::new()
+                    };
+                    self.relayout();
+                }
+            }
+            Command::FitView => {
+                if self.layout_job.is_some() {
+                    self.pending_view = Some(PendingView::Fit);
+                } else {
+                    self.fit_view();
+                }
+            }
+            Command::ZoomBy(f) => {
+                self.view.zoom = (self.view.zoom * f).clamp(graph_view::MIN_ZOOM, graph_view::MAX_ZOOM);
+            }
+            Command::PanBy(d) => self.view.center += d,
+            Command::ZoomToSelection => {
+                if let Some(r) = self.selection_rect() {
+                    self.zoom_to(r, 1.2);
+                }
+            }
+            Command::FocusSearch => self.search.focus_requested = true,
+            Command::SearchStep(d) => {
+                if let Some(s) = self.search.step(self.loaded.as_ref(), d) {
+                    self.reveal(s);
+                }
+            }
+            Command::Export(format, path) => match path {
+                Some(p) => self.export_view(format, p),
+                None => self.start_dialog(Dialog::ExportView(format)),
+            },
+            Command::SetDarkTheme(dark) => {
+                self.settings.dark = dark;
+                self.theme = Theme::new(dark);
+            }
+            Command::ToggleHelp => self.show_help = !self.show_help,
+            Command::TogglePipeline => self.pipeline.open = !self.pipeline.open,
+            Command::ToggleOptimizer => self.optimizer.open = !self.optimizer.open,
+            Command::SetPass { index, enabled } => {
+                if let Some(p) = self.optimizer.passes.get_mut(index) {
+                    p.2 = enabled;
+                }
+            }
+            Command::RunOptimizer => {
+                self.optimizer.open = true;
+                if let Some(l) = &self.loaded {
+                    self.optimizer.start(l.model.clone(), self.ctx.as_ref());
+                    self.status = "Optimizing…".into();
+                }
+            }
+            Command::SetOptimizerStep(step) => {
+                if let Some(l) = &self.loaded {
+                    self.optimizer.set_step(&l.model, step, self.ctx.as_ref());
+                }
+            }
+            Command::SelectAfter(n) => self.optimizer.after_selected = n,
+            Command::ToggleAfterScope(s) => self.optimizer.toggle_after_scope(s),
+            Command::SaveOptimizedStep => {
+                if let Some(l) = &self.loaded {
+                    self.optimizer.save(l, self.ctx.as_ref());
+                }
+            }
+            Command::CloseComparison => self.optimizer.close(),
+            Command::CancelOptimizer => self.optimizer.cancel(),
+            Command::ToggleQuantize => self.quant.open = !self.quant.open,
+            Command::SetQuantSetup(setup) => self.quant.setup = setup,
+            Command::StartQuantization => {
+                self.quant.open = true;
+                self.start_quantization();
+            }
+            Command::CancelQuantization => self.quant.cancel(),
+            Command::Resimulate => {
+                let ctx = self.ctx.clone();
+                self.quant.resimulate(ctx);
+            }
+            Command::CancelResimulation => {
+                if let Some(s) = &self.quant.session {
+                    s.cancel_full();
+                }
+            }
+            Command::RunAnalysis(kind, target_db) => {
+                let ctx = self.ctx.clone();
+                if let Some(s) = &mut self.quant.session {
+                    s.start_job(kind, target_db, ctx);
+                }
+            }
+            Command::CancelAnalysis => {
+                if let Some(s) = &mut self.quant.session {
+                    s.cancel_job();
+                }
+            }
+            Command::ApplyParetoPoint(k) => self.quant.apply_pareto_point(k),
+            Command::SetPrecision(nodes, p) => self.quant.set_precision(&nodes, p),
+            Command::SetRules(rules) => {
+                self.quant.rules = rules;
+                self.quant.dirty = true;
+            }
+            Command::ApplyRules => self.quant.apply_rules(),
+            Command::LoadRecipe(path) => self.quant.load_recipe(&path),
+            Command::SaveRecipe(path) => self.save_recipe(path),
+            Command::RemoveOverride(name) => {
+                let mut layers = self.quant.layers().clone();
+                layers.remove(&name);
+                self.quant.apply_layers(layers);
+            }
+            Command::Undo => self.quant.undo(),
+            Command::Redo => self.quant.redo(),
+            Command::SaveProject(path) => self.save_project(path),
+            Command::OpenProject(path) => match Project::load(&path) {
+                Ok(p) => {
+                    self.project_path = Some(path);
+                    let model = p.model.clone();
+                    self.pending_project = Some(p);
+                    self.open(model);
+                }
+                Err(e) => self.error = Some(e),
+            },
+            Command::RecoverEdits => self.recover_edits(),
+            Command::DiscardRecovery => {
+                self.recovery = None;
+                if let Some(l) = &self.loaded {
+                    let _ = std::fs::remove_file(project::autosave_path(
+                        self.project_path.as_deref(),
+                        &l.path,
+                        self.autosave_dir.as_deref(),
+                    ));
+                }
+            }
+            Command::ExportPlan => self.export_plan(),
+            Command::CancelOpen => {
+                if let Some(j) = &self.open_job {
+                    j.cancel();
+                }
+            }
+            Command::CancelJobs => {
+                if let Some(j) = &self.open_job {
+                    j.cancel();
+                }
+                if let Some(j) = &self.layout_job {
+                    j.cancel();
+                }
+                self.optimizer.cancel();
+                self.quant.cancel();
+            }
+            Command::DismissError => self.error = None,
+        }
+    }
+
+    /// Starts calibration and simulation of the open model with the quantization panel's
+    /// setup and the optimizer's enabled passes.
+    pub fn start_quantization(&mut self) {
+        if let Some(l) = &self.loaded {
+            let model = l.model.clone();
+            self.quant.start(model, self.optimizer.enabled(), self.ctx.clone());
+        }
+    }
+
+    /// After the first simulation: when the cards are too small to read, the worst layer
+    /// (lowest cumulative SQNR) is brought into view at a readable zoom and selected; the
+    /// status line says which it is and how to see the whole graph again.
+    fn show_worst_layer(&mut self) {
+        let Some((n, db)) = self.quant.worst_layer() else {
+            return;
+        };
+        let Some(name) = self.loaded.as_ref().map(|l| l.model.graph.nodes[n].label()) else {
+            return;
+        };
+        if self.view.zoom < graph_view::BOX_ONLY_BELOW {
+            self.reveal(Selection::Node(n));
+            self.status = format!(
+                "Simulated: the worst layer, {name} ({db:.1} dB cumulative), is in view; F fits the whole graph, the panel lists the others"
+            );
+        } else {
+            self.status = format!(
+                "Simulated: the worst layer is {name} ({db:.1} dB cumulative); the panel lists the worst layers, click one to go there"
+            );
+        }
+    }
+
+    /// Applies the edits found in the autosave file (calibrating first when needed).
+    fn recover_edits(&mut self) {
+        let Some(p) = self.recovery.take() else { return };
+        let start = self.quant.session.is_none() && !p.data.is_empty();
+        self.quant.setup = p.setup();
+        self.quant.rules.clone_from(&p.rules);
+        self.quant.open = true;
+        self.quant.apply_edits(p.edits());
+        if start && let Some(l) = &self.loaded {
+            let model = l.model.clone();
+            let pending = self.quant.pending_layers.take();
+            self.quant.start(model, self.optimizer.enabled(), self.ctx.clone());
+            self.quant.pending_layers = pending;
+        }
+        self.status = "Recovered the unsaved edits".into();
+    }
+
+    fn start_dialog(&mut self, dialog: Dialog) {
+        if self.dialog_job.is_some() {
+            return;
+        }
+        let start = DialogStart {
+            dir: self
+                .loaded
+                .as_ref()
+                .and_then(|l| l.path.parent().map(Path::to_path_buf)),
+            stem: self.loaded.as_ref().map(super::document::Loaded::stem),
+        };
+        self.dialog_job = Some(dialogs::spawn(dialog, start, self.ctx.as_ref()));
+    }
+
+    /// What a closed dialog asks for next.
+    fn dialog_closed(&mut self, dialog: Dialog, picked: Option<PathBuf>) {
+        let Some(p) = picked else {
+            self.status = match dialog {
+                Dialog::Samples { then_calibrate: true } => "Choose a folder of samples in the Quantize panel first",
+                _ => "No file chosen",
+            }
+            .into();
+            return;
+        };
+        match dialog {
+            Dialog::OpenModel => self.send(Command::Open(p)),
+            Dialog::OpenProject => self.send(Command::OpenProject(p)),
+            Dialog::SaveProject => self.send(Command::SaveProject(Some(p))),
+            Dialog::ExportView(f) => self.send(Command::Export(f, Some(p))),
+            Dialog::Samples { then_calibrate } => {
+                self.send(Command::SetQuantSetup(Setup {
+                    data: p.display().to_string(),
+                    ..self.quant.setup.clone()
+                }));
+                if then_calibrate {
+                    self.send(Command::StartQuantization);
+                }
+            }
+            Dialog::RecipeFile => self.quant.recipe_path = p.display().to_string(),
+        }
+    }
+
+    fn export_view(&mut self, format: ExportFormat, path: PathBuf) {
+        let Some(l) = &self.loaded else {
+            self.error = Some("Nothing to export: no model is open".into());
+            return;
+        };
+        match format {
+            ExportFormat::Svg => {
+                let visible = visible_graph_rect(self.canvas_rect, &self.view);
+                let svg = export::svg(&l.doc, &l.scene, visible, &self.theme);
+                self.export.write_svg(path, svg, self.ctx.as_ref());
+            }
+            ExportFormat::Png => {
+                if let Some(ctx) = &self.ctx {
+                    self.export.request_png(ctx, path, self.canvas_rect);
+                }
+            }
+        }
+    }
+
+    /// The project as it stands: the model, the setup the plan was calibrated with, the
+    /// edits and the rules.
+    fn project_parts(
+        &self,
+    ) -> Option<(
+        PathBuf,
+        Setup,
+        super::quantize::Edits,
+        Vec<npu_core::quant::recipe::Rule>,
+    )> {
+        let l = self.loaded.as_ref()?;
+        Some((
+            l.path.clone(),
+            self.quant.project_setup(),
+            self.quant.project_edits(),
+            self.quant.rules.clone(),
+        ))
+    }
+
+    fn save_project(&mut self, path: Option<PathBuf>) {
+        let Some((model, setup, edits, rules)) = self.project_parts() else {
+            self.error = Some("Nothing to save: no model is open".into());
+            return;
+        };
+        let Some(path) = path.or_else(|| self.project_path.clone()) else {
+            self.start_dialog(Dialog::SaveProject);
+            return;
+        };
+        self.writes.spawn("save-project", self.ctx.as_ref(), move |_| {
+            let project = Project::new(&model, &setup, &edits, &rules)
+                .and_then(|p| {
+                    p.save(&path)?;
+                    Ok(p)
+                })
+                .map_err(|e| JobError::Failed(format!("Could not save the project: {e}")))?;
+            Ok(Written::Project {
+                path,
+                project: Box::new(project),
+            })
+        });
+    }
+
+    /// Writes every project edit to the sidecar autosave file (atomically, in the
+    /// background; one autosave at a time, the newest state last).
+    pub(super) fn autosave(&mut self) {
+        if !self.quant.dirty || self.writes.running("autosave").is_some() {
+            return;
+        }
+        self.quant.dirty = false;
+        let Some(l) = &self.loaded else { return };
+        let side = project::autosave_path(self.project_path.as_deref(), &l.path, self.autosave_dir.as_deref());
+        let Some((model, setup, edits, rules)) = self.project_parts() else {
+            return;
+        };
+        self.writes.spawn("autosave", self.ctx.as_ref(), move |_| {
+            let r = Project::new(&model, &setup, &edits, &rules).and_then(|p| p.save(&side));
+            Ok(Written::Autosave(r))
+        });
+    }
+
+    fn save_recipe(&mut self, path: PathBuf) {
+        if path.as_os_str().is_empty() {
+            self.quant.rules_note = Some("type a recipe file name first".into());
+            return;
+        }
+        let text = self.quant.recipe().to_ron();
+        self.writes.spawn("save-recipe", self.ctx.as_ref(), move |_| {
+            let r = npu_core::export::write_atomic(&path, text.as_bytes())
+                .map(|()| path.clone())
+                .map_err(|e| format!("{}: {e}", path.display()));
+            Ok(Written::Recipe(r))
+        });
+    }
+
+    /// The pipeline's Export stage: the optimized graph, the plan and its report.
+    fn export_plan(&mut self) {
+        let Some(l) = &self.loaded else { return };
+        let Some(dir) = self.pipeline.export_dir(Some(l)) else {
+            return;
+        };
+        let Some(s) = &self.quant.session else {
+            self.error = Some("Export failed: nothing to export: run the calibration first".into());
+            return;
+        };
+        let (Some(m), Some(r)) = (&s.mapping, &s.result) else {
+            self.error = Some("Export failed: nothing to export yet: the simulation has not finished".into());
+            return;
+        };
+        let (optimized, plan, report) = (m.optimized.clone(), r.plan.clone(), r.report.clone());
+        let (generation, stem) = (s.generation(), l.stem());
+        self.writes.spawn("export-plan", self.ctx.as_ref(), move |p| {
+            let files = npu_core::pipeline::export_bundle(&optimized, &plan, &report, &dir, &stem, p)
+                .map_err(|e| JobError::Failed(format!("Export failed: {e}")))?;
+            Ok(Written::Exported {
+                generation,
+                dir,
+                files: files.len(),
+            })
+        });
+    }
+
+    /// Takes what every background job answered.
+    pub(super) fn poll_jobs(&mut self) {
+        let original = self.loaded.as_ref().map(|l| l.model.clone());
+        for note in self.optimizer.poll(original.as_ref(), self.ctx.as_ref()) {
+            match note {
+                Ok(status) => self.status = status,
+                Err(e) => self.error = Some(e),
+            }
+        }
+        match self.quant.poll() {
+            Polled::Ended(JobError::Cancelled) => self.status = "Quantization cancelled".into(),
+            Polled::Ended(JobError::Failed(e)) => self.error = Some(format!("Quantization failed: {e}")),
+            Polled::FirstResult => self.show_worst_layer(),
+            Polled::Nothing => {}
+        }
+        self.poll_document_jobs();
+        self.inspector.poll();
+        match take_finished(&mut self.dialog_job) {
+            Some(Ok((dialog, picked))) => self.dialog_closed(dialog, picked),
+            Some(Err(e)) => self.error = Some(e.to_string()),
+            None => {}
+        }
+        match self.export.poll(self.ctx.as_ref()) {
+            Some(Ok(status)) => self.status = status,
+            Some(Err(e)) => self.error = Some(e),
+            None => {}
+        }
+        for w in self.writes.finished() {
+            match w {
+                Ok(Written::Project { path, project }) => {
+                    if let Some(l) = &self.loaded {
+                        let old =
+                            project::autosave_path(self.project_path.as_deref(), &l.path, self.autosave_dir.as_deref());
+                        let _ = std::fs::remove_file(old);
+                    }
+                    self.status = format!("Project saved to {}", path.display());
+                    self.project_path = Some(path);
+                    self.saved_project = Some(*project);
+                }
+                Ok(Written::Autosave(Err(e))) => self.status = format!("Autosave failed: {e}"),
+                Ok(Written::Recipe(r)) => {
+                    self.quant.rules_note = Some(match r {
+                        Ok(path) => format!("saved to {}", path.display()),
+                        Err(e) => e,
+                    });
+                }
+                Ok(Written::Exported { generation, dir, files }) => {
+                    self.status = format!("Exported {files} files to {}", dir.display());
+                    self.quant.exported = Some((generation, dir));
+                }
+                Ok(Written::Autosave(Ok(()))) | Err(JobError::Cancelled) => {}
+                Err(JobError::Failed(e)) => self.error = Some(e),
+            }
+        }
+    }
+}

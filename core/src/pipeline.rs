@@ -1,0 +1,425 @@
+//! The pipeline, one typed call per stage: [`import`] → [`optimize`] → [`calibrate`] →
+//! [`plan`] → [`simulate`] (→ compile and emulate as they come) → [`export_bundle`]. Each call
+//! takes a [`Progress`] (progress and cancellation), returns the stage's value, which the
+//! studio shows and a user can save, and fails with the stage's own error, `Cancelled` among
+//! its variants. The command line and the studio's workers both go through these calls, so
+//! the stages are strung together in one place.
+//!
+//! ```no_run
+//! use npu_core::pipeline::{self, Passes, PlanRequest, Samples};
+//! use npu_core::progress::Silent;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let imported = pipeline::import(std::path::Path::new("model.onnx"), &Default::default(), &Silent)?;
+//! let optimized = pipeline::optimize(&imported.model, &Passes::All, &Silent)?;
+//! let q = pipeline::quantizer(&optimized.model, pipeline::default_threads())?;
+//! let calib = Samples::open("photos/", "size=48x192;scale=1/255")?;
+//! let stats = pipeline::calibrate(&q, &calib, &Silent)?;
+//! let planned = pipeline::plan(&q, &stats, &calib, &PlanRequest::preset("w8a8"), &Silent)?;
+//! let report = pipeline::simulate(&q, &planned.plan, &calib, &Silent)?;
+//! # let _ = report; Ok(()) }
+//! ```
+
+use crate::export::{ExportError, write_atomic};
+use crate::import::{ImportError, ImportReport, LoadOptions};
+use crate::ir::{Model, Tensor};
+use crate::passes::{OptimizeError, Optimized};
+use crate::progress::Progress;
+use crate::quant::amp::MixedPrecision;
+use crate::quant::analysis::Analysis;
+use crate::quant::data::{DataError, Preprocess, PreprocessError, Source, source};
+use crate::quant::live::{Keep, Live};
+use crate::quant::observer::Calibration;
+use crate::quant::recipe::{Recipe, RecipeError};
+use crate::quant::{BiasCorrectionNote, LayerPrecision, QuantError, QuantPlan, Quantizer, Report, Stats};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The threads the kernels use when nobody says: every core.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+// ---- import -----------------------------------------------------------------------------
+
+/// Stage 1: the model as imported, with the importer's warnings.
+pub struct Imported {
+    pub model: Model,
+    pub report: ImportReport,
+}
+
+/// Imports a model file with the importer its content calls for (see
+/// [`crate::import::detect`]).
+pub fn import(path: &Path, options: &LoadOptions, progress: &dyn Progress) -> Result<Imported, ImportError> {
+    progress.update(0, 1, "reading");
+    if progress.cancelled() {
+        return Err(ImportError::Cancelled);
+    }
+    let (model, report) = crate::import::load_with(path, options)?;
+    if progress.cancelled() {
+        return Err(ImportError::Cancelled);
+    }
+    progress.update(1, 1, "imported");
+    Ok(Imported { model, report })
+}
+
+// ---- optimize ---------------------------------------------------------------------------
+
+/// Which graph-optimization passes run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Passes {
+    /// Every pass of [`crate::passes::all_passes`].
+    #[default]
+    All,
+    /// Only these (by name), in the standard order.
+    Only(Vec<String>),
+}
+
+/// Stage 2: the passes to a fixed point; the result keeps every patch and the log, so any
+/// step can be replayed.
+pub fn optimize(model: &Model, passes: &Passes, progress: &dyn Progress) -> Result<Optimized, OptimizeError> {
+    let passes = match passes {
+        Passes::All => crate::passes::all_passes(),
+        Passes::Only(names) => crate::passes::select(names)?,
+    };
+    let opts = crate::passes::Options {
+        passes,
+        progress,
+        ..crate::passes::Options::default()
+    };
+    crate::passes::optimize(model, &opts)
+}
+
+/// The quantizer on an optimized graph: what stages 3 to 5 run on.
+pub fn quantizer(optimized: &Model, threads: usize) -> Result<Quantizer<'_>, QuantError> {
+    Quantizer::new(optimized, threads)
+}
+
+// ---- samples ----------------------------------------------------------------------------
+
+/// A calibration or evaluation set: where the samples are and how images become inputs.
+#[derive(Clone, Debug)]
+pub struct Samples {
+    /// As the user gave it: a folder, one file, or `synthetic:N`.
+    pub path: String,
+    pub source: Source,
+    pub preprocess: Preprocess,
+}
+
+/// Why a sample set cannot be opened.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SamplesError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Preprocess(#[from] PreprocessError),
+}
+
+impl Samples {
+    /// Lists `path` (a folder of `.npy`/`.npz`/`.png`/`.jpg`, one such file, or
+    /// `synthetic:N`) and parses the preprocessing spec.
+    pub fn open(path: &str, preprocess: &str) -> Result<Self, SamplesError> {
+        let preprocess = Preprocess::parse(preprocess)?;
+        Ok(Self {
+            path: path.to_owned(),
+            source: source(path)?,
+            preprocess,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.source.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.source.is_empty()
+    }
+
+    /// Random data: the figures it gives do not describe real inputs.
+    pub fn is_synthetic(&self) -> bool {
+        matches!(self.source, Source::Synthetic(_))
+    }
+
+    /// Streams the samples as `model`'s inputs, each checked (errors name the file).
+    pub fn iter<'a>(
+        &'a self,
+        model: &'a Model,
+    ) -> impl Iterator<Item = Result<(String, HashMap<String, Tensor>), QuantError>> + 'a {
+        self.source.samples(model, &self.preprocess)
+    }
+
+    /// Every sample, in memory (what the studio's live simulation keeps).
+    pub fn load(&self, model: &Model, progress: &dyn Progress) -> Result<Vec<HashMap<String, Tensor>>, QuantError> {
+        let mut out = Vec::with_capacity(self.len());
+        for (k, s) in self.iter(model).enumerate() {
+            if progress.cancelled() {
+                return Err(QuantError::Cancelled);
+            }
+            progress.update(k, self.len(), "reading the samples");
+            out.push(s?.1);
+        }
+        Ok(out)
+    }
+}
+
+/// A quantizer error as a stage's: its `Cancelled` as the stage's `Cancelled`.
+macro_rules! from_quant_error {
+    ($($stage:ty),*) => {
+        $(impl From<QuantError> for $stage {
+            fn from(e: QuantError) -> Self {
+                match e {
+                    QuantError::Cancelled => Self::Cancelled,
+                    e => Self::Quant(e),
+                }
+            }
+        })*
+    };
+}
+
+from_quant_error!(CalibrateError, PlanError, SimulateError);
+
+// ---- calibrate --------------------------------------------------------------------------
+
+/// Why calibration stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    /// A sample that cannot be read or run (the message names the file and node).
+    #[error(transparent)]
+    Quant(QuantError),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Stage 3: one streaming pass over the calibration set; every quantized activation's
+/// statistics (exact extremes, moving averages, a growing histogram).
+pub fn calibrate(q: &Quantizer<'_>, samples: &Samples, progress: &dyn Progress) -> Result<Stats, CalibrateError> {
+    let stats = q.observe(&mut samples.iter(q.model), samples.len(), progress)?;
+    progress.update(stats.samples, samples.len(), "choosing ranges");
+    Ok(stats)
+}
+
+// ---- plan -------------------------------------------------------------------------------
+
+/// Whether a plan gets the empirical bias correction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BiasCorrection {
+    /// Measured on the calibration set, kept only where it raises the output SQNR there.
+    #[default]
+    Measure,
+    Off,
+}
+
+/// What the plan stage is asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanRequest {
+    pub recipe: Recipe,
+    /// What the plan records as its recipe: the preset, or the recipe file's name.
+    pub label: String,
+    /// Overrides the recipe's (or its preset's) calibration method.
+    pub calibration: Option<Calibration>,
+    pub bias_correction: BiasCorrection,
+}
+
+impl PlanRequest {
+    /// A preset's recipe, its own calibration method, bias correction measured.
+    pub fn preset(name: &str) -> Self {
+        Self::recipe(Recipe::from_preset(name), name.to_owned())
+    }
+
+    pub fn recipe(recipe: Recipe, label: String) -> Self {
+        Self {
+            recipe,
+            label,
+            calibration: None,
+            bias_correction: BiasCorrection::Measure,
+        }
+    }
+}
+
+/// Stage 4's value: the plan, and how it was made.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub plan: QuantPlan,
+    /// The calibration method the ranges were chosen with.
+    pub method: Calibration,
+    /// How many nodes of the optimized graph each recipe rule matched (in rule order).
+    pub rules_matched: Vec<usize>,
+    /// What the bias correction did (`None`: not asked for).
+    pub bias_correction: Option<BiasCorrectionNote>,
+}
+
+/// Why planning stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Recipe(#[from] RecipeError),
+    #[error(transparent)]
+    Quant(QuantError),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Stage 4: the recipe resolved on the optimized graph, every clipping range chosen from
+/// the statistics, and (when asked) the empirical bias correction measured on `calib`.
+pub fn plan(
+    q: &Quantizer<'_>,
+    stats: &Stats,
+    calib: &Samples,
+    request: &PlanRequest,
+    progress: &dyn Progress,
+) -> Result<Planned, PlanError> {
+    let recipe = &request.recipe;
+    let resolved = recipe.resolve(&q.model.graph)?;
+    let method = request.calibration.unwrap_or(resolved.calibration);
+    let mut plan = q.plan_from_stats(stats, &recipe.preset, method)?;
+    plan.preset.clone_from(&request.label);
+    plan.inputs = resolved.inputs;
+    plan.layers = resolved.layers;
+    let mut note = None;
+    if request.bias_correction == BiasCorrection::Measure {
+        let (p, n) = q.correct_bias(plan, &calib.source, &calib.preprocess, progress)?;
+        plan = p;
+        note = Some(n);
+    }
+    Ok(Planned {
+        plan,
+        method,
+        rules_matched: resolved.matched,
+        bias_correction: note,
+    })
+}
+
+/// Part of planning: automatic mixed precision from `plan` to `target_db` on the
+/// calibration set (where the bias corrections it measures again come from). Returns the
+/// curve and the plan with the fewest promoted layers that reaches the target.
+pub fn mixed_precision(
+    q: &Quantizer<'_>,
+    plan: &QuantPlan,
+    calib: &Samples,
+    target_db: f64,
+    promote_to: LayerPrecision,
+    progress: &dyn Progress,
+) -> Result<(MixedPrecision, QuantPlan), PlanError> {
+    let cached = q.cache(&mut calib.iter(q.model))?;
+    Ok(q.mixed_precision(plan, &cached, target_db, promote_to, progress)?)
+}
+
+// ---- simulate ---------------------------------------------------------------------------
+
+/// Why a simulation stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error(transparent)]
+    Quant(QuantError),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Stage 5: fake-quant simulation of `plan` on the evaluation set; every tensor's local
+/// and cumulative error against FP32, and every output's.
+pub fn simulate(
+    q: &Quantizer<'_>,
+    plan: &QuantPlan,
+    eval: &Samples,
+    progress: &dyn Progress,
+) -> Result<Report, SimulateError> {
+    Ok(q.simulate(plan, &mut eval.iter(q.model), eval.len(), progress)?)
+}
+
+/// Stage 5 as the studio runs it: every sample's FP32 and fake-quant values kept, so an
+/// edit of the plan re-runs only what lies downstream ([`Quantizer::live_update`]).
+#[expect(clippy::implicit_hasher, reason = "samples are the std maps the quantizer keeps")]
+pub fn simulate_live(
+    q: &Quantizer<'_>,
+    plan: QuantPlan,
+    inputs: Vec<HashMap<String, Tensor>>,
+    keep: Keep,
+    progress: &dyn Progress,
+) -> Result<Live, SimulateError> {
+    Ok(q.live(plan, inputs, keep, progress)?)
+}
+
+/// Stage 5 with the analyses: weights-only and activations-only error, per-layer sweeps,
+/// histograms with the plan's clipping ranges.
+pub fn analyze(
+    q: &Quantizer<'_>,
+    plan: &QuantPlan,
+    eval: &Samples,
+    progress: &dyn Progress,
+) -> Result<Analysis, SimulateError> {
+    let cached = q.cache(&mut eval.iter(q.model))?;
+    Ok(q.analyze(plan, &cached, progress)?)
+}
+
+// ---- export -----------------------------------------------------------------------------
+
+/// Writes a plan as RON (what `npu-studio quantize --out` writes), atomically.
+pub fn export_plan(plan: &QuantPlan, path: &Path) -> Result<(), ExportError> {
+    let text = ron::ser::to_string_pretty(plan, ron::ser::PrettyConfig::default()).map_err(|e| ExportError::Model {
+        file: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    write_atomic(path, text.as_bytes())
+}
+
+/// Writes any report as pretty JSON, atomically.
+pub fn export_json(value: &impl serde::Serialize, path: &Path) -> Result<(), ExportError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| ExportError::Model {
+        file: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    write_atomic(path, text.as_bytes())
+}
+
+/// A plan file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanFileError {
+    #[error("reading {file}: {source}")]
+    Io { file: String, source: std::io::Error },
+    #[error("{file}: not a quantization plan: {message}")]
+    Format { file: String, message: String },
+}
+
+/// Reads a plan written by [`export_plan`].
+pub fn load_plan(path: &Path) -> Result<QuantPlan, PlanFileError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| PlanFileError::Io {
+        file: file.clone(),
+        source,
+    })?;
+    ron::from_str(&text).map_err(|e| PlanFileError::Format {
+        file,
+        message: e.to_string(),
+    })
+}
+
+/// The export stage: the optimized graph (`<stem>.optimized.onnx`), the plan
+/// (`<stem>.quant.ron`, what `analyze --plan` reads) and its error report
+/// (`<stem>.quant_report.json`) in `dir`, each written atomically. Returns the files.
+pub fn export_bundle(
+    optimized: &Model,
+    plan: &QuantPlan,
+    report: &Report,
+    dir: &Path,
+    stem: &str,
+    progress: &dyn Progress,
+) -> Result<Vec<PathBuf>, ExportError> {
+    std::fs::create_dir_all(dir).map_err(|source| ExportError::Io {
+        file: dir.display().to_string(),
+        source,
+    })?;
+    let onnx = dir.join(format!("{stem}.optimized.onnx"));
+    let plan_path = dir.join(format!("{stem}.quant.ron"));
+    let report_path = dir.join(format!("{stem}.quant_report.json"));
+    progress.update(0, 3, "writing the optimized graph");
+    // (`save` writes the fused forms onnxruntime lacks as their ONNX equivalents.)
+    crate::export::onnx::save(optimized, &onnx)?;
+    if progress.cancelled() {
+        return Err(ExportError::Cancelled);
+    }
+    progress.update(1, 3, "writing the plan");
+    export_plan(plan, &plan_path)?;
+    progress.update(2, 3, "writing the report");
+    export_json(report, &report_path)?;
+    progress.update(3, 3, "exported");
+    Ok(vec![onnx, plan_path, report_path])
+}
