@@ -14,7 +14,8 @@ use npu_studio::studio::commands::{Command, Selection};
 fn run_step_and_link_before_and_after() {
     let mut h = open(&sample());
     h.key_press(egui::Key::O);
-    h.step();
+    // The panel appears, then takes its height.
+    settle(&mut h);
     assert!(h.state().optimizer.open, "O opens the optimizer panel");
     // Turn one pass off, then run.
     h.get_by_label("fuse-activation").click();

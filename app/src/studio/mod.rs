@@ -133,15 +133,16 @@ impl Studio {
         }
     }
 
-    /// Queues a command; it runs after this frame's (or the next frame's) layout.
+    /// Queues a command; it is applied after the next frame's layout.
     pub fn send(&mut self, c: Command) {
         self.commands.push(c);
     }
 
-    /// True while a model is opening, a layout runs, a dialog is open, a file is being
-    /// written, or a feature's job runs.
+    /// True while commands wait, a model is opening, a layout runs, a dialog is open, a
+    /// file is being written, or a feature's job runs.
     pub fn busy(&self) -> bool {
-        self.open_job.is_some()
+        !self.commands.is_empty()
+            || self.open_job.is_some()
             || self.layout_job.is_some()
             || self.dialog_job.is_some()
             || self.writes.busy()
@@ -168,8 +169,9 @@ impl Studio {
         pipeline::status(&self.pipeline_cx(), stage)
     }
 
-    /// Draws one frame: jobs are polled and input handled first, then the panels draw and
-    /// send commands, which are applied after layout.
+    /// Draws one frame: jobs are polled and input read first, then the panels draw and send
+    /// commands; every command (the panels', the shortcuts', those sent from outside) is
+    /// applied once, after layout.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
         self.ctx = Some(ctx.clone());
@@ -182,12 +184,7 @@ impl Studio {
         }
         self.poll_jobs();
         self.handle_dropped_files(&ctx);
-        let keys = shortcuts::commands(self, &ctx);
-        self.commands.extend(keys);
-        self.run_commands();
-        self.autosave();
-
-        let mut out = Vec::new();
+        let mut out = shortcuts::commands(self, &ctx);
         egui::Panel::top("menu_bar").show(ui, |ui| menus::menu_ui(self, ui, &mut out));
         egui::Panel::top("tool_bar").show(ui, |ui| {
             search::toolbar_ui(ui, &mut self.search, self.loaded.as_ref(), &mut out);
@@ -257,7 +254,7 @@ impl Studio {
             });
         egui::CentralPanel::no_frame().show(ui, |ui| canvas::canvas_ui(self, ui, &mut out));
         menus::windows_ui(self, &ctx, &mut out);
-        // After layout: what the panels asked for.
+        // After layout: what was asked for, in order (sent from outside, then this frame's).
         self.commands.extend(out);
         if !self.commands.is_empty() {
             ctx.request_repaint();
