@@ -17,7 +17,11 @@ use std::path::PathBuf;
 
 fn yolo() -> PathBuf {
     let p = repo().join("data/models/yolo_like.onnx");
-    assert!(p.exists(), "{} is missing: run `python3 scripts/make_yolo_like.py`", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `python3 scripts/make_yolo_like.py`",
+        p.display()
+    );
     p
 }
 
@@ -73,10 +77,18 @@ fn the_quantization_panel_keeps_its_controls_and_the_height_the_user_gives_it() 
         h.state().canvas_rect,
         h.state().settings.quant_panel_height
     );
-    assert_eq!(h.get_by_label("Calibrate & simulate").rect(), run, "the run button stays put");
+    assert_eq!(
+        h.get_by_label("Calibrate & simulate").rect(),
+        run,
+        "the run button stays put"
+    );
     common::click_in_view(&mut h, "Measure sensitivity");
     settle(&mut h);
-    assert_eq!(h.get_by_label("Calibrate & simulate").rect(), run, "after the analysis too");
+    assert_eq!(
+        h.get_by_label("Calibrate & simulate").rect(),
+        run,
+        "after the analysis too"
+    );
     assert_eq!(h.state().settings.quant_panel_height, height);
     assert!(h.state().canvas_rect.height() >= 0.5 * window - 1.0);
     // In this window the panel already has all it may take (half of the window stays the
@@ -91,7 +103,10 @@ fn the_quantization_panel_keeps_its_controls_and_the_height_the_user_gives_it() 
     settle(&mut h);
     let smaller = h.state().settings.quant_panel_height;
     let canvas = h.state().canvas_rect.height();
-    println!("panel {height} (at most {:.0} here) → {smaller}; canvas {canvas} of {window}", window - 24.0 - top);
+    println!(
+        "panel {height} (at most {:.0} here) → {smaller}; canvas {canvas} of {window}",
+        window - 24.0 - top
+    );
     assert!(canvas > 0.5 * window + 60.0, "the graph got the room: {canvas}");
     assert!(smaller < height - 60.0, "{height} → {smaller}");
     assert!(h.get_by_label("Calibrate & simulate").rect().top() > run.top() + 60.0);
@@ -129,12 +144,24 @@ fn the_first_heatmap_is_brought_into_readable_view() {
     settle(&mut h);
     let st = h.state();
     let (worst, db) = st.quant.worst_layer().expect("a simulated plan");
-    assert_eq!(st.selection, Some(Selection::Node(worst)), "the worst layer is selected");
+    assert_eq!(
+        st.selection,
+        Some(Selection::Node(worst)),
+        "the worst layer is selected"
+    );
     assert!(st.view.zoom >= 1.0, "readable: zoom {}", st.view.zoom);
     let card = st.rect_of(Selection::Node(worst)).expect("its card");
     let on_screen = npu_studio::studio::graph_view::Xf::new(st.canvas_rect, &st.view).rect(card);
-    assert!(st.canvas_rect.contains_rect(on_screen), "{on_screen:?} in {:?}", st.canvas_rect);
-    assert!(st.status.contains("worst layer") && st.status.contains("F fits"), "{}", st.status);
+    assert!(
+        st.canvas_rect.contains_rect(on_screen),
+        "{on_screen:?} in {:?}",
+        st.canvas_rect
+    );
+    assert!(
+        st.status.contains("worst layer") && st.status.contains("F fits"),
+        "{}",
+        st.status
+    );
     println!("{} ({db:.1} dB)", st.status);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -152,7 +179,10 @@ fn symbolic_shapes_print_short_with_the_expression_on_hover() {
     settle(&mut h);
     // batch × 84 × (a three-line sum of products of nested floors): one letter. The three
     // scales read by the Concat print the same way; the output is listed last.
-    let label = h.get_all_by_label("f32 [batch×84×N]").last().expect("the output's shape");
+    let label = h
+        .get_all_by_label("f32 [batch×84×N]")
+        .last()
+        .expect("the output's shape");
     assert!(
         h.query_all_by_label_contains("floor(").next().is_none(),
         "no expression is spelled out until hovered"
@@ -172,7 +202,8 @@ fn symbolic_shapes_print_short_with_the_expression_on_hover() {
 fn macs_are_counted_at_the_shape_given_and_say_which() {
     let mut h = open(&yolo());
     assert!(
-        h.query_by_label_contains("The inputs are dynamic, so the MACs are a lower bound").is_some(),
+        h.query_by_label_contains("The inputs are dynamic, so the MACs are a lower bound")
+            .is_some(),
         "without a shape the count says why it is low, and what to do"
     );
     let model = h.state().loaded.as_ref().expect("loaded").model.clone();
@@ -188,7 +219,10 @@ fn macs_are_counted_at_the_shape_given_and_say_which() {
     h.get_by_label("MACs at input shape:").type_text("images=1x3x320x320");
     settle(&mut h);
     assert!(h.query_by_label(&want.to_string()).is_some(), "{want}");
-    assert!(h.query_by_label("MACs at images=1×3×320×320 (the shape typed below)").is_some());
+    assert!(
+        h.query_by_label("MACs at images=1×3×320×320 (the shape typed below)")
+            .is_some()
+    );
     // From the calibration samples (the photos, resized to 256×256), once nothing is typed.
     h.state_mut().inspector.macs_shape.clear();
     h.state_mut().quant.open = true;
@@ -199,7 +233,10 @@ fn macs_are_counted_at_the_shape_given_and_say_which() {
         [("images".to_string(), vec![1, 3, 256, 256])].into_iter().collect();
     let (want, _) = npu_studio::info::macs_at(&model, &at_256).expect("images is an input");
     assert!(h.query_by_label(&want.to_string()).is_some(), "{want}");
-    assert!(h.query_by_label("MACs at images=1×3×256×256 (the calibration samples' shape)").is_some());
+    assert!(
+        h.query_by_label("MACs at images=1×3×256×256 (the calibration samples' shape)")
+            .is_some()
+    );
     // The command line counts the same at the same shape.
     let mut fixed = (*model).clone();
     npu_core::import::shapes::fix_inputs(&mut fixed, &at_256).expect("fix");

@@ -348,7 +348,12 @@ fn macs_note(at: Option<&(ShapeSource, MacsAt)>) -> String {
     let shape = m
         .shapes
         .iter()
-        .map(|(n, d)| format!("{n}={}", d.iter().map(ToString::to_string).collect::<Vec<_>>().join("×")))
+        .map(|(n, d)| {
+            format!(
+                "{n}={}",
+                d.iter().map(ToString::to_string).collect::<Vec<_>>().join("×")
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let from = match source {

@@ -110,7 +110,8 @@ pub fn status_ui(st: &Studio, ui: &mut egui::Ui, out: &mut Vec<Command>) {
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
             ui.label(format!("{:.0}%", st.view.zoom * 100.0));
             ui.with_layout(egui::Layout::left_to_right(egui::Align::Center), |ui| {
-                ui.add(egui::Label::new(&st.status).truncate()).on_hover_text(&st.status);
+                ui.add(egui::Label::new(&st.status).truncate())
+                    .on_hover_text(&st.status);
             });
         });
     });

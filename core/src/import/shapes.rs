@@ -638,7 +638,9 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                 (Some(s), _) if s.len() == n => s.iter().map(|&d| Dim::Fixed(d.max(0) as usize)).collect(),
                 (None, Dim::Fixed(d)) if n > 0 => {
                     let part = d.div_ceil(n);
-                    (0..n).map(|k| Dim::Fixed(part.min(d.saturating_sub(k * part)))).collect()
+                    (0..n)
+                        .map(|k| Dim::Fixed(part.min(d.saturating_sub(k * part))))
+                        .collect()
                 }
                 _ => vec![sym(); n],
             };
