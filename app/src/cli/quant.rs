@@ -24,10 +24,16 @@ fn write_report(path: &Path, report: &impl Serialize) -> Result<()> {
     pipeline::export_json(report, path).with_context(|| format!("writing {}", path.display()))
 }
 
-fn warn_synthetic(what: &str, path: &str) {
-    if path.starts_with("synthetic:") {
-        eprintln!("WARNING: {what} uses SYNTHETIC random data ({path}); ranges and errors will not match real inputs");
+/// Opens a calibration or evaluation set, warning loudly when it is synthetic.
+fn open_set(what: &str, path: &str, preprocess: &str) -> Result<Samples> {
+    let set = Samples::open(path, preprocess)?;
+    if set.is_synthetic() {
+        eprintln!(
+            "WARNING: {what} uses SYNTHETIC random data ({}); ranges and errors will not match real inputs",
+            set.path
+        );
     }
+    Ok(set)
 }
 
 /// What `npu-studio quantize` is asked to do.
@@ -84,8 +90,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         .map(|_| npu_core::quant::LayerPrecision::parse(promote_to))
         .transpose()?;
     let pre = preprocess.unwrap_or("");
-    warn_synthetic("calibration", calib);
-    let calib_set = Samples::open(calib, pre)?;
+    let calib_set = open_set("calibration", calib, pre)?;
     let model = optimized(model_path)?;
     // Checked before the calibration: a recipe that does not fit the graph fails at once,
     // naming the file, and rules that match nothing are reported first.
@@ -156,7 +161,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     let Some(eval) = eval else {
         return Ok(());
     };
-    let report = simulate(&q, &plan, eval, pre)?;
+    let report = simulate(&q, &plan, &open_set("evaluation", eval, pre)?)?;
     print_summary(&report);
     if let Some(p) = report_path {
         write_report(
@@ -254,7 +259,7 @@ pub fn simulate_plan(
 ) -> Result<()> {
     let (plan, model) = plan_inputs(model_path, plan_path)?;
     let q = pipeline::quantizer(&model, threads)?;
-    let report = simulate(&q, &plan, eval, preprocess.unwrap_or(""))?;
+    let report = simulate(&q, &plan, &open_set("evaluation", eval, preprocess.unwrap_or(""))?)?;
     print_summary(&report);
     if let Some(p) = report_path {
         write_report(p, &report)?;
@@ -265,10 +270,8 @@ pub fn simulate_plan(
     Ok(())
 }
 
-fn simulate(q: &npu_core::quant::Quantizer<'_>, plan: &QuantPlan, eval: &str, pre: &str) -> Result<Report> {
-    warn_synthetic("evaluation", eval);
-    let set = Samples::open(eval, pre)?;
-    let r = pipeline::simulate(q, plan, &set, &Stderr);
+fn simulate(q: &npu_core::quant::Quantizer<'_>, plan: &QuantPlan, set: &Samples) -> Result<Report> {
+    let r = pipeline::simulate(q, plan, set, &Stderr);
     end_progress();
     Ok(r?)
 }
@@ -321,8 +324,8 @@ pub fn analyze(
     let pre = preprocess.unwrap_or("");
     let q = pipeline::quantizer(&model, threads)?;
     let t = std::time::Instant::now();
-    let report = simulate(&q, &plan, eval, pre)?;
-    let set = Samples::open(eval, pre)?;
+    let set = open_set("evaluation", eval, pre)?;
+    let report = simulate(&q, &plan, &set)?;
     let analysis = pipeline::analyze(&q, &plan, &set, &Stderr);
     end_progress();
     let analysis = analysis?;

@@ -24,6 +24,8 @@ pub(super) enum Written {
     Autosave(Result<(), String>),
     /// The recipe editor's recipe saved, or why not (said in the editor).
     Recipe(Result<PathBuf, String>),
+    /// A file written; the status line says where (a view export, "Save as ONNX").
+    Saved(String),
     /// The pipeline's export of the plan of edit generation `generation`.
     Exported {
         generation: u64,
@@ -123,8 +125,11 @@ impl Studio {
             Command::SelectAfter(n) => self.optimizer.after_selected = n,
             Command::ToggleAfterScope(s) => self.optimizer.toggle_after_scope(s),
             Command::SaveOptimizedStep => {
-                if let Some(l) = &self.loaded {
-                    self.optimizer.save(l, self.ctx.as_ref());
+                if let Some((model, path)) = self.loaded.as_ref().and_then(|l| self.optimizer.save_target(l)) {
+                    self.writes.spawn("save-optimized", self.ctx.as_ref(), move |_| {
+                        npu_core::export::onnx::save(&model, &path)?;
+                        Ok(Written::Saved(format!("Wrote {}", path.display())))
+                    });
                 }
             }
             Command::CloseComparison => self.optimizer.close(),
@@ -312,7 +317,9 @@ impl Studio {
             ExportFormat::Svg => {
                 let visible = visible_graph_rect(self.canvas_rect, &self.view);
                 let svg = export::svg(&l.doc, &l.scene, visible, &self.theme);
-                self.export.write_svg(path, svg, self.ctx.as_ref());
+                self.writes.spawn("export-view", self.ctx.as_ref(), move |_| {
+                    Ok(Written::Saved(export::write_svg(&path, &svg)?))
+                });
             }
             ExportFormat::Png => {
                 if let Some(ctx) = &self.ctx {
@@ -445,10 +452,10 @@ impl Studio {
             Some(Err(e)) => self.error = Some(e.to_string()),
             None => {}
         }
-        match self.export.poll(self.ctx.as_ref()) {
-            Some(Ok(status)) => self.status = status,
-            Some(Err(e)) => self.error = Some(e),
-            None => {}
+        if let Some(shot) = self.export.poll() {
+            self.writes.spawn("export-view", self.ctx.as_ref(), move |_| {
+                Ok(Written::Saved(shot.write()?))
+            });
         }
         for w in self.writes.finished() {
             match w {
@@ -463,6 +470,7 @@ impl Studio {
                     self.saved_project = Some(*project);
                 }
                 Ok(Written::Autosave(Err(e))) => self.status = format!("Autosave failed: {e}"),
+                Ok(Written::Saved(status)) => self.status = status,
                 Ok(Written::Recipe(r)) => {
                     self.quant.rules_note = Some(match r {
                         Ok(path) => format!("saved to {}", path.display()),

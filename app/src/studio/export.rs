@@ -1,7 +1,6 @@
 //! Export of the current view: SVG written from the scene, PNG from a screenshot of the
 //! canvas. Files are written atomically (temporary file, then rename) by a background job.
 
-use super::jobs::{Job, take_finished};
 use super::theme::Theme;
 use crate::graph::doc::{CARD_HEADER, CARD_LINE, CARD_PAD, GraphDoc};
 use crate::graph::scene::{BoxKind, FRAME_HEADER, Scene};
@@ -185,19 +184,44 @@ pub fn svg(doc: &GraphDoc, scene: &Scene, view: egui::Rect, theme: &Theme) -> St
     s
 }
 
-/// A view export: a PNG waiting for its screenshot, and the write under way.
+/// A PNG export waiting for its screenshot (the studio then writes it as a background job).
 #[derive(Default)]
 pub struct ExportState {
     waiting: Option<(Receiver<Arc<egui::ColorImage>>, PathBuf, egui::Rect, f32)>,
-    writing: Option<Job<String>>,
+}
+
+/// A screenshot that came, with where its canvas part goes.
+pub struct Shot {
+    pub image: Arc<egui::ColorImage>,
+    pub path: PathBuf,
+    /// The canvas rectangle (points) and the points-to-pixels factor.
+    pub rect: egui::Rect,
+    pub pixels_per_point: f32,
+}
+
+impl Shot {
+    /// Encodes the canvas part and writes it atomically; says where it went.
+    pub fn write(&self) -> Result<String, String> {
+        png_bytes(&self.image, self.rect, self.pixels_per_point)
+            .map_err(|e| format!("{}: {e}", self.path.display()))
+            .and_then(|b| npu_core::export::write_atomic(&self.path, &b).map_err(|e| e.to_string()))
+            .map_err(|e| format!("Could not write the view: {e}"))?;
+        Ok(format!("Exported the view to {}", self.path.display()))
+    }
+}
+
+/// Writes an SVG document atomically; says where it went.
+pub fn write_svg(path: &std::path::Path, svg: &str) -> Result<String, String> {
+    npu_core::export::write_atomic(path, svg.as_bytes()).map_err(|e| format!("Could not write the view: {e}"))?;
+    Ok(format!("Exported the view to {}", path.display()))
 }
 
 impl ExportState {
     pub fn pending(&self) -> bool {
-        self.waiting.is_some() || self.writing.is_some()
+        self.waiting.is_some()
     }
 
-    /// Asks for a screenshot; the canvas part of it is written to `path` once it comes.
+    /// Asks for a screenshot; `poll` hands it over once it comes.
     pub fn request_png(&mut self, ctx: &egui::Context, path: PathBuf, canvas: egui::Rect) {
         let (tx, rx) = channel();
         ctx.request_screenshot(move |img| {
@@ -206,31 +230,16 @@ impl ExportState {
         self.waiting = Some((rx, path, canvas, ctx.pixels_per_point()));
     }
 
-    /// Writes an SVG document in the background.
-    pub fn write_svg(&mut self, path: PathBuf, svg: String, ctx: Option<&egui::Context>) {
-        self.writing = Some(Job::spawn("export-view", ctx, move |_| {
-            npu_core::export::write_atomic(&path, svg.as_bytes())
-                .map_err(|e| format!("Could not write the view: {e}"))?;
-            Ok(format!("Exported the view to {}", path.display()))
-        }));
-    }
-
-    /// Starts the PNG's write once its screenshot came; returns what a finished write says
-    /// (`Err`: the message to show as an error).
-    pub fn poll(&mut self, ctx: Option<&egui::Context>) -> Option<Result<String, String>> {
-        if let Some((rx, ..)) = &self.waiting
-            && let Ok(img) = rx.try_recv()
-            && let Some((_, path, rect, ppp)) = self.waiting.take()
-        {
-            self.writing = Some(Job::spawn("export-view", ctx, move |_| {
-                png_bytes(&img, rect, ppp)
-                    .map_err(|e| format!("{}: {e}", path.display()))
-                    .and_then(|b| npu_core::export::write_atomic(&path, &b).map_err(|e| e.to_string()))
-                    .map_err(|e| format!("Could not write the view: {e}"))?;
-                Ok(format!("Exported the view to {}", path.display()))
-            }));
-        }
-        take_finished(&mut self.writing).map(|r| r.map_err(|e| e.to_string()))
+    /// The screenshot, once it came.
+    pub fn poll(&mut self) -> Option<Shot> {
+        let image = self.waiting.as_ref()?.0.try_recv().ok()?;
+        let (_, path, rect, pixels_per_point) = self.waiting.take()?;
+        Some(Shot {
+            image,
+            path,
+            rect,
+            pixels_per_point,
+        })
     }
 }
 

@@ -5,6 +5,7 @@ use super::commands::{Command, Selection};
 use super::document::Loaded;
 use super::jobs::Job;
 use super::plots;
+use super::widgets::labelled_text;
 use crate::info::{IoInfo, model_info, node_info, value_info};
 use egui_plot::{Bar, BarChart};
 use npu_core::ir::{Attr, Model, Tensor, ValueId};
@@ -180,13 +181,13 @@ pub fn inspector_ui(
                     if info.macs_partial {
                         ui.add(egui::Label::new(egui::RichText::new(macs_note(macs.as_ref())).weak()).wrap());
                         ui.horizontal(|ui| {
-                            let label = ui.label("MACs at input shape:");
-                            ui.add(
-                                egui::TextEdit::singleline(&mut state.macs_shape)
-                                    .hint_text("images=1x3x320x320")
-                                    .desired_width(170.0),
-                            )
-                            .labelled_by(label.id);
+                            labelled_text(
+                                ui,
+                                "MACs at input shape:",
+                                &mut state.macs_shape,
+                                "images=1x3x320x320",
+                                170.0,
+                            );
                         });
                     }
                 }

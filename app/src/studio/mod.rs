@@ -3,8 +3,9 @@
 //! and the pipeline row. `Studio::ui` draws one frame; `eframe` or a test harness calls it.
 //!
 //! Layers, each using only the ones above it:
-//! - `commands`, `theme`, `jobs`, `plots`, `graph_view`, `document`: vocabulary, colours,
-//!   background jobs, plots, one graph pane (knows nothing of `Studio`), the open model;
+//! - `commands`, `theme`, `jobs`, `plots`, `widgets`, `graph_view`, `document`: vocabulary,
+//!   colours, background jobs, plots, shared widgets, one graph pane (knows nothing of
+//!   `Studio`), the open model;
 //! - the features, which draw from their own state and a read-only context and send
 //!   commands: `search`, `inspector`, `outline`, `optimize`, `quantize/`, `pipeline`,
 //!   `project`, `export`, `dialogs`;
@@ -33,6 +34,7 @@ pub mod search;
 pub mod shortcuts;
 pub mod theme;
 mod view;
+pub mod widgets;
 
 pub use app::{Settings, StudioApp, run};
 pub use document::{COLLAPSE_ABOVE_ITEMS, Loaded};

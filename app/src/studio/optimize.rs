@@ -2,7 +2,7 @@
 //! N side by side. Nodes a rewrite removed are struck out in the "before" pane, nodes it
 //! made or rewrote are outlined in both, and selecting a node in one pane outlines the
 //! nodes it is linked to in the other through the origin ids every new node keeps. The
-//! run, the replay of a step and the "Save as ONNX" write are background jobs.
+//! run and the replay of a step are background jobs (the studio writes "Save as ONNX").
 
 use super::commands::{Command, Selection};
 use super::document::{Loaded, initial_collapsed};
@@ -146,8 +146,6 @@ pub struct OptimizerState {
     pub after: Option<AfterPane>,
     /// The replay of the step asked for, while it runs.
     replay: Option<Job<AfterPane>>,
-    /// The "Save as ONNX" write, while it runs.
-    save_job: Option<Job<String>>,
     /// The node selected in the "after" pane.
     pub after_selected: Option<NodeId>,
 }
@@ -165,7 +163,6 @@ impl Default for OptimizerState {
             step: 0,
             after: None,
             replay: None,
-            save_job: None,
             after_selected: None,
         }
     }
@@ -183,7 +180,7 @@ impl OptimizerState {
     }
 
     pub fn busy(&self) -> bool {
-        self.job.is_some() || self.replay.is_some() || self.save_job.is_some()
+        self.job.is_some() || self.replay.is_some()
     }
 
     /// The names of the enabled passes.
@@ -225,7 +222,7 @@ impl OptimizerState {
     }
 
     /// Takes finished jobs: a run shows its last step, a replayed step shows in the after
-    /// pane, a write says where it went. Returns (status, error) messages to show.
+    /// pane. Returns (status, error) messages to show.
     pub fn poll(&mut self, original: Option<&Arc<Model>>, ctx: Option<&egui::Context>) -> Vec<Result<String, String>> {
         let mut notes = Vec::new();
         match take_finished(&mut self.job) {
@@ -257,11 +254,6 @@ impl OptimizerState {
             Some(Err(JobError::Cancelled)) | None => {}
             Some(Err(JobError::Failed(e))) => notes.push(Err(e)),
         }
-        match take_finished(&mut self.save_job) {
-            Some(Ok(status)) => notes.push(Ok(status)),
-            Some(Err(e)) => notes.push(Err(e.to_string())),
-            None => {}
-        }
         notes
     }
 
@@ -284,15 +276,12 @@ impl OptimizerState {
         }));
     }
 
-    /// Writes the model after the current step next to the open file as `<name>.opt.onnx`.
-    pub fn save(&mut self, loaded: &Loaded, ctx: Option<&egui::Context>) {
-        let Some(after) = &self.after else { return };
+    /// What "Save as ONNX" writes: the model after the current step, next to the open file
+    /// as `<name>.opt.onnx`.
+    pub fn save_target(&self, loaded: &Loaded) -> Option<(Arc<Model>, std::path::PathBuf)> {
+        let after = self.after.as_ref()?;
         let path = loaded.path.with_file_name(format!("{}.opt.onnx", loaded.stem()));
-        let model = after.model.clone();
-        self.save_job = Some(Job::spawn("save-optimized", ctx, move |_| {
-            npu_core::export::onnx::save(&model, &path)?;
-            Ok(format!("Wrote {}", path.display()))
-        }));
+        Some((after.model.clone(), path))
     }
 
     /// Closes the before/after comparison.

@@ -7,6 +7,7 @@ use super::{QuantView, analysis, preview, recipe_editor};
 use crate::studio::commands::{Command, Dialog, Selection, Setup};
 use crate::studio::document::Loaded;
 use crate::studio::theme::Theme;
+use crate::studio::widgets::labelled_text;
 use npu_core::ir::NodeId;
 use npu_core::quant::{PRESETS, TensorReport};
 use std::collections::BTreeSet;
@@ -50,23 +51,23 @@ pub fn panel_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, out: &mu
 fn controls_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, setup: &mut Setup, out: &mut Vec<Command>) {
     ui.horizontal_wrapped(|ui| {
         ui.strong("Quantize");
-        let label = ui.label("Samples:");
-        ui.add(
-            egui::TextEdit::singleline(&mut setup.data)
-                .hint_text("folder of .npy/.png, or synthetic:8")
-                .desired_width(260.0),
-        )
-        .labelled_by(label.id);
+        labelled_text(
+            ui,
+            "Samples:",
+            &mut setup.data,
+            "folder of .npy/.png, or synthetic:8",
+            260.0,
+        );
         if ui.button("Browse…").clicked() {
             out.push(Command::Dialog(Dialog::Samples { then_calibrate: false }));
         }
-        let label = ui.label("Preprocess:");
-        ui.add(
-            egui::TextEdit::singleline(&mut setup.preprocess)
-                .hint_text("size=48x192;scale=1/255;mean=0.5;std=0.5")
-                .desired_width(220.0),
-        )
-        .labelled_by(label.id);
+        labelled_text(
+            ui,
+            "Preprocess:",
+            &mut setup.preprocess,
+            "size=48x192;scale=1/255;mean=0.5;std=0.5",
+            220.0,
+        );
         ui.toggle_value(&mut q.show_preprocess_form, "Form…")
             .on_hover_text("edit the preprocessing field by field");
         egui::ComboBox::from_id_salt("quant_preset")

@@ -6,6 +6,7 @@
 use super::QuantView;
 use super::overlay::precision_name;
 use crate::studio::commands::{Command, Dialog, Setup};
+use crate::studio::widgets::labelled_text;
 use npu_core::quant::PRESETS;
 use npu_core::quant::recipe::{Recipe, Rule};
 use std::path::Path;
@@ -91,13 +92,7 @@ fn rules_ui(ui: &mut egui::Ui, q: &QuantView, rules: &mut Vec<Rule>, out: &mut V
 /// The recipe file row: its path, Browse…, Load recipe and Save recipe.
 fn recipe_file_ui(ui: &mut egui::Ui, q: &mut QuantView, out: &mut Vec<Command>) {
     ui.horizontal(|ui| {
-        let label = ui.label("Recipe file:");
-        ui.add(
-            egui::TextEdit::singleline(&mut q.recipe_path)
-                .hint_text("recipe.ron")
-                .desired_width(240.0),
-        )
-        .labelled_by(label.id);
+        labelled_text(ui, "Recipe file:", &mut q.recipe_path, "recipe.ron", 240.0);
         if ui.button("Browse recipes…").clicked() {
             out.push(Command::Dialog(Dialog::RecipeFile));
         }
