@@ -423,3 +423,37 @@ pub fn export_bundle(
     progress.update(3, 3, "exported");
     Ok(vec![onnx, plan_path, report_path])
 }
+
+/// Stage 4a: the plan made integer — every tensor's storage type, scales and zero points,
+/// weights and biases as codes, one integer op per step — at the given input shapes (the
+/// plan's calibration shapes where not given). A plan of another graph is an error.
+pub fn legalize(
+    optimized: &Model,
+    plan: &QuantPlan,
+    shapes: &HashMap<String, Vec<usize>>,
+) -> Result<crate::quant::legalize::Program, crate::quant::legalize::LegalizeError> {
+    crate::quant::legalize::legalize(optimized, plan, shapes)
+}
+
+/// The integer reference execution of a legalized program (LiteRT's reference-kernel
+/// arithmetic): every tensor's codes.
+pub fn run_integer(
+    program: &crate::quant::legalize::Program,
+    inputs: Vec<crate::sim::integer::Input>,
+) -> Result<crate::sim::integer::Run, crate::sim::integer::RunError> {
+    crate::sim::integer::run(program, inputs)
+}
+
+/// The TFLite export of a legalized program, written atomically.
+pub fn export_tflite(
+    program: &crate::quant::legalize::Program,
+    io: crate::export::tflite::Io,
+    path: &Path,
+) -> Result<crate::export::tflite::Written, ExportError> {
+    let written = crate::export::tflite::write(program, io).map_err(|e| ExportError::Model {
+        file: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    write_atomic(path, &written.bytes)?;
+    Ok(written)
+}

@@ -1,9 +1,10 @@
 //! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`,
-//! `simulate`, `bench-quant-edit`; no subcommand opens the studio. Their flags and JSON
+//! `simulate`, `export`, `bench-quant-edit`; no subcommand opens the studio. Their flags and JSON
 //! fields are a stable contract.
 
 mod benches;
 mod inspect;
+mod integer;
 mod optimize;
 pub mod progress;
 mod quant;
@@ -68,6 +69,34 @@ enum Command {
         /// Also write every intermediate tensor into this folder (for debugging).
         #[arg(long, value_name = "DIR")]
         dump: Option<PathBuf>,
+        /// Run a quantization plan with integer arithmetic (LiteRT's reference kernels):
+        /// an integer input array is taken as codes on the input's grid, a float one is
+        /// quantized as TFLite's QUANTIZE does; each output is written as its codes with
+        /// `<name>.quant.json` (scale, zero_point, axis).
+        #[arg(long, value_name = "PLAN.ron")]
+        plan: Option<PathBuf>,
+        /// With --plan: write outputs as float32 instead of codes.
+        #[arg(long, requires = "plan")]
+        dequantize: bool,
+    },
+    /// Exports a quantization plan as a deployable model: `--format tflite` writes a fully
+    /// quantized int8 TFLite file (NHWC, per-channel weights, a serving_default signature).
+    Export {
+        model: PathBuf,
+        #[arg(long, value_name = "PLAN.ron")]
+        plan: PathBuf,
+        /// tflite.
+        #[arg(long, default_value = "tflite")]
+        format: String,
+        /// The file, written atomically.
+        #[arg(long)]
+        out: PathBuf,
+        /// Model inputs and outputs: int8 codes, or float32 behind QUANTIZE/DEQUANTIZE.
+        #[arg(long, default_value = "int8")]
+        io: String,
+        /// Fix an input shape (default: the plan's calibration shape), e.g. `x=1x3x48x192`.
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shapes: Vec<String>,
     },
     /// Times the graph view: layout, opening with collapsed scopes, expanding a scope and
     /// painting frames while panning, on synthetic DAGs and on the given model files.
@@ -234,7 +263,20 @@ pub fn main() -> Result<()> {
             output_dir,
             threads,
             dump,
-        }) => run::run(&model, &inputs, &output_dir, threads, dump.as_deref()),
+            plan,
+            dequantize,
+        }) => match plan {
+            Some(plan) => integer::run(&model, &plan, &inputs, &output_dir, dequantize, dump.as_deref()),
+            None => run::run(&model, &inputs, &output_dir, threads, dump.as_deref()),
+        },
+        Some(Command::Export {
+            model,
+            plan,
+            format,
+            out,
+            io,
+            shapes,
+        }) => integer::export(&model, &plan, &format, &out, &io, &shapes),
         Some(Command::BenchLayout {
             models,
             synthetic,

@@ -242,7 +242,7 @@ fn recipe_name(path: Option<&Path>, recipe: &Recipe) -> String {
 
 /// What `simulate` and `analyze` start from: the plan, the preprocessing and the optimized
 /// model its names refer to.
-fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantPlan, Model)> {
+pub(super) fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantPlan, Model)> {
     let plan = pipeline::load_plan(plan_path)?;
     Ok((plan, optimized(model_path)?))
 }

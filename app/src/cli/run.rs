@@ -17,7 +17,7 @@ pub fn parse_shape(spec: &str) -> Result<(String, Vec<usize>)> {
 }
 
 /// Reads an `.npy` file of any supported dtype.
-fn read_npy(path: &Path) -> Result<Tensor> {
+pub(super) fn read_npy(path: &Path) -> Result<Tensor> {
     use ndarray_npy::ReadNpyExt;
     let open = || std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()));
     macro_rules! try_type {
@@ -42,7 +42,7 @@ fn read_npy(path: &Path) -> Result<Tensor> {
     )
 }
 
-fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
+pub(super) fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
     use ndarray_npy::WriteNpyExt;
     let tmp = path.with_extension("npy.tmp");
     let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
@@ -63,7 +63,7 @@ fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
     Ok(())
 }
 
-fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
+pub(super) fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
     specs
         .iter()
         .map(|s| {
@@ -76,7 +76,7 @@ fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
 }
 
 /// Replaces every character outside `[A-Za-z0-9._-]` with `_`.
-fn sanitize(name: &str) -> String {
+pub(super) fn sanitize(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {

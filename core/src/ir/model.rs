@@ -175,6 +175,10 @@ impl Node {
         self.inputs.get(i).copied().flatten()
     }
 
+    pub fn output(&self, i: usize) -> Option<ValueId> {
+        self.outputs.get(i).copied().flatten()
+    }
+
     pub fn attr(&self, name: &str) -> Option<&Attr> {
         self.attrs.get(name)
     }

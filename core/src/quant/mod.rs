@@ -8,8 +8,10 @@
 pub mod amp;
 pub mod analysis;
 pub mod data;
+pub mod legalize;
 pub mod live;
 pub mod observer;
+pub mod params;
 pub mod recipe;
 pub mod scheme;
 
@@ -183,6 +185,14 @@ pub struct QuantPlan {
     /// quantized form makes on the calibration data (empirical bias correction).
     #[serde(default)]
     pub bias_correction: BTreeMap<String, Vec<f32>>,
+    /// The optimized graph's identity ([`params::graph_id`]); a plan used on another graph
+    /// is an error. Absent in plans written before it was recorded.
+    #[serde(default)]
+    pub graph: Option<String>,
+    /// The input shapes of the first calibration sample (what an export fixes dynamic
+    /// dims to unless told otherwise).
+    #[serde(default)]
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
 }
 
 impl QuantPlan {
@@ -225,6 +235,8 @@ pub struct Stats {
     pub observers: HashMap<ValueId, Observer>,
     /// Samples seen.
     pub samples: usize,
+    /// The first sample's input shapes, by input name.
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
 }
 
 /// A model prepared for calibration and fake-quant simulation: node order, last uses,
@@ -474,12 +486,16 @@ impl<'m> Quantizer<'m> {
         let g = self.graph();
         let mut obs: HashMap<ValueId, Observer> = self.quant_points.iter().map(|&v| (v, Observer::new())).collect();
         let mut n = 0;
+        let mut input_shapes = BTreeMap::new();
         for s in samples {
             if progress.cancelled() {
                 return Err(QuantError::Cancelled);
             }
             let (label, sample) = s?;
             progress.update(n, total, &format!("calibrating on {label}"));
+            if n == 0 {
+                input_shapes = sample.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
+            }
             let mut see = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
                 if let (Some(o), Tensor::F32(a)) = (obs.get_mut(&v), &*t) {
                     let data = a.as_slice_memory_order().unwrap_or(&[]);
@@ -501,6 +517,7 @@ impl<'m> Quantizer<'m> {
         Ok(Stats {
             observers: obs,
             samples: n,
+            input_shapes,
         })
     }
 
@@ -539,6 +556,8 @@ impl<'m> Quantizer<'m> {
             layers: BTreeMap::new(),
             ranges,
             bias_correction: BTreeMap::new(),
+            graph: Some(params::graph_id(self.model)),
+            input_shapes: stats.input_shapes.clone(),
         })
     }
 

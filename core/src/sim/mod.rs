@@ -1,6 +1,7 @@
 //! The FP32 reference executor: runs a [`Model`] on ndarray tensors with fast kernels.
 
 mod fuse;
+pub mod integer;
 pub(crate) mod ops;
 pub mod simd;
 

@@ -1,0 +1,155 @@
+//! `npu-studio run --plan` (the integer reference execution of a plan) and `export`
+//! (TFLite int8).
+
+use super::run::{parse_inputs, sanitize, write_npy};
+use anyhow::{Context, Result, bail};
+use ndarray::{ArrayD, IxDyn};
+use npu_core::ir::Tensor;
+use npu_core::pipeline;
+use npu_core::quant::legalize::{ITensor, Program};
+use npu_core::quant::params::IntType;
+use npu_core::sim::integer::Input;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// `<name>.quant.json`: the grid an integer output's codes lie on.
+#[derive(Serialize)]
+struct QuantJson {
+    scale: Vec<f32>,
+    zero_point: Vec<i32>,
+    axis: Option<usize>,
+    dtype: &'static str,
+}
+
+fn codes_tensor(t: &ITensor, codes: &[i32]) -> Result<Tensor> {
+    let shape = IxDyn(&t.shape);
+    Ok(match t.q.ty {
+        IntType::I8 => Tensor::I8(ArrayD::from_shape_vec(shape, codes.iter().map(|&v| v as i8).collect())?),
+        IntType::I16 => Tensor::I16(ArrayD::from_shape_vec(
+            shape,
+            codes.iter().map(|&v| v as i16).collect(),
+        )?),
+        IntType::I32 => Tensor::I32(ArrayD::from_shape_vec(shape, codes.to_vec())?),
+    })
+}
+
+fn dequantized(t: &ITensor, codes: &[i32]) -> Result<Tensor> {
+    Ok(Tensor::F32(ArrayD::from_shape_vec(
+        IxDyn(&t.shape),
+        codes.iter().map(|&c| t.q.real(c)).collect(),
+    )?))
+}
+
+fn write_codes(dir: &Path, t: &ITensor, codes: &[i32], dequantize: bool) -> Result<std::path::PathBuf> {
+    let file = dir.join(format!("{}.npy", sanitize(&t.name)));
+    if dequantize {
+        write_npy(&file, &dequantized(t, codes)?)?;
+    } else {
+        write_npy(&file, &codes_tensor(t, codes)?)?;
+        let json = serde_json::to_vec_pretty(&QuantJson {
+            scale: t.q.scale.clone(),
+            zero_point: t.q.zero_point.clone(),
+            axis: t.q.axis,
+            dtype: t.q.ty.name(),
+        })?;
+        npu_core::export::write_atomic(&dir.join(format!("{}.quant.json", sanitize(&t.name))), &json)?;
+    }
+    Ok(file)
+}
+
+/// Legalizes the plan on the model's optimized graph at the inputs' shapes.
+fn program(model: &Path, plan: &Path, shapes: &HashMap<String, Vec<usize>>) -> Result<Program> {
+    let (plan, optimized) = super::quant::plan_inputs(model, plan)?;
+    pipeline::legalize(&optimized, &plan, shapes).with_context(|| format!("legalizing {}", model.display()))
+}
+
+/// `npu-studio run MODEL --plan PLAN.ron`: integer codes in, integer codes (or floats) out.
+pub fn run(
+    model: &Path,
+    plan: &Path,
+    inputs: &[String],
+    out_dir: &Path,
+    dequantize: bool,
+    dump: Option<&Path>,
+) -> Result<()> {
+    let feeds = parse_inputs(inputs)?;
+    let shapes: HashMap<String, Vec<usize>> = feeds.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
+    let p = program(model, plan, &shapes)?;
+    let mut ins = Vec::new();
+    for &i in &p.inputs {
+        let t = &p.tensors[i];
+        let Some(x) = feeds.get(&t.name) else {
+            bail!(
+                "{}: input '{}' needs a value (--input {}=FILE.npy)",
+                model.display(),
+                t.name,
+                t.name
+            );
+        };
+        ins.push(match x {
+            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
+                Input::Float(x.to_f32().iter().copied().collect())
+            }
+            t => Input::Codes(t.to_i64().context("integer input")?.iter().map(|&v| v as i32).collect()),
+        });
+    }
+    let r = pipeline::run_integer(&p, ins).with_context(|| format!("running {} with the plan", model.display()))?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    for &o in &p.outputs {
+        let t = &p.tensors[o];
+        let codes = r.values[o].as_deref().context("an output was not computed")?;
+        let file = write_codes(out_dir, t, codes, dequantize)?;
+        println!(
+            "{} {} {:?} scale {} zero point {} -> {}",
+            t.name,
+            if dequantize { "float32" } else { t.q.ty.name() },
+            t.shape,
+            t.q.s(),
+            t.q.zp(),
+            file.display()
+        );
+    }
+    if let Some(dir) = dump {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (t, v) in p.tensors.iter().zip(&r.values) {
+            if let (None, Some(codes)) = (&t.data, v) {
+                write_codes(dir, t, codes, false)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `npu-studio export MODEL --plan PLAN.ron --format tflite --out FILE.tflite`.
+pub fn export(model: &Path, plan: &Path, format: &str, out: &Path, io: &str, shapes: &[String]) -> Result<()> {
+    let shapes: HashMap<String, Vec<usize>> = shapes
+        .iter()
+        .map(|s| super::run::parse_shape(s))
+        .collect::<Result<_>>()?;
+    let io = match io {
+        "int8" => npu_core::export::tflite::Io::Int8,
+        "float" => npu_core::export::tflite::Io::Float,
+        other => bail!("--io {other}: expected int8 or float"),
+    };
+    match format {
+        "tflite" => {
+            let p = program(model, plan, &shapes)?;
+            let w = pipeline::export_tflite(&p, io, out)?;
+            let inputs: Vec<String> = w.inputs.iter().map(|(n, s)| format!("{n} {s:?} (NHWC)")).collect();
+            println!(
+                "wrote {}: {} operators, {} bytes, int8 throughout; inputs {}; {} constraint(s) applied",
+                out.display(),
+                w.operators,
+                w.bytes.len(),
+                inputs.join(", "),
+                p.constraints.len()
+            );
+            for c in &p.constraints {
+                println!("  {} {} ({}): {}", c.rule, c.tensor, c.node, c.detail);
+            }
+            Ok(())
+        }
+        other => bail!("--format {other}: expected tflite"),
+    }
+}

@@ -1,0 +1,932 @@
+//! Legalization: a plan and its optimized graph become an integer [`Program`] — every
+//! tensor's storage type, float32 scale(s) and zero point(s), weights and biases as
+//! integer codes, one integer op per step with TFLite's reference-kernel semantics. The
+//! integer reference executor (`sim::integer`) runs it and the TFLite exporter writes it,
+//! so both do the same arithmetic.
+//!
+//! Where the integer scheme fixes what calibration chose, the program lists a
+//! [`Constraint`]: Logistic and Softmax outputs on (1/256, −128), Tanh on (1/128, 0), the
+//! input grid a HardSwish look-up needs when its producer is fused, Concat inputs moved to
+//! the output's grid, a HardSigmoid folded into its convolution.
+
+use super::params::{IntType, QParams, bias_codes, graph_id, int8_operand, int8_weight_codes};
+use super::scheme::ActFormat;
+use super::{QuantError, QuantPlan, Quantizer};
+use crate::ir::{Model, Node, NodeId, Tensor, ValueId, concrete};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// A fused activation, applied as TFLite's `CalculateActivationRangeQuantized` clamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Act {
+    None,
+    Relu,
+    Relu6,
+    ReluN1To1,
+}
+
+/// One integer op; tensors in the graph's layout (NCHW for images).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// Inputs: x, weights (OIHW, int8 per output channel), bias (int32). Depthwise when
+    /// `groups` equals the input channels.
+    Conv {
+        strides: [usize; 2],
+        dilations: [usize; 2],
+        /// Top, left, bottom, right.
+        pads: [usize; 4],
+        groups: usize,
+        act: Act,
+    },
+    /// Inputs: x (`[.., K]`), weights (`[N, K]`, int8 per output channel), bias (int32).
+    FullyConnected {
+        act: Act,
+    },
+    Add {
+        act: Act,
+    },
+    Sub {
+        act: Act,
+    },
+    Mul {
+        act: Act,
+    },
+    Mean {
+        axes: Vec<usize>,
+    },
+    MaxPool {
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        pads: [usize; 4],
+        act: Act,
+    },
+    AvgPool {
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        pads: [usize; 4],
+        act: Act,
+    },
+    HardSwish,
+    Logistic,
+    Tanh,
+    /// Over the last axis.
+    Softmax {
+        beta: f32,
+    },
+    Reshape,
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+    },
+    /// int8 → int8 on another grid (TFLite's QUANTIZE between integer tensors).
+    Requantize,
+}
+
+impl OpKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Conv { .. } => "Conv",
+            Self::FullyConnected { .. } => "FullyConnected",
+            Self::Add { .. } => "Add",
+            Self::Sub { .. } => "Sub",
+            Self::Mul { .. } => "Mul",
+            Self::Mean { .. } => "Mean",
+            Self::MaxPool { .. } => "MaxPool",
+            Self::AvgPool { .. } => "AvgPool",
+            Self::HardSwish => "HardSwish",
+            Self::Logistic => "Logistic",
+            Self::Tanh => "Tanh",
+            Self::Softmax { .. } => "Softmax",
+            Self::Reshape => "Reshape",
+            Self::Transpose { .. } => "Transpose",
+            Self::Concat { .. } => "Concat",
+            Self::Requantize => "Requantize",
+        }
+    }
+}
+
+/// A tensor of the program: an activation (codes made at run time) or a constant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ITensor {
+    /// The graph value's name; hidden tensors (a fused pre-activation, a requantized
+    /// Concat input) get the value's name and a suffix after `:`.
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub q: QParams,
+    /// Constant codes.
+    pub data: Option<Vec<i32>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IOp {
+    /// The graph node it comes from.
+    pub node: String,
+    pub kind: OpKind,
+    pub inputs: Vec<usize>,
+    pub outputs: Vec<usize>,
+}
+
+/// A place where the integer scheme overrides what calibration chose.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Constraint {
+    pub tensor: String,
+    pub node: String,
+    /// A short stable key: `fixed-output-grid`, `lut-input-grid`, `concat-requantize`,
+    /// `folded-hardsigmoid`.
+    pub rule: String,
+    pub detail: String,
+}
+
+/// An integer program: what the reference executor runs and the TFLite exporter writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    /// [`graph_id`] of the optimized graph.
+    pub graph: String,
+    pub tensors: Vec<ITensor>,
+    pub ops: Vec<IOp>,
+    pub inputs: Vec<usize>,
+    pub outputs: Vec<usize>,
+    pub constraints: Vec<Constraint>,
+}
+
+impl Program {
+    pub fn tensor_id(&self, name: &str) -> Option<usize> {
+        self.tensors.iter().position(|t| t.name == name)
+    }
+}
+
+/// Why a plan cannot become an integer program; each names what it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum LegalizeError {
+    #[error(
+        "the plan belongs to another graph (plan {plan}, this optimized graph {graph}): quantize this model again, with the same passes"
+    )]
+    WrongGraph { plan: String, graph: String },
+    #[error("no integer form for {} node(s): {}", .0.len(), .0.join("; "))]
+    Unsupported(Vec<String>),
+    #[error("tensor {0}: its shape is not known; give the input shapes (the plan records the calibration's)")]
+    Shape(String),
+    #[error("input {0}: no such graph input")]
+    NoSuchInput(String),
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
+
+/// Legalizes `plan` on `model` (the optimized graph) at the given input shapes (by input
+/// name; missing ones come from the plan, then from the model).
+pub fn legalize(
+    model: &Model,
+    plan: &QuantPlan,
+    shapes: &HashMap<String, Vec<usize>>,
+) -> Result<Program, LegalizeError> {
+    let id = graph_id(model);
+    if let Some(p) = &plan.graph
+        && *p != id
+    {
+        return Err(LegalizeError::WrongGraph {
+            plan: p.clone(),
+            graph: id,
+        });
+    }
+    let mut fixed = model.clone();
+    let mut all: HashMap<String, Vec<usize>> = plan.input_shapes.clone().into_iter().collect();
+    all.extend(shapes.clone());
+    if !all.is_empty() {
+        crate::import::shapes::fix_inputs(&mut fixed, &all).map_err(|e| LegalizeError::NoSuchInput(e.0))?;
+    }
+    let q = Quantizer::new(&fixed, 1)?;
+    let mut l = Lower {
+        q: &q,
+        plan,
+        program: Program {
+            graph: id,
+            tensors: Vec::new(),
+            ops: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            constraints: Vec::new(),
+        },
+        ids: HashMap::new(),
+        params: HashMap::new(),
+        statics: HashMap::new(),
+        done: vec![false; fixed.graph.nodes.len()],
+        unsupported: Vec::new(),
+    };
+    l.run()?;
+    if !l.unsupported.is_empty() {
+        return Err(LegalizeError::Unsupported(l.unsupported));
+    }
+    Ok(l.program)
+}
+
+/// How a convolution's (or FC's) result is finished.
+enum Epilogue {
+    Act(Act),
+    HardSwish,
+    /// `clamp(α·x + β, 0, 1)`, folded into weights and bias.
+    HardSigmoid(f32, f32),
+}
+
+struct Lower<'a, 'm> {
+    q: &'a Quantizer<'m>,
+    plan: &'a QuantPlan,
+    program: Program,
+    ids: HashMap<ValueId, usize>,
+    params: HashMap<ValueId, QParams>,
+    /// Values known at legalization time (shape arithmetic).
+    statics: HashMap<ValueId, Tensor>,
+    /// Nodes lowered together with their producer.
+    done: Vec<bool>,
+    unsupported: Vec<String>,
+}
+
+type R<T> = Result<T, LegalizeError>;
+
+fn attr2(node: &Node, name: &str, default: usize) -> [usize; 2] {
+    match node.attr_ints(name) {
+        Some([a, b]) => [*a as usize, *b as usize],
+        _ => [default; 2],
+    }
+}
+
+fn pads4(node: &Node) -> [usize; 4] {
+    match node.attr_ints("pads") {
+        Some([t, l, b, r]) => [*t as usize, *l as usize, *b as usize, *r as usize],
+        _ => [0; 4],
+    }
+}
+
+/// The inverse of HardSwish on `[-1.5, ∞)`.
+fn hard_swish_inverse(y: f64) -> f64 {
+    if y >= 3.0 {
+        y
+    } else {
+        (-3.0 + (9.0 + 24.0 * y.max(-0.375)).sqrt()) / 2.0
+    }
+}
+
+impl<'a, 'm: 'a> Lower<'a, 'm> {
+    fn g(&self) -> &'a crate::ir::Graph {
+        let q: &'a Quantizer<'m> = self.q;
+        &q.model.graph
+    }
+
+    fn name(&self, v: ValueId) -> String {
+        self.g().values[v].name.clone()
+    }
+
+    fn shape(&self, v: ValueId) -> R<Vec<usize>> {
+        let val = &self.g().values[v];
+        if let Some(c) = &val.constant {
+            return Ok(c.shape.clone());
+        }
+        if let Some(t) = self.statics.get(&v) {
+            return Ok(t.shape().to_vec());
+        }
+        val.shape
+            .as_deref()
+            .and_then(concrete)
+            .ok_or_else(|| LegalizeError::Shape(val.name.clone()))
+    }
+
+    fn push(&mut self, t: ITensor) -> usize {
+        self.program.tensors.push(t);
+        self.program.tensors.len() - 1
+    }
+
+    fn constraint(&mut self, tensor: &str, node: &str, rule: &str, detail: String) {
+        self.program.constraints.push(Constraint {
+            tensor: tensor.into(),
+            node: node.into(),
+            rule: rule.into(),
+            detail,
+        });
+    }
+
+    fn unsupported(&mut self, node: &Node, why: &str) {
+        self.unsupported.push(format!("{} ({}): {why}", node.label(), node.op));
+    }
+
+    /// The grid the plan gives `v` (int8 only for now).
+    fn plan_grid(&self, v: ValueId) -> Result<QParams, String> {
+        match self.q.grid(self.plan, v) {
+            Some((ActFormat::Int8, r)) => QParams::activation(ActFormat::Int8, r).ok_or_else(|| "no grid".into()),
+            Some((f, _)) => Err(format!(
+                "{f:?} activations have no integer form yet (only int8 is legalized)"
+            )),
+            None => Err("the plan gives it no grid (float)".into()),
+        }
+    }
+
+    /// The legalized grid of an activation value, with the fixed grids of Logistic,
+    /// Softmax and Tanh outputs carried through data movement.
+    fn act_params(&mut self, v: ValueId) -> Result<QParams, String> {
+        if let Some(p) = self.params.get(&v) {
+            return Ok(p.clone());
+        }
+        let g = self.g();
+        let producer = g.values[v].producer.map(|p| &g.nodes[p]);
+        let fixed = match producer.map(|n| n.op.as_str()) {
+            Some("Sigmoid" | "Softmax") => Some(QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128)),
+            Some("Tanh") => Some(QParams::per_tensor(IntType::I8, 1.0 / 128.0, 0)),
+            _ => None,
+        };
+        let p = if let Some(f) = fixed {
+            let node = producer.map(|n| n.name.clone()).unwrap_or_default();
+            let chosen = self
+                .plan_grid(v)
+                .map_or_else(|e| e, |c| format!("scale {} zero point {}", c.s(), c.zp()));
+            self.constraint(
+                &self.name(v),
+                &node,
+                "fixed-output-grid",
+                format!(
+                    "output fixed at scale {} zero point {} (calibration chose {chosen})",
+                    f.s(),
+                    f.zp()
+                ),
+            );
+            f
+        } else if let Some(n) = producer.filter(|n| super::PASS_THROUGH.contains(&n.op.as_str())) {
+            let x = n.input(0).ok_or("pass-through node without input")?;
+            self.act_params(x)?
+        } else {
+            self.plan_grid(v)?
+        };
+        self.params.insert(v, p.clone());
+        Ok(p)
+    }
+
+    /// The program tensor of an activation value (made on first use).
+    fn act(&mut self, v: ValueId) -> Result<usize, String> {
+        if let Some(&t) = self.ids.get(&v) {
+            return Ok(t);
+        }
+        let q = self.act_params(v)?;
+        let shape = self.shape(v).map_err(|e| e.to_string())?;
+        let t = self.push(ITensor {
+            name: self.name(v),
+            shape,
+            q,
+            data: None,
+        });
+        self.ids.insert(v, t);
+        Ok(t)
+    }
+
+    fn constant_f32(&self, v: ValueId) -> Option<(Vec<usize>, Vec<f32>)> {
+        let t = self
+            .statics
+            .get(&v)
+            .or_else(|| self.g().values[v].constant.as_ref().map(crate::ir::Constant::tensor))?;
+        let a = t.to_f32();
+        Some((a.shape().to_vec(), a.iter().copied().collect()))
+    }
+
+    fn run(&mut self) -> R<()> {
+        let g = self.g();
+        let order = g.topo_order().map_err(|e| QuantError::Data(e.to_string()))?;
+        let inputs = g.inputs.clone();
+        let outputs = g.outputs.clone();
+        for i in inputs {
+            match self.act(i) {
+                Ok(t) => self.program.inputs.push(t),
+                Err(e) => self.unsupported.push(format!("input {}: {e}", self.name(i))),
+            }
+        }
+        for n in order {
+            if self.done[n] {
+                continue;
+            }
+            if self.try_static(n) {
+                continue;
+            }
+            let node = self.g().nodes[n].clone();
+            if let Err(e) = self.lower(n, &node) {
+                self.unsupported(&node, &e);
+            }
+        }
+        for o in outputs {
+            match self.ids.get(&o) {
+                Some(&t) => self.program.outputs.push(t),
+                None => self
+                    .unsupported
+                    .push(format!("output {}: not computed by an integer op", self.name(o))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates a node whose inputs are all known (shape arithmetic) at legalization time.
+    fn try_static(&mut self, n: NodeId) -> bool {
+        let g = self.g();
+        let node = &g.nodes[n];
+        let known = |v: ValueId| self.statics.contains_key(&v) || g.values[v].constant.is_some();
+        let ok = if matches!(node.op.as_str(), "Shape" | "Size") {
+            node.input(0)
+                .is_some_and(|x| g.values[x].shape.as_deref().and_then(concrete).is_some())
+        } else {
+            !node.inputs.iter().flatten().any(|&v| !known(v)) && node.op != "Constant" || node.op == "Constant"
+        };
+        if !ok {
+            return false;
+        }
+        let shape_tensor;
+        let ins: Vec<Option<&Tensor>> = if matches!(node.op.as_str(), "Shape" | "Size") {
+            let x = node.input(0).unwrap_or_default();
+            let dims = g.values[x].shape.as_deref().and_then(concrete).unwrap_or_default();
+            // Shape and Size read only the input's shape: a zero tensor of that shape.
+            shape_tensor = Tensor::F32(ndarray::ArrayD::zeros(dims));
+            vec![Some(&shape_tensor)]
+        } else {
+            node.inputs
+                .iter()
+                .map(|v| {
+                    v.and_then(|v| {
+                        self.statics
+                            .get(&v)
+                            .or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor))
+                    })
+                })
+                .collect()
+        };
+        let ctx = crate::sim::OpCtx {
+            opset: self.q.model.opset(),
+            threads: 1,
+        };
+        let Ok(outs) = crate::sim::ops::eval(node, &ins, &ctx) else {
+            return false;
+        };
+        let outs: Vec<(ValueId, Tensor)> = node
+            .outputs
+            .iter()
+            .zip(outs)
+            .filter_map(|(o, t)| o.map(|o| (o, t)))
+            .collect();
+        for (o, t) in outs {
+            self.statics.insert(o, t);
+        }
+        true
+    }
+
+    fn lower(&mut self, n: NodeId, node: &Node) -> Result<(), String> {
+        let g = self.g();
+        let out = node.output(0).ok_or("no output")?;
+        let x = node.input(0).ok_or("no input")?;
+        match node.op.as_str() {
+            "Conv" | "FusedConv" => {
+                let epi = self.epilogue(node, out)?;
+                let (epi, y) = match epi {
+                    Some(e) => (e, out),
+                    None => self.absorb_consumer(out)?,
+                };
+                self.conv(node, x, y, epi)
+            }
+            "MatMul" => {
+                let (epi, y) = self.absorb_consumer(out)?;
+                let Epilogue::Act(act) = epi else {
+                    return Err("only ReLU-family activations fuse into a fully connected layer".into());
+                };
+                self.fully_connected(node, x, y, act)
+            }
+            "Add" | "Sub" | "Mul" => {
+                let act = match node.attr_s("activation") {
+                    None => Act::None,
+                    Some("Relu") => Act::Relu,
+                    Some(a) => return Err(format!("fused {a} on an element-wise op has no integer form yet")),
+                };
+                let a = self.operand(node, 0, out)?;
+                let b = self.operand(node, 1, out)?;
+                let y = self.act(out)?;
+                let kind = match node.op.as_str() {
+                    "Add" => OpKind::Add { act },
+                    "Sub" => OpKind::Sub { act },
+                    _ => OpKind::Mul { act },
+                };
+                self.op(node, kind, vec![a, b], vec![y]);
+                Ok(())
+            }
+            "GlobalAveragePool" | "ReduceMean" => {
+                let rank = self.shape(x).map_err(|e| e.to_string())?.len();
+                let axes: Vec<usize> = if node.op == "GlobalAveragePool" {
+                    (2..rank).collect()
+                } else {
+                    let raw = node
+                        .attr_ints("axes")
+                        .map(<[i64]>::to_vec)
+                        .or_else(|| {
+                            node.input(1)
+                                .and_then(|a| {
+                                    self.statics
+                                        .get(&a)
+                                        .or(g.values[a].constant.as_ref().map(crate::ir::Constant::tensor))
+                                })
+                                .and_then(Tensor::as_i64_vec)
+                        })
+                        .unwrap_or_else(|| (0..rank as i64).collect());
+                    raw.iter()
+                        .map(|&a| if a < 0 { (a + rank as i64) as usize } else { a as usize })
+                        .collect()
+                };
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::Mean { axes }, vec![xi], vec![y]);
+                Ok(())
+            }
+            "MaxPool" | "AveragePool" => {
+                if node.attr_ints("kernel_shape").is_none_or(|k| k.len() != 2) {
+                    return Err("only 2-D pooling".into());
+                }
+                if node.attr_ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1)) {
+                    return Err("dilated pooling has no integer form".into());
+                }
+                if node.attr_s("auto_pad").is_some_and(|a| a != "NOTSET") {
+                    return Err("auto_pad pooling: optimize the model first".into());
+                }
+                let pads = pads4(node);
+                if node.op == "AveragePool"
+                    && node.attr_i("count_include_pad") == Some(1)
+                    && pads.iter().any(|&p| p > 0)
+                {
+                    return Err("average pooling that counts padding has no integer form".into());
+                }
+                let kernel = attr2(node, "kernel_shape", 1);
+                let strides = attr2(node, "strides", 1);
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                let kind = if node.op == "MaxPool" {
+                    OpKind::MaxPool {
+                        kernel,
+                        strides,
+                        pads,
+                        act: Act::None,
+                    }
+                } else {
+                    OpKind::AvgPool {
+                        kernel,
+                        strides,
+                        pads,
+                        act: Act::None,
+                    }
+                };
+                self.op(node, kind, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Softmax" => {
+                let rank = self.shape(x).map_err(|e| e.to_string())?.len() as i64;
+                let axis = node
+                    .attr_i("axis")
+                    .unwrap_or(if self.q.model.opset() >= 13 { -1 } else { 1 });
+                let axis = if axis < 0 { axis + rank } else { axis };
+                if axis != rank - 1 {
+                    return Err("softmax over an axis other than the last has no integer form yet".into());
+                }
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::Softmax { beta: 1.0 }, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Sigmoid" | "Tanh" | "HardSwish" => {
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                let kind = match node.op.as_str() {
+                    "Sigmoid" => OpKind::Logistic,
+                    "Tanh" => OpKind::Tanh,
+                    _ => OpKind::HardSwish,
+                };
+                self.op(node, kind, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => {
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::Reshape, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Transpose" => {
+                let rank = self.shape(x).map_err(|e| e.to_string())?.len();
+                let perm: Vec<usize> = node.attr_ints("perm").map_or_else(
+                    || (0..rank).rev().collect(),
+                    |p| p.iter().map(|&v| v as usize).collect(),
+                );
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::Transpose { perm }, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Concat" => {
+                let rank = self.shape(out).map_err(|e| e.to_string())?.len() as i64;
+                let axis = node.attr_i("axis").unwrap_or(0);
+                let axis = if axis < 0 { axis + rank } else { axis } as usize;
+                let yq = self.act_params(out)?;
+                let mut ins = Vec::new();
+                for k in 0..node.inputs.len() {
+                    let Some(v) = node.input(k) else { continue };
+                    if let Some((shape, data)) = self.constant_f32(v) {
+                        let codes = data.iter().map(|&f| quantize_code(f, &yq)).collect();
+                        let t = self.push(ITensor {
+                            name: self.name(v),
+                            shape,
+                            q: yq.clone(),
+                            data: Some(codes),
+                        });
+                        ins.push(t);
+                        continue;
+                    }
+                    let t = self.act(v)?;
+                    if self.program.tensors[t].q.same_grid(&yq) {
+                        ins.push(t);
+                    } else {
+                        let from = self.program.tensors[t].q.clone();
+                        let r = self.push(ITensor {
+                            name: format!("{}:requant", self.name(v)),
+                            shape: self.program.tensors[t].shape.clone(),
+                            q: yq.clone(),
+                            data: None,
+                        });
+                        self.constraint(
+                            &self.program.tensors[r].name.clone(),
+                            &node.name,
+                            "concat-requantize",
+                            format!(
+                                "input moved from scale {} zero point {} to the output's scale {} zero point {}",
+                                from.s(),
+                                from.zp(),
+                                yq.s(),
+                                yq.zp()
+                            ),
+                        );
+                        self.op(node, OpKind::Requantize, vec![t], vec![r]);
+                        ins.push(r);
+                    }
+                }
+                let y = self.act(out)?;
+                self.op(node, OpKind::Concat { axis }, ins, vec![y]);
+                Ok(())
+            }
+            op => {
+                let _ = n;
+                Err(format!("op {op} has no integer form yet"))
+            }
+        }
+    }
+
+    fn op(&mut self, node: &Node, kind: OpKind, inputs: Vec<usize>, outputs: Vec<usize>) {
+        self.program.ops.push(IOp {
+            node: node.name.clone(),
+            kind,
+            inputs,
+            outputs,
+        });
+    }
+
+    /// An element-wise operand: an activation, or a constant on its own int8 grid.
+    fn operand(&mut self, node: &Node, k: usize, _out: ValueId) -> Result<usize, String> {
+        let v = node.input(k).ok_or("missing operand")?;
+        if let Some((shape, data)) = self.constant_f32(v) {
+            let (codes, q) = int8_operand(&data);
+            return Ok(self.push(ITensor {
+                name: self.name(v),
+                shape,
+                q,
+                data: Some(codes),
+            }));
+        }
+        let _ = node;
+        self.act(v)
+    }
+
+    /// The activation fused into a FusedConv.
+    fn epilogue(&self, node: &Node, _out: ValueId) -> Result<Option<Epilogue>, String> {
+        let Some(a) = node.attr_s("activation") else {
+            return Ok(None);
+        };
+        let params = node.attr_floats("activation_params").unwrap_or(&[]);
+        activation_epilogue(a, params).map(Some)
+    }
+
+    /// When `y` has no grid of its own (its one consumer, an activation, is fused into the
+    /// producer), the consumer's activation and output; else no activation and `y`.
+    fn absorb_consumer(&mut self, y: ValueId) -> Result<(Epilogue, ValueId), String> {
+        if self.q.grid(self.plan, y).is_some() || self.g().outputs.contains(&y) {
+            return Ok((Epilogue::Act(Act::None), y));
+        }
+        let g = self.g();
+        let consumers: Vec<NodeId> = (0..g.nodes.len())
+            .filter(|&c| g.nodes[c].inputs.contains(&Some(y)))
+            .collect();
+        let [c] = consumers[..] else {
+            return Err("its output has no grid and several consumers".into());
+        };
+        let cn = &g.nodes[c];
+        let params: Vec<f32> = match cn.op.as_str() {
+            "HardSigmoid" => vec![cn.attr_f("alpha").unwrap_or(0.2), cn.attr_f("beta").unwrap_or(0.5)],
+            "Clip" => {
+                let bound = |k: usize, d: f32| {
+                    cn.attr_f(if k == 1 { "min" } else { "max" })
+                        .or_else(|| {
+                            cn.input(k)
+                                .and_then(|b| g.values[b].constant.as_ref())
+                                .and_then(|c| c.tensor().to_f32().iter().next().copied())
+                        })
+                        .unwrap_or(d)
+                };
+                vec![bound(1, f32::MIN), bound(2, f32::MAX)]
+            }
+            _ => Vec::new(),
+        };
+        let e = activation_epilogue(&cn.op, &params)
+            .map_err(|e| format!("its output has no grid and its consumer {}: {e}", cn.label()))?;
+        let out = cn.output(0).ok_or("consumer without output")?;
+        self.done[c] = true;
+        Ok((e, out))
+    }
+
+    fn conv(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
+        let g = self.g();
+        let wv = node.input(1).ok_or("no weights")?;
+        let (wshape, wdata) = self.constant_f32(wv).ok_or("weights are not constant")?;
+        if wshape.len() != 4 {
+            return Err("only 2-D convolution has an integer form".into());
+        }
+        if node.attr_s("auto_pad").is_some_and(|a| a != "NOTSET") {
+            return Err("auto_pad convolution: optimize the model first".into());
+        }
+        let o = wshape[0];
+        let mut bias: Vec<f32> = match node.input(2) {
+            Some(b) => self.constant_f32(b).ok_or("bias is not constant")?.1,
+            None => vec![0.0; o],
+        };
+        if let Some(c) = self
+            .plan
+            .bias_correction
+            .get(&node.name)
+            .filter(|c| c.len() == bias.len())
+        {
+            for (b, d) in bias.iter_mut().zip(c) {
+                *b -= d;
+            }
+        }
+        let w = int8_weight_codes(&wdata, &wshape, 0);
+        let mut wscales: Vec<f64> = w.scales.clone();
+        let xi = self.act(x)?;
+        let s_in = self.program.tensors[xi].q.s();
+        let act = match epi {
+            Epilogue::Act(a) => a,
+            Epilogue::HardSwish => Act::None,
+            Epilogue::HardSigmoid(alpha, beta) => {
+                for s in &mut wscales {
+                    *s *= f64::from(alpha);
+                }
+                for b in &mut bias {
+                    *b = alpha * *b + beta;
+                }
+                self.constraint(
+                    &self.name(y),
+                    &node.name,
+                    "folded-hardsigmoid",
+                    format!("HardSigmoid(α={alpha}, β={beta}) folded into the weights and bias; its clamp to [0, 1] is the output grid's saturation and a fused ReLU"),
+                );
+                Act::Relu
+            }
+        };
+        let s_w: Vec<f32> = wscales.iter().map(|&s| s as f32).collect();
+        let bcodes = bias_codes(&bias, s_in, &s_w);
+        let wt = self.push(ITensor {
+            name: self.name(wv),
+            shape: wshape.clone(),
+            q: QParams {
+                ty: IntType::I8,
+                scale: s_w.clone(),
+                zero_point: vec![0; o],
+                axis: Some(0),
+            },
+            data: Some(w.codes),
+        });
+        let bname = node
+            .input(2)
+            .map_or_else(|| format!("{}:bias", node.name), |b| g.values[b].name.clone());
+        let bt = self.push(ITensor {
+            name: bname,
+            shape: vec![o],
+            q: QParams {
+                ty: IntType::I32,
+                scale: s_w.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
+                zero_point: vec![0; o],
+                axis: Some(0),
+            },
+            data: Some(bcodes),
+        });
+        let kind = OpKind::Conv {
+            strides: attr2(node, "strides", 1),
+            dilations: attr2(node, "dilations", 1),
+            pads: pads4(node),
+            groups: node.attr_i("group").unwrap_or(1).max(1) as usize,
+            act,
+        };
+        if matches!(epi, Epilogue::HardSwish) {
+            let yq = self.act_params(y)?;
+            let (lo, hi) = self.q.grid(self.plan, y).map_or((0.0, 0.0), |g| g.1);
+            let pre_hi = hard_swish_inverse(hi);
+            let pq = QParams::activation(ActFormat::Int8, (-3.0, pre_hi)).ok_or("no grid")?;
+            let name = format!("{}:preact", self.name(y));
+            self.constraint(
+                &name,
+                &node.name,
+                "lut-input-grid",
+                format!(
+                    "HardSwish input grid [-3, {pre_hi:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}] (scale {}); the fused pre-activation had none",
+                    pq.s(),
+                    yq.s()
+                ),
+            );
+            let pre = self.push(ITensor {
+                name,
+                shape: self.shape(y).map_err(|e| e.to_string())?,
+                q: pq,
+                data: None,
+            });
+            self.op(node, kind, vec![xi, wt, bt], vec![pre]);
+            let yi = self.act(y)?;
+            self.op(node, OpKind::HardSwish, vec![pre], vec![yi]);
+        } else {
+            let yi = self.act(y)?;
+            self.op(node, kind, vec![xi, wt, bt], vec![yi]);
+        }
+        Ok(())
+    }
+
+    fn fully_connected(&mut self, node: &Node, x: ValueId, y: ValueId, act: Act) -> Result<(), String> {
+        let wv = node.input(1).ok_or("no weights")?;
+        let Some((wshape, wdata)) = self.constant_f32(wv) else {
+            return Err("MatMul of two activations has no integer form yet".into());
+        };
+        if wshape.len() != 2 {
+            return Err("only 2-D constant MatMul weights have an integer form".into());
+        }
+        let (k, n) = (wshape[0], wshape[1]);
+        let w = int8_weight_codes(&wdata, &wshape, 1);
+        // [K, N] → [N, K].
+        let mut codes = vec![0; k * n];
+        for i in 0..k {
+            for j in 0..n {
+                codes[j * k + i] = w.codes[i * n + j];
+            }
+        }
+        let xi = self.act(x)?;
+        let s_in = self.program.tensors[xi].q.s();
+        let s_w: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
+        let wt = self.push(ITensor {
+            name: self.name(wv),
+            shape: vec![n, k],
+            q: QParams {
+                ty: IntType::I8,
+                scale: s_w.clone(),
+                zero_point: vec![0; n],
+                axis: Some(0),
+            },
+            data: Some(codes),
+        });
+        let bt = self.push(ITensor {
+            name: format!("{}:bias", node.name),
+            shape: vec![n],
+            q: QParams {
+                ty: IntType::I32,
+                scale: s_w.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
+                zero_point: vec![0; n],
+                axis: Some(0),
+            },
+            data: Some(vec![0; n]),
+        });
+        let yi = self.act(y)?;
+        self.op(node, OpKind::FullyConnected { act }, vec![xi, wt, bt], vec![yi]);
+        Ok(())
+    }
+}
+
+/// An activation as a convolution's epilogue.
+fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
+    Ok(match op {
+        "Relu" => Epilogue::Act(Act::Relu),
+        "HardSwish" => Epilogue::HardSwish,
+        "HardSigmoid" => Epilogue::HardSigmoid(
+            params.first().copied().unwrap_or(0.2),
+            params.get(1).copied().unwrap_or(0.5),
+        ),
+        "Clip" => match (params.first().copied(), params.get(1).copied()) {
+            (Some(lo), Some(hi)) if lo == 0.0 && hi == 6.0 => Epilogue::Act(Act::Relu6),
+            (Some(lo), Some(hi)) if lo == -1.0 && hi == 1.0 => Epilogue::Act(Act::ReluN1To1),
+            (Some(lo), Some(hi)) if lo == 0.0 && hi >= f32::MAX => Epilogue::Act(Act::Relu),
+            _ => return Err("Clip with bounds other than [0, 6], [-1, 1] or [0, ∞) has no integer form yet".into()),
+        },
+        a => return Err(format!("a fused {a} has no integer form yet")),
+    })
+}
+
+/// TFLite's QUANTIZE of one float: `round(x / s) + zp` in float32, saturated.
+pub fn quantize_code(x: f32, q: &QParams) -> i32 {
+    let (lo, hi) = q.ty.range();
+    ((x / q.s()).round() as i32).saturating_add(q.zp()).clamp(lo, hi)
+}

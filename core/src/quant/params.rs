@@ -1,0 +1,235 @@
+//! Integer parameters as a device stores them: storage type, float32 scale(s), zero
+//! point(s) and axis, derived from a plan's float clipping ranges by the TFLite int8
+//! scheme (activations int8 asymmetric in −128..127, weights int8 symmetric per output
+//! channel in −127..127, biases int32 on the grid of input scale × weight scale), and the
+//! identity of the graph a plan belongs to.
+
+use super::scheme::{ActFormat, Affine, WEIGHT_SCALE_FLOOR};
+use crate::ir::{Attr, Model};
+use serde::{Deserialize, Serialize};
+
+/// Storage type of an integer tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum IntType {
+    I8,
+    I16,
+    I32,
+}
+
+impl IntType {
+    /// The type's code range.
+    pub fn range(self) -> (i32, i32) {
+        match self {
+            Self::I8 => (-128, 127),
+            Self::I16 => (-32768, 32767),
+            Self::I32 => (i32::MIN, i32::MAX),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::I8 => "int8",
+            Self::I16 => "int16",
+            Self::I32 => "int32",
+        }
+    }
+}
+
+/// `real = (code − zero_point) · scale`, one scale and zero point per tensor or per slice
+/// along `axis`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QParams {
+    pub ty: IntType,
+    pub scale: Vec<f32>,
+    pub zero_point: Vec<i32>,
+    pub axis: Option<usize>,
+}
+
+impl QParams {
+    pub fn per_tensor(ty: IntType, scale: f32, zero_point: i32) -> Self {
+        Self {
+            ty,
+            scale: vec![scale],
+            zero_point: vec![zero_point],
+            axis: None,
+        }
+    }
+
+    /// The (first) scale.
+    pub fn s(&self) -> f32 {
+        self.scale.first().copied().unwrap_or(1.0)
+    }
+
+    /// The (first) zero point.
+    pub fn zp(&self) -> i32 {
+        self.zero_point.first().copied().unwrap_or(0)
+    }
+
+    /// Same grid (scale compared exactly, as TFLite's kernels compare them).
+    pub fn same_grid(&self, o: &Self) -> bool {
+        self.ty == o.ty && self.scale == o.scale && self.zero_point == o.zero_point
+    }
+
+    /// The int8 grid of an activation's fake-quant range: the same steps as the simulator's
+    /// unsigned grid, shifted by 128, with the scale rounded to float32.
+    pub fn activation(format: ActFormat, range: (f64, f64)) -> Option<Self> {
+        match format {
+            ActFormat::Int8 => {
+                let a = Affine::from_range(range.0, range.1, 255.0);
+                Some(Self::per_tensor(
+                    IntType::I8,
+                    a.scale as f32,
+                    (a.zero_point - 128) as i32,
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Dequantizes one code.
+    pub fn real(&self, code: i32) -> f32 {
+        ((f64::from(self.s())) * f64::from(code - self.zp())) as f32
+    }
+}
+
+/// A per-output-channel int8 weight: codes in −127..127 and one scale per channel, the
+/// same grid as the simulator's `qdq_weight` for `WeightFormat::Int8`.
+pub struct WeightCodes {
+    pub codes: Vec<i32>,
+    /// Per channel, as the simulator computes it (f64).
+    pub scales: Vec<f64>,
+}
+
+/// Per-channel symmetric int8 codes of `data` (`shape`, channels on `axis`).
+pub fn int8_weight_codes(data: &[f32], shape: &[usize], axis: usize) -> WeightCodes {
+    let channels = shape.get(axis).copied().unwrap_or(1).max(1);
+    let inner: usize = shape.get(axis + 1..).map_or(1, |s| s.iter().product::<usize>().max(1));
+    let mut amax = vec![0f64; channels];
+    for (i, &v) in data.iter().enumerate() {
+        let c = (i / inner) % channels;
+        amax[c] = amax[c].max(f64::from(v).abs());
+    }
+    let floor = amax.iter().copied().fold(0.0, f64::max) * WEIGHT_SCALE_FLOOR;
+    for m in &mut amax {
+        *m = m.max(floor);
+    }
+    let scales: Vec<f64> = amax.iter().map(|m| if *m > 0.0 { m / 127.0 } else { 1.0 }).collect();
+    let codes = data
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let s = scales[(i / inner) % channels];
+            (f64::from(v) / s).round_ties_even().clamp(-127.0, 127.0) as i32
+        })
+        .collect();
+    WeightCodes { codes, scales }
+}
+
+/// One per-tensor symmetric int8 grid for a constant operand (Add/Mul by a constant).
+pub fn int8_operand(data: &[f32]) -> (Vec<i32>, QParams) {
+    let w = int8_weight_codes(data, &[data.len()], 1);
+    let s = w.scales.first().copied().unwrap_or(1.0) as f32;
+    (w.codes, QParams::per_tensor(IntType::I8, s, 0))
+}
+
+/// Int32 bias codes on the grid `s_in · s_w[c]` (float32 scales widened to f64, as the
+/// converter writes them); saturating.
+pub fn bias_codes(bias: &[f32], s_in: f32, s_w: &[f32]) -> Vec<i32> {
+    bias.iter()
+        .enumerate()
+        .map(|(c, &b)| {
+            let s = f64::from(s_in) * f64::from(s_w.get(c % s_w.len().max(1)).copied().unwrap_or(1.0));
+            if s > 0.0 {
+                (f64::from(b) / s)
+                    .round_ties_even()
+                    .clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// The identity of an optimized graph: a 64-bit FNV-1a hash over its nodes (op, name,
+/// attributes, input and output names), its inputs and outputs, and every constant's
+/// shape and bytes, written as 16 hex digits. A plan records it; a plan used on another
+/// graph is an error.
+pub fn graph_id(model: &Model) -> String {
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    let g = &model.graph;
+    let name = |v: Option<usize>| v.map_or("", |v| g.values[v].name.as_str());
+    for n in &g.nodes {
+        h.str(&n.op);
+        h.str(&n.name);
+        for (k, a) in &n.attrs {
+            h.str(k);
+            match a {
+                Attr::Graph(_) | Attr::Graphs(_) => h.str("graph"),
+                a => h.str(&a.summary()),
+            }
+        }
+        for i in &n.inputs {
+            h.str(name(*i));
+        }
+        h.str("->");
+        for o in &n.outputs {
+            h.str(name(*o));
+        }
+    }
+    for &i in g.inputs.iter().chain(&g.outputs) {
+        h.str(&g.values[i].name);
+    }
+    for v in &g.values {
+        if let Some(c) = &v.constant {
+            h.str(&v.name);
+            h.str(&format!("{:?}{:?}", c.dtype, c.shape));
+            h.bytes(c.raw());
+        }
+    }
+    format!("{:016x}", h.0)
+}
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 ^= u64::from(x);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+        self.bytes(&[0xff]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::scheme::{WeightFormat, qdq_weight};
+
+    #[test]
+    fn weight_codes_are_the_simulators_grid() {
+        let w: Vec<f32> = (0..24).map(|i| ((i * 7919) % 23) as f32 / 7.0 - 1.5).collect();
+        for (shape, axis) in [(vec![4usize, 6], 0usize), (vec![2, 3, 4], 2), (vec![6, 4], 1)] {
+            let q = qdq_weight(&w, &shape, axis, WeightFormat::Int8);
+            let c = int8_weight_codes(&w, &shape, axis);
+            let inner: usize = shape[axis + 1..].iter().product();
+            for (i, (&code, &fq)) in c.codes.iter().zip(&q).enumerate() {
+                let s = c.scales[(i / inner) % shape[axis]];
+                assert_eq!((f64::from(code) * s) as f32, fq, "element {i} of {shape:?} axis {axis}");
+                assert!(code.abs() <= 127);
+            }
+        }
+    }
+
+    #[test]
+    fn activation_grid_is_the_unsigned_grid_shifted() {
+        let p = QParams::activation(ActFormat::Int8, (-1.0, 3.0)).expect("int8");
+        let a = Affine::from_range(-1.0, 3.0, 255.0);
+        assert_eq!(p.zp(), (a.zero_point - 128) as i32);
+        assert_eq!(p.s(), a.scale as f32);
+        assert_eq!(p.real(p.zp()), 0.0);
+    }
+}

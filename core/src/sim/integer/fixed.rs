@@ -1,0 +1,236 @@
+//! The fixed-point primitives of TFLite's reference kernels (default build: double
+//! rounding) and gemmlowp, bit for bit: `QuantizeMultiplier`, the saturating rounding
+//! doubling high multiply, the rounding divide by a power of two, and the int16 forms
+//! HARD_SWISH uses.
+
+/// `frexp`: `m = frac · 2^exp` with `0.5 <= |frac| < 1` (finite, nonzero `m`).
+fn frexp(m: f64) -> (f64, i32) {
+    let bits = m.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i32;
+    if exp == 0 {
+        // Subnormal: scale into the normal range first.
+        let (f, e) = frexp(m * f64::from_bits(0x4350_0000_0000_0000)); // 2^54
+        return (f, e - 54);
+    }
+    let frac = f64::from_bits((bits & !(0x7ff << 52)) | (1022 << 52));
+    (frac, exp - 1022)
+}
+
+/// TFLite's `QuantizeMultiplier(double)`: `(q, shift)` with `m ≈ q · 2^(shift − 31)`.
+pub fn quantize_multiplier(m: f64) -> (i32, i32) {
+    if m == 0.0 || !m.is_finite() {
+        return (0, 0);
+    }
+    let (frac, mut shift) = frexp(m);
+    let mut q = (frac * 2_147_483_648.0).round() as i64;
+    if q == 1 << 31 {
+        q /= 2;
+        shift += 1;
+    }
+    if shift < -31 {
+        return (0, 0);
+    }
+    (q as i32, shift)
+}
+
+/// gemmlowp `SaturatingRoundingDoublingHighMul` (int32).
+#[inline]
+pub fn srdhm(a: i32, b: i32) -> i32 {
+    if a == i32::MIN && b == i32::MIN {
+        return i32::MAX;
+    }
+    let ab = i64::from(a) * i64::from(b);
+    let nudge = if ab >= 0 { 1i64 << 30 } else { 1 - (1i64 << 30) };
+    ((ab + nudge) / (1i64 << 31)) as i32
+}
+
+/// gemmlowp `RoundingDivideByPOT` (int32): round to nearest, ties away from zero.
+#[inline]
+pub fn rdbpot(x: i32, e: i32) -> i32 {
+    let mask = ((1i64 << e) - 1) as i32;
+    let rem = x & mask;
+    let threshold = (mask >> 1) + i32::from(x < 0);
+    (x >> e) + i32::from(rem > threshold)
+}
+
+/// `MultiplyByQuantizedMultiplier(int32 x, q, shift)`, double rounding.
+#[inline]
+pub fn mbqm(x: i32, q: i32, shift: i32) -> i32 {
+    let left = shift.max(0);
+    let right = (-shift).max(0);
+    rdbpot(srdhm(x.wrapping_mul(1 << left), q), right)
+}
+
+/// gemmlowp `SaturatingRoundingDoublingHighMul` (int16).
+#[inline]
+pub fn srdhm16(a: i16, b: i16) -> i16 {
+    if a == i16::MIN && b == i16::MIN {
+        return i16::MAX;
+    }
+    let ab = i32::from(a) * i32::from(b);
+    let nudge = if ab >= 0 { 1 << 14 } else { 1 - (1 << 14) };
+    ((ab + nudge) / (1 << 15)) as i16
+}
+
+/// TFLite's `SaturatingDoublingHighMul` (int16, truncating).
+#[inline]
+pub fn sdhm16(a: i16, b: i16) -> i16 {
+    if a == i16::MIN && b == i16::MIN {
+        return i16::MAX;
+    }
+    ((i32::from(a) * i32::from(b)) / (1 << 15)) as i16
+}
+
+/// gemmlowp `RoundingDivideByPOT` (int16).
+#[inline]
+pub fn rdbpot16(x: i16, e: i32) -> i16 {
+    let mask = ((1i32 << e) - 1) as i16;
+    let rem = x & mask;
+    let threshold = (mask >> 1) + i16::from(x < 0);
+    (x >> e) + i16::from(rem > threshold)
+}
+
+/// TFLite's `SaturatingLeftShift` (int16).
+#[inline]
+pub fn sat_shl16(x: i16, e: i32) -> i16 {
+    (i32::from(x) << e).clamp(i32::from(i16::MIN), i32::from(i16::MAX)) as i16
+}
+
+/// TFLite's `DownScaleInt32ToInt16Multiplier`.
+pub fn downscale_to_i16(q: i32) -> i16 {
+    if q >= i32::MAX - (1 << 15) {
+        return i16::MAX;
+    }
+    ((q + (1 << 15)) >> 16) as i16
+}
+
+/// gemmlowp `SaturatingRoundingMultiplyByPOT` (int32).
+#[inline]
+pub fn sat_rmul_pot(x: i32, exponent: i32) -> i32 {
+    if exponent == 0 {
+        return x;
+    }
+    if exponent < 0 {
+        return rdbpot(x, -exponent);
+    }
+    let thr = (1i32 << (31 - exponent)) - 1;
+    if x > thr {
+        i32::MAX
+    } else if x < -thr {
+        i32::MIN
+    } else {
+        x << exponent
+    }
+}
+
+/// gemmlowp `exp_on_interval_between_negative_one_quarter_and_0_excl` (Q0.31).
+fn exp_on_interval(a: i32) -> i32 {
+    const CONSTANT_TERM: i32 = 1_895_147_668;
+    const ONE_THIRD: i32 = 715_827_883;
+    let x = a.wrapping_add(1 << 28);
+    let x2 = srdhm(x, x);
+    let x3 = srdhm(x2, x);
+    let x4 = srdhm(x2, x2);
+    let x4_over_4 = sat_rmul_pot(x4, -2);
+    let t = srdhm(x4_over_4.wrapping_add(x3), ONE_THIRD).wrapping_add(x2);
+    let t = sat_rmul_pot(t, -1);
+    CONSTANT_TERM.wrapping_add(srdhm(CONSTANT_TERM, x.wrapping_add(t)))
+}
+
+/// gemmlowp `exp_on_negative_values` for a Q5.26 input (5 integer bits); Q0.31 output.
+pub fn exp_on_negative_values_5(a: i32) -> i32 {
+    const INTEGER_BITS: i32 = 5;
+    const FRAC_BITS: i32 = 31 - INTEGER_BITS;
+    let one_quarter = 1i32 << (FRAC_BITS - 2);
+    let mask = one_quarter - 1;
+    let a_mod_q_minus_q = (a & mask).wrapping_sub(one_quarter);
+    let mut result = exp_on_interval(sat_rmul_pot(a_mod_q_minus_q, INTEGER_BITS));
+    let remainder = a_mod_q_minus_q.wrapping_sub(a);
+    for (exponent, mult) in [
+        (-2, 1_672_461_947),
+        (-1, 1_302_514_674),
+        (0, 790_015_084),
+        (1, 290_630_308),
+        (2, 39_332_535),
+        (3, 720_401),
+        (4, 242),
+    ] {
+        if INTEGER_BITS > exponent {
+            let shift = FRAC_BITS + exponent;
+            if remainder & (1 << shift) != 0 {
+                result = srdhm(result, mult);
+            }
+        }
+    }
+    if a == 0 { i32::MAX } else { result }
+}
+
+fn rounding_half_sum(a: i32, b: i32) -> i32 {
+    let s = i64::from(a) + i64::from(b);
+    let sign = if s >= 0 { 1 } else { -1 };
+    ((s + sign) / 2) as i32
+}
+
+/// gemmlowp `one_over_one_plus_x_for_x_in_0_1` (Q0.31 in and out).
+pub fn one_over_one_plus_x(a: i32) -> i32 {
+    let half_denominator = rounding_half_sum(a, i32::MAX);
+    const C48_17: i32 = 1_515_870_810;
+    const CNEG32_17: i32 = -1_010_580_540;
+    let one_f2 = 1i32 << 29;
+    let mut x = C48_17.wrapping_add(srdhm(half_denominator, CNEG32_17));
+    for _ in 0..3 {
+        let hdx = srdhm(half_denominator, x);
+        let one_minus = one_f2.wrapping_sub(hdx);
+        x = x.wrapping_add(sat_rmul_pot(srdhm(x, one_minus), 2));
+    }
+    sat_rmul_pot(x, 1)
+}
+
+/// TFLite's `GetReciprocal(x, x_integer_digits)`: the reciprocal and the bits over unit.
+pub fn get_reciprocal(x: i32, integer_digits: i32) -> (i32, i32) {
+    let headroom_plus_one = (x as u32).leading_zeros() as i32;
+    let num_bits_over_unit = integer_digits - headroom_plus_one;
+    let shifted = ((x as u32).wrapping_shl(headroom_plus_one as u32) as i32).wrapping_sub(i32::MIN);
+    (one_over_one_plus_x(shifted), num_bits_over_unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_multiplier_matches_tflite() {
+        assert_eq!(quantize_multiplier(1.0), (1 << 30, 1));
+        assert_eq!(quantize_multiplier(0.5), (1 << 30, 0));
+        assert_eq!(quantize_multiplier(0.0), (0, 0));
+        // 0.75 = 0.75 · 2^0.
+        assert_eq!(quantize_multiplier(0.75), (1_610_612_736, 0));
+        // Rounds up to 2^31: halves and bumps the shift.
+        assert_eq!(quantize_multiplier(1.0 - 1e-12), (1 << 30, 1));
+        // Below 2^-32: flushed to zero.
+        assert_eq!(quantize_multiplier(1e-12), (0, 0));
+    }
+
+    #[test]
+    fn rounding_primitives() {
+        // Ties away from zero.
+        assert_eq!(rdbpot(5, 1), 3);
+        assert_eq!(rdbpot(-5, 1), -3);
+        assert_eq!(rdbpot(4, 1), 2);
+        assert_eq!(rdbpot(-6, 2), -2);
+        assert_eq!(srdhm(i32::MIN, i32::MIN), i32::MAX);
+        assert_eq!(srdhm(1 << 30, 1 << 30), 1 << 29);
+        // x · 0.5 through the multiplier of 1.0 is exact.
+        let (q, s) = quantize_multiplier(1.0);
+        for x in [-1000, -3, 0, 7, 123_456] {
+            assert_eq!(mbqm(x, q, s), x);
+        }
+        assert_eq!(exp_on_negative_values_5(0), i32::MAX);
+        // exp(-1) in Q0.31.
+        let e = exp_on_negative_values_5(-(1 << 26));
+        assert!((f64::from(e) / 2f64.powi(31) - (-1f64).exp()).abs() < 1e-7);
+        // 1 / (1 + 0.5).
+        let r = one_over_one_plus_x(1 << 30);
+        assert!((f64::from(r) / 2f64.powi(31) - 1.0 / 1.5).abs() < 1e-7);
+    }
+}

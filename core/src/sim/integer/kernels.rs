@@ -1,0 +1,441 @@
+//! One integer kernel per op, each the arithmetic of LiteRT's reference kernel
+//! (`tflite/kernels/internal/reference/...`), in the graph's layout (NCHW).
+
+use super::fixed::{
+    downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, quantize_multiplier, rdbpot, rdbpot16, sat_shl16,
+    sdhm16, srdhm, srdhm16,
+};
+use crate::quant::legalize::Act;
+use crate::quant::params::QParams;
+use rayon::prelude::*;
+
+/// TFLite's `CalculateActivationRangeQuantized`: `Q(f) = zp + (int) roundf(f / s)`.
+pub fn act_range(act: Act, q: &QParams) -> (i32, i32) {
+    let (lo, hi) = q.ty.range();
+    let quant = |f: f32| q.zp() + (f / q.s()).round() as i32;
+    match act {
+        Act::None => (lo, hi),
+        Act::Relu => (lo.max(quant(0.0)), hi),
+        Act::Relu6 => (lo.max(quant(0.0)), hi.min(quant(6.0))),
+        Act::ReluN1To1 => (lo.max(quant(-1.0)), hi.min(quant(1.0))),
+    }
+}
+
+/// Shapes of a 2-D convolution in NCHW / OIHW.
+pub struct ConvGeom {
+    pub x: [usize; 4],
+    pub w: [usize; 4],
+    /// Output height and width.
+    pub y: [usize; 2],
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    /// Padding before (top, left); taps outside the input are skipped.
+    pub pads: [usize; 2],
+    pub groups: usize,
+}
+
+/// CONV_2D / DEPTHWISE_CONV_2D int8 (per-channel): `acc = Σ w·(x − zp_in) + bias`,
+/// `M(acc) + zp_out`, clamped. Depthwise is the grouped form with one group per input
+/// channel (its filter zero point is 0, so both read the same).
+pub fn conv2d(
+    g: &ConvGeom,
+    x: &[i32],
+    w: &[i32],
+    bias: &[i32],
+    zp_in: i32,
+    zp_out: i32,
+    mults: &[(i32, i32)],
+    (lo, hi): (i32, i32),
+) -> Vec<i32> {
+    let [n, c, h, wd] = g.x;
+    let [o, cg, kh, kw] = g.w;
+    let [oh, ow] = g.y;
+    let groups = g.groups.max(1);
+    let per_group = (o / groups).max(1);
+    let plane = oh * ow;
+    let mut y = vec![0i32; n * o * plane];
+    y.par_chunks_mut(plane).enumerate().for_each(|(nc, out)| {
+        let (b, oc) = (nc / o, nc % o);
+        let group = oc / per_group;
+        let (q, s) = mults[oc % mults.len()];
+        let wbase = oc * cg * kh * kw;
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut acc: i32 = 0;
+                for ic in 0..cg {
+                    let chan = group * cg + ic;
+                    if chan >= c {
+                        continue;
+                    }
+                    let xbase = (b * c + chan) * h * wd;
+                    for ky in 0..kh {
+                        let iy = (oy * g.strides[0] + ky * g.dilations[0]) as isize - g.pads[0] as isize;
+                        if iy < 0 || iy >= h as isize {
+                            continue;
+                        }
+                        for kx in 0..kw {
+                            let ix = (ox * g.strides[1] + kx * g.dilations[1]) as isize - g.pads[1] as isize;
+                            if ix < 0 || ix >= wd as isize {
+                                continue;
+                            }
+                            let xv = x[xbase + iy as usize * wd + ix as usize] - zp_in;
+                            acc = acc.wrapping_add(w[wbase + (ic * kh + ky) * kw + kx].wrapping_mul(xv));
+                        }
+                    }
+                }
+                acc = acc.wrapping_add(bias.get(oc).copied().unwrap_or(0));
+                out[oy * ow + ox] = (mbqm(acc, q, s).wrapping_add(zp_out)).clamp(lo, hi);
+            }
+        }
+    });
+    y
+}
+
+/// FULLY_CONNECTED int8 (reference kernel): int32 accumulator, then requantization in
+/// double, `round(acc · s_in·s_w/s_out)` half away from zero.
+pub fn fully_connected(
+    x: &[i32],
+    w: &[i32],
+    bias: &[i32],
+    n: usize,
+    k: usize,
+    zp_in: i32,
+    zp_out: i32,
+    eff: &[f64],
+    (lo, hi): (i32, i32),
+) -> Vec<i32> {
+    let batches = x.len() / k.max(1);
+    let mut y = vec![0i32; batches * n];
+    y.par_chunks_mut(n.max(1)).enumerate().for_each(|(bi, out)| {
+        let row = &x[bi * k..(bi + 1) * k];
+        for (j, o) in out.iter_mut().enumerate() {
+            let wr = &w[j * k..(j + 1) * k];
+            let mut acc: i32 = 0;
+            for (a, b) in row.iter().zip(wr) {
+                acc = acc.wrapping_add(b.wrapping_mul(a - zp_in));
+            }
+            acc = acc.wrapping_add(bias.get(j).copied().unwrap_or(0));
+            let e = eff[j % eff.len()];
+            let v = (f64::from(acc) * e)
+                .round()
+                .clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32;
+            *o = v.saturating_add(zp_out).clamp(lo, hi);
+        }
+    });
+    y
+}
+
+/// ADD/SUB int8 parameters (`add.cc`'s Prepare, left shift 20).
+pub struct AddParams {
+    za: i32,
+    zb: i32,
+    zy: i32,
+    qa: (i32, i32),
+    qb: (i32, i32),
+    qy: (i32, i32),
+    range: (i32, i32),
+}
+
+impl AddParams {
+    pub fn new(a: &QParams, b: &QParams, y: &QParams, range: (i32, i32)) -> Self {
+        let twice_max = 2.0 * a.s().max(b.s());
+        let ra = f64::from(a.s()) / f64::from(twice_max);
+        let rb = f64::from(b.s()) / f64::from(twice_max);
+        let ry = f64::from(twice_max) / f64::from((1 << 20) as f32 * y.s());
+        Self {
+            za: a.zp(),
+            zb: b.zp(),
+            zy: y.zp(),
+            qa: quantize_multiplier(ra),
+            qb: quantize_multiplier(rb),
+            qy: quantize_multiplier(ry),
+            range,
+        }
+    }
+
+    #[inline]
+    pub fn apply(&self, a: i32, b: i32, sub: bool) -> i32 {
+        let sa = mbqm((a - self.za) << 20, self.qa.0, self.qa.1);
+        let sb = mbqm((b - self.zb) << 20, self.qb.0, self.qb.1);
+        let raw = if sub { sa - sb } else { sa + sb };
+        (mbqm(raw, self.qy.0, self.qy.1) + self.zy).clamp(self.range.0, self.range.1)
+    }
+}
+
+/// Row-major strides of `shape` aligned to `rank` dims, 0 where the dim broadcasts.
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let rank = out.len();
+    let mut st = vec![0usize; rank];
+    let mut acc = 1;
+    for i in (0..shape.len()).rev() {
+        let d = shape[i];
+        let oi = rank - shape.len() + i;
+        st[oi] = if d == 1 && out[oi] != 1 { 0 } else { acc };
+        acc *= d;
+    }
+    st
+}
+
+/// A binary element-wise op with NumPy broadcasting.
+pub fn broadcast2(
+    a: &[i32],
+    sa: &[usize],
+    b: &[i32],
+    sb: &[usize],
+    out: &[usize],
+    f: impl Fn(i32, i32) -> i32 + Sync,
+) -> Result<Vec<i32>, String> {
+    if sa.len() > out.len() || sb.len() > out.len() {
+        return Err(format!("cannot broadcast {sa:?} and {sb:?} to {out:?}"));
+    }
+    let total: usize = out.iter().product();
+    if a.len() == total && b.len() == total {
+        return Ok(a.par_iter().zip(b).map(|(&x, &y)| f(x, y)).collect());
+    }
+    let (ta, tb) = (broadcast_strides(sa, out), broadcast_strides(sb, out));
+    Ok((0..total)
+        .into_par_iter()
+        .map(|i| {
+            let (mut r, mut ia, mut ib) = (i, 0, 0);
+            for d in (0..out.len()).rev() {
+                let idx = r % out[d];
+                r /= out[d];
+                ia += idx * ta[d];
+                ib += idx * tb[d];
+            }
+            f(a[ia], b[ib])
+        })
+        .collect())
+}
+
+/// MEAN int8 (`reference_ops::QuantizedMeanOrSum`): the raw int32 sum, the multiplier of
+/// s_in/s_out with 1/n folded in, `M(sum − zp_in·n) + zp_out`, clamped.
+pub fn mean(x: &[i32], shape: &[usize], axes: &[usize], xq: &QParams, yq: &QParams) -> Vec<i32> {
+    let rank = shape.len();
+    let reduced = |d: usize| axes.contains(&d);
+    let out_shape: Vec<usize> = (0..rank).map(|d| if reduced(d) { 1 } else { shape[d] }).collect();
+    let total_out: usize = out_shape.iter().product();
+    let n: usize = axes.iter().map(|&a| shape.get(a).copied().unwrap_or(1)).product();
+    let mut sums = vec![0i32; total_out];
+    let ost = broadcast_strides(&out_shape, shape);
+    for (i, &v) in x.iter().enumerate() {
+        let (mut r, mut oi) = (i, 0);
+        for d in (0..rank).rev() {
+            let idx = r % shape[d];
+            r /= shape[d];
+            oi += idx * ost[d];
+        }
+        sums[oi] = sums[oi].wrapping_add(v);
+    }
+    let (mut q, mut s) = quantize_multiplier(f64::from(xq.s()) / f64::from(yq.s()));
+    let n64 = n.max(1) as i64;
+    let mut shift = 63 - (n64 as u64).leading_zeros() as i32;
+    shift = shift.min(32).min(31 + s);
+    q = ((i64::from(q) << shift) / n64) as i32;
+    s -= shift;
+    let (lo, hi) = yq.ty.range();
+    sums.iter()
+        .map(|&sum| {
+            let shifted = sum.wrapping_sub(xq.zp().wrapping_mul(n as i32));
+            (mbqm(shifted, q, s) + yq.zp()).clamp(lo, hi)
+        })
+        .collect()
+}
+
+/// MAX_POOL_2D / AVERAGE_POOL_2D int8 in NCHW: taps outside the input are skipped; the
+/// average rounds half away from zero over the in-bounds count.
+pub fn pool(
+    x: &[i32],
+    xs: &[usize],
+    ys: &[usize],
+    k: [usize; 2],
+    s: [usize; 2],
+    pads: [usize; 2],
+    (lo, hi): (i32, i32),
+    max: bool,
+) -> Vec<i32> {
+    let (h, w) = (xs[2], xs[3]);
+    let (oh, ow) = (ys[2], ys[3]);
+    let planes = xs[0] * xs[1];
+    let mut y = vec![0i32; planes * oh * ow];
+    y.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(p, out)| {
+        let xp = &x[p * h * w..(p + 1) * h * w];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let (mut acc, mut cnt, mut m) = (0i32, 0i32, i32::MIN);
+                for ky in 0..k[0] {
+                    let iy = (oy * s[0] + ky) as isize - pads[0] as isize;
+                    if iy < 0 || iy >= h as isize {
+                        continue;
+                    }
+                    for kx in 0..k[1] {
+                        let ix = (ox * s[1] + kx) as isize - pads[1] as isize;
+                        if ix < 0 || ix >= w as isize {
+                            continue;
+                        }
+                        let v = xp[iy as usize * w + ix as usize];
+                        acc += v;
+                        cnt += 1;
+                        m = m.max(v);
+                    }
+                }
+                out[oy * ow + ox] = if max {
+                    m.max(-128).clamp(lo, hi)
+                } else if cnt == 0 {
+                    0
+                } else {
+                    let avg = if acc > 0 {
+                        (acc + cnt / 2) / cnt
+                    } else {
+                        (acc - cnt / 2) / cnt
+                    };
+                    avg.clamp(lo, hi)
+                };
+            }
+        }
+    });
+    y
+}
+
+/// HARD_SWISH int8 (`reference_ops::HardSwish`): int16 fixed point.
+pub struct HardSwish {
+    zp_in: i32,
+    zp_out: i32,
+    out_mult: i16,
+    out_exp: i32,
+    relu_mult: i16,
+    relu_exp: i32,
+    range: (i32, i32),
+}
+
+impl HardSwish {
+    pub fn new(x: &QParams, y: &QParams) -> Result<Self, String> {
+        let hires = (1.0f32 / 128.0) * x.s();
+        let (oq, oe) = quantize_multiplier(f64::from(hires / y.s()));
+        let (rq, re) = quantize_multiplier(f64::from(hires / (3.0f32 / 32768.0)));
+        if oe > 0 {
+            return Err(format!(
+                "the input scale / 128 ({}) must be below the output scale ({})",
+                x.s() / 128.0,
+                y.s()
+            ));
+        }
+        Ok(Self {
+            zp_in: x.zp(),
+            zp_out: y.zp(),
+            out_mult: downscale_to_i16(oq),
+            out_exp: oe,
+            relu_mult: downscale_to_i16(rq),
+            relu_exp: re,
+            range: y.ty.range(),
+        })
+    }
+
+    #[inline]
+    pub fn apply(&self, a: i32) -> i32 {
+        let input = (a - self.zp_in) as i16;
+        let hires = input.wrapping_mul(1 << 7);
+        let preshift = srdhm16(hires, self.out_mult);
+        let mut r = hires;
+        if self.relu_exp > 0 {
+            r = sat_shl16(r, self.relu_exp - 1);
+        }
+        r = srdhm16(r, self.relu_mult);
+        if self.relu_exp > 0 {
+            r = sat_shl16(r, 1);
+        }
+        if self.relu_exp < 0 {
+            r = rdbpot16(r, -self.relu_exp);
+        }
+        let r = ((i32::from(r) + (1 << 15)) >> 1) as i16;
+        let p = sdhm16(r, preshift);
+        let out = i32::from(rdbpot16(p, -self.out_exp)) + self.zp_out;
+        out.clamp(self.range.0, self.range.1)
+    }
+}
+
+/// LOGISTIC / TANH int8 table (`LUTPopulateInt8`, float32 with libm's expf/tanhf).
+pub fn lut_int8(x: &QParams, y: &QParams, tanh: bool) -> [i32; 256] {
+    let inv = 1.0f32 / y.s();
+    let mut t = [0i32; 256];
+    for (i, slot) in t.iter_mut().enumerate() {
+        let v = i as i32 - 128;
+        let d = x.s() * (v - x.zp()) as f32;
+        let f = if tanh { d.tanh() } else { 1.0f32 / (1.0f32 + (-d).exp()) };
+        let r = (f * inv).round();
+        *slot = ((r + y.zp() as f32) as i32).clamp(-128, 127);
+    }
+    t
+}
+
+/// SOFTMAX int8 (`reference_ops::Softmax<int8, int8>`, gemmlowp fixed point), rows of
+/// `depth` over the last axis; output on (1/256, −128).
+pub fn softmax(x: &[i32], depth: usize, beta: f32, in_scale: f32) -> Vec<i32> {
+    let real = (f64::from(beta) * f64::from(in_scale) * f64::from(1u32 << 26)).min(f64::from(i32::MAX));
+    let (mult, lshift) = quantize_multiplier(real);
+    let radius = (31.0 * f64::from(1u32 << 26) / 2f64.powi(lshift)).floor();
+    let diff_min = -radius;
+    x.par_chunks(depth)
+        .flat_map_iter(|row| {
+            let mx = row.iter().copied().max().unwrap_or(0);
+            let mut sum: i32 = 0;
+            let exps: Vec<Option<i32>> = row
+                .iter()
+                .map(|&v| {
+                    let d = v - mx;
+                    if f64::from(d) >= diff_min {
+                        let z = srdhm(d.wrapping_mul(1 << lshift), mult);
+                        let e = exp_on_negative_values_5(z);
+                        sum = sum.wrapping_add(rdbpot(e, 12));
+                        Some(e)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            let (recip, nbits) = get_reciprocal(sum, 12);
+            let exponent = nbits + 31 - 8;
+            exps.into_iter()
+                .map(move |e| match e {
+                    Some(e) => (rdbpot(srdhm(recip, e), exponent) - 128).clamp(-128, 127),
+                    None => -128,
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Row-major transpose.
+pub fn transpose(x: &[i32], shape: &[usize], perm: &[usize]) -> Vec<i32> {
+    let rank = shape.len();
+    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let mut st = vec![1usize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1];
+    }
+    let total: usize = out.iter().product();
+    (0..total)
+        .map(|i| {
+            let (mut r, mut src) = (i, 0);
+            for d in (0..rank).rev() {
+                let idx = r % out[d];
+                r /= out[d];
+                src += idx * st[perm[d]];
+            }
+            x[src]
+        })
+        .collect()
+}
+
+/// Concatenation along `axis` (a raw copy: every input is on the output's grid).
+pub fn concat(parts: &[(&[i32], &[usize])], axis: usize) -> Vec<i32> {
+    let outer: usize = parts.first().map_or(1, |p| p.1[..axis].iter().product());
+    let mut y = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+    for o in 0..outer {
+        for (data, shape) in parts {
+            let inner: usize = shape[axis..].iter().product();
+            y.extend_from_slice(&data[o * inner..(o + 1) * inner]);
+        }
+    }
+    y
+}

@@ -1,0 +1,223 @@
+//! The integer reference executor: runs a legalized [`Program`] with the arithmetic of
+//! LiteRT's reference kernels (`BuiltinRefOpResolver`) — int8 operands widened before
+//! zero points are subtracted, int32 accumulators, `QuantizeMultiplier` multipliers with
+//! the double-rounding fixed-point multiply, saturation, float32 look-up tables — one
+//! kernel per op ([`kernels`]). Tensors keep the graph's layout; the arithmetic does not
+//! depend on it.
+
+pub mod fixed;
+pub mod kernels;
+
+use crate::quant::legalize::{IOp, OpKind, Program, quantize_code};
+use rayon::prelude::*;
+
+/// Every tensor's codes after a run (`None`: not computed).
+pub struct Run {
+    pub values: Vec<Option<Vec<i32>>>,
+}
+
+/// A run that cannot start or an op that cannot run; names the tensor or node.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("input {name}: expected {expected} elements (shape {shape:?}), got {got}")]
+    InputSize {
+        name: String,
+        shape: Vec<usize>,
+        expected: usize,
+        got: usize,
+    },
+    #[error("expected {expected} inputs, got {got}")]
+    InputCount { expected: usize, got: usize },
+    #[error("node {node} ({op}): {message}")]
+    Op {
+        node: String,
+        op: &'static str,
+        message: String,
+    },
+}
+
+/// An input as codes on its grid or as floats quantized as TFLite's QUANTIZE does.
+pub enum Input {
+    Codes(Vec<i32>),
+    Float(Vec<f32>),
+}
+
+/// Runs `p` on one input per program input (in order).
+pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
+    if inputs.len() != p.inputs.len() {
+        return Err(RunError::InputCount {
+            expected: p.inputs.len(),
+            got: inputs.len(),
+        });
+    }
+    let mut values: Vec<Option<Vec<i32>>> = p.tensors.iter().map(|t| t.data.clone()).collect();
+    for (&t, x) in p.inputs.iter().zip(inputs) {
+        let info = &p.tensors[t];
+        let codes = match x {
+            Input::Codes(c) => c,
+            Input::Float(f) => f.iter().map(|&v| quantize_code(v, &info.q)).collect(),
+        };
+        let expected: usize = info.shape.iter().product();
+        if codes.len() != expected {
+            return Err(RunError::InputSize {
+                name: info.name.clone(),
+                shape: info.shape.clone(),
+                expected,
+                got: codes.len(),
+            });
+        }
+        values[t] = Some(codes);
+    }
+    for op in &p.ops {
+        let out = eval(p, op, &values).map_err(|message| RunError::Op {
+            node: op.node.clone(),
+            op: op.kind.name(),
+            message,
+        })?;
+        values[op.outputs[0]] = Some(out);
+    }
+    Ok(Run { values })
+}
+
+fn eval(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+    let t = |k: usize| &p.tensors[op.inputs[k]];
+    let v = |k: usize| -> Result<&[i32], String> {
+        values[op.inputs[k]]
+            .as_deref()
+            .ok_or_else(|| format!("input {} was not computed", p.tensors[op.inputs[k]].name))
+    };
+    let y = &p.tensors[op.outputs[0]];
+    let (xq, yq) = (&t(0).q, &y.q);
+    Ok(match &op.kind {
+        OpKind::Conv {
+            strides,
+            dilations,
+            pads,
+            groups,
+            act,
+        } => {
+            let w = t(1);
+            let mults: Vec<(i32, i32)> =
+                w.q.scale
+                    .iter()
+                    .map(|&sw| fixed::quantize_multiplier(f64::from(xq.s()) * f64::from(sw) / f64::from(yq.s())))
+                    .collect();
+            kernels::conv2d(
+                &kernels::ConvGeom {
+                    x: [t(0).shape[0], t(0).shape[1], t(0).shape[2], t(0).shape[3]],
+                    w: [w.shape[0], w.shape[1], w.shape[2], w.shape[3]],
+                    y: [y.shape[2], y.shape[3]],
+                    strides: *strides,
+                    dilations: *dilations,
+                    pads: [pads[0], pads[1]],
+                    groups: *groups,
+                },
+                v(0)?,
+                v(1)?,
+                v(2)?,
+                xq.zp(),
+                yq.zp(),
+                &mults,
+                kernels::act_range(*act, yq),
+            )
+        }
+        OpKind::FullyConnected { act } => {
+            let w = t(1);
+            let eff: Vec<f64> =
+                w.q.scale
+                    .iter()
+                    .map(|&sw| f64::from(xq.s()) * f64::from(sw) / f64::from(yq.s()))
+                    .collect();
+            kernels::fully_connected(
+                v(0)?,
+                v(1)?,
+                v(2)?,
+                w.shape[0],
+                w.shape[1],
+                xq.zp(),
+                yq.zp(),
+                &eff,
+                kernels::act_range(*act, yq),
+            )
+        }
+        OpKind::Add { act } | OpKind::Sub { act } => {
+            let sub = matches!(op.kind, OpKind::Sub { .. });
+            let add = kernels::AddParams::new(xq, &t(1).q, yq, kernels::act_range(*act, yq));
+            kernels::broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
+                add.apply(a, b, sub)
+            })?
+        }
+        OpKind::Mul { act } => {
+            let real = f64::from(xq.s() * t(1).q.s() / yq.s());
+            let (q, s) = fixed::quantize_multiplier(real);
+            let (lo, hi) = kernels::act_range(*act, yq);
+            let (za, zb, zy) = (xq.zp(), t(1).q.zp(), yq.zp());
+            kernels::broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
+                (fixed::mbqm((a - za) * (b - zb), q, s) + zy).clamp(lo, hi)
+            })?
+        }
+        OpKind::Mean { axes } => kernels::mean(v(0)?, &t(0).shape, axes, xq, yq),
+        OpKind::MaxPool {
+            kernel,
+            strides,
+            pads,
+            act,
+        } => kernels::pool(
+            v(0)?,
+            &t(0).shape,
+            &y.shape,
+            *kernel,
+            *strides,
+            [pads[0], pads[1]],
+            kernels::act_range(*act, yq),
+            true,
+        ),
+        OpKind::AvgPool {
+            kernel,
+            strides,
+            pads,
+            act,
+        } => kernels::pool(
+            v(0)?,
+            &t(0).shape,
+            &y.shape,
+            *kernel,
+            *strides,
+            [pads[0], pads[1]],
+            kernels::act_range(*act, yq),
+            false,
+        ),
+        OpKind::HardSwish => {
+            let hs = kernels::HardSwish::new(xq, yq)?;
+            v(0)?.par_iter().map(|&a| hs.apply(a)).collect()
+        }
+        OpKind::Logistic | OpKind::Tanh => {
+            let table = kernels::lut_int8(xq, yq, matches!(op.kind, OpKind::Tanh));
+            v(0)?.iter().map(|&a| table[(a + 128).clamp(0, 255) as usize]).collect()
+        }
+        OpKind::Softmax { beta } => {
+            let depth = *t(0).shape.last().unwrap_or(&1);
+            kernels::softmax(v(0)?, depth.max(1), *beta, xq.s())
+        }
+        OpKind::Reshape | OpKind::Concat { .. } | OpKind::Transpose { .. } => match &op.kind {
+            OpKind::Reshape => v(0)?.to_vec(),
+            OpKind::Transpose { perm } => kernels::transpose(v(0)?, &t(0).shape, perm),
+            OpKind::Concat { axis } => {
+                let parts: Vec<(&[i32], &[usize])> = (0..op.inputs.len())
+                    .map(|k| Ok((v(k)?, t(k).shape.as_slice())))
+                    .collect::<Result<_, String>>()?;
+                kernels::concat(&parts, *axis)
+            }
+            _ => unreachable!("matched above"),
+        },
+        OpKind::Requantize => {
+            let (q, s) = fixed::quantize_multiplier(f64::from(xq.s()) / f64::from(yq.s()));
+            let (lo, hi) = yq.ty.range();
+            let (zi, zo) = (xq.zp(), yq.zp());
+            v(0)?
+                .iter()
+                .map(|&a| (fixed::mbqm(a - zi, q, s) + zo).clamp(lo, hi))
+                .collect()
+        }
+    })
+}

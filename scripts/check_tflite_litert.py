@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Our TFLite int8 export against LiteRT's reference kernels, element for element.
+
+For each model: calibrate a w8a8 plan (`npu-studio quantize`) on one set of images,
+export it (`npu-studio export --format tflite`), then on real inputs that were not in
+the calibration set run both LiteRT (`ai-edge-litert`, `OpResolverType.BUILTIN_REF`) on
+the .tflite file and our integer reference (`npu-studio run --plan`) on the same int8
+input codes, and compare every output's codes. With `--all-tensors MODEL`, every
+intermediate tensor LiteRT exposes (`experimental_preserve_all_tensors=True`) is
+compared with ours too. Exits non-zero on any mismatch, naming the tensor, the count of
+differing elements and the largest difference.
+
+Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRE = {
+    "cls": "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5",
+}
+# Calibration: the eight crops; evaluation: the six full photos' preprocessed inputs
+# (data/inputs, written by fetch_models.py), none of which is a calibration sample.
+CALIB = {"cls": "data/crops8"}
+EVAL = {"cls": ["data/inputs/cls_%s.npy" % n for n in ("astronaut", "chelsea", "coffee", "page", "rocket", "text")]}
+
+
+def sanitize(name):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def roundf(x):
+    """C roundf: half away from zero."""
+    return np.sign(x) * np.floor(np.abs(x) + np.float32(0.5))
+
+
+def quantize(x, scale, zp):
+    q = roundf((x.astype(np.float32) / np.float32(scale)).astype(np.float32)) + zp
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+def to_file_layout(a):
+    return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+
+
+def compare(name, ours, theirs, failures):
+    if ours.shape != theirs.shape:
+        failures.append(f"{name}: shape {ours.shape} (ours) vs {theirs.shape} (LiteRT)")
+        return 0
+    d = np.abs(ours.astype(np.int32) - theirs.astype(np.int32))
+    bad = int((d > 0).sum())
+    if bad:
+        failures.append(f"{name}: {bad} of {d.size} elements differ, largest difference {int(d.max())}")
+    return d.size
+
+
+def run(cmd):
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/npu-studio"))
+    ap.add_argument("--models", default="cls")
+    ap.add_argument("--all-tensors", default="cls")
+    args = ap.parse_args()
+    from ai_edge_litert import interpreter as litert
+
+    failures = []
+    summary = []
+    for m in args.models.split(","):
+        model = f"data/models/ppocr_{m}.onnx"
+        tmp = tempfile.mkdtemp(prefix=f"tflite_{m}_")
+        plan = os.path.join(tmp, "plan.ron")
+        tfl = os.path.join(tmp, "model.tflite")
+        run([args.bin, "quantize", model, "--calib", CALIB[m], "--preprocess", PRE[m], "--out", plan])
+        run([args.bin, "export", model, "--plan", plan, "--format", "tflite", "--out", tfl])
+        all_tensors = m in args.all_tensors.split(",")
+        it = litert.Interpreter(
+            model_path=tfl,
+            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF,
+            experimental_preserve_all_tensors=all_tensors,
+        )
+        it.allocate_tensors()
+        (inp,) = it.get_input_details()
+        scale, zp = inp["quantization"]
+        checked = 0
+        tensors_checked = 0
+        for path in EVAL[m]:
+            x = np.load(os.path.join(ROOT, path))
+            codes = quantize(x, scale, zp)  # NCHW, on the input's grid
+            it.set_tensor(inp["index"], to_file_layout(codes))
+            it.invoke()
+            cpath = os.path.join(tmp, "x.npy")
+            np.save(cpath, codes)
+            out = os.path.join(tmp, "out")
+            dump = os.path.join(tmp, "dump")
+            cmd = [args.bin, "run", model, "--plan", plan, "--input", f"x={cpath}", "--output-dir", out]
+            if all_tensors:
+                cmd += ["--dump", dump]
+            run(cmd)
+            for d in it.get_output_details():
+                ours = to_file_layout(np.load(os.path.join(out, sanitize(d["name"]) + ".npy")))
+                checked += compare(f"{m} {os.path.basename(path)} output {d['name']}", ours, it.get_tensor(d["index"]), failures)
+                q = json.load(open(os.path.join(out, sanitize(d["name"]) + ".quant.json")))
+                if abs(q["scale"][0] - d["quantization"][0]) > 0 or q["zero_point"][0] != d["quantization"][1]:
+                    failures.append(f"{m} output {d['name']}: grid {q} vs LiteRT {d['quantization']}")
+            if all_tensors:
+                for t in it.get_tensor_details():
+                    f = os.path.join(dump, sanitize(t["name"]) + ".npy")
+                    if not os.path.exists(f):
+                        continue  # constants, and the file's own layout tensors
+                    ours = np.load(f)
+                    ours = to_file_layout(ours) if ours.ndim == 4 and len(t["shape"]) == 4 else ours
+                    checked += compare(f"{m} {os.path.basename(path)} tensor {t['name']}", ours, it.get_tensor(t["index"]), failures)
+                    tensors_checked += 1
+        summary.append(
+            f"{m}: {len(EVAL[m])} inputs, {checked} elements compared"
+            + (f" ({tensors_checked} tensor comparisons incl. intermediates)" if all_tensors else "")
+        )
+    for s in summary:
+        print(s)
+    if failures:
+        print(f"{len(failures)} mismatching tensors:")
+        for f in failures[:60]:
+            print("  " + f)
+        sys.exit(1)
+    print("0 mismatched elements")
+
+
+if __name__ == "__main__":
+    main()
