@@ -26,10 +26,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRE = {
     "cls": "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5",
 }
-# Calibration: the eight crops; evaluation: the six full photos' preprocessed inputs
-# (data/inputs, written by fetch_models.py), none of which is a calibration sample.
-CALIB = {"cls": "data/crops8"}
-EVAL = {"cls": ["data/inputs/cls_%s.npy" % n for n in ("astronaut", "chelsea", "coffee", "page", "rocket", "text")]}
+PHOTOS = ("astronaut", "chelsea", "coffee", "page", "rocket", "text")
+# Calibration and evaluation never share a sample. cls calibrates on the eight crops and
+# is evaluated on the six full photos (data/inputs, written by fetch_models.py); det
+# calibrates on three photos and is evaluated on the other three.
+CALIB = {
+    "cls": "data/crops8",
+    "det": ["data/inputs/det_%s.npy" % n for n in PHOTOS[:3]],
+}
+EVAL = {
+    "cls": ["data/inputs/cls_%s.npy" % n for n in PHOTOS],
+    "det": ["data/inputs/det_%s.npy" % n for n in PHOTOS[3:]],
+}
 
 
 def sanitize(name):
@@ -71,7 +79,7 @@ def run(cmd):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/npu-studio"))
-    ap.add_argument("--models", default="cls")
+    ap.add_argument("--models", default="cls,det")
     ap.add_argument("--all-tensors", default="cls")
     args = ap.parse_args()
     from ai_edge_litert import interpreter as litert
@@ -83,7 +91,17 @@ def main():
         tmp = tempfile.mkdtemp(prefix=f"tflite_{m}_")
         plan = os.path.join(tmp, "plan.ron")
         tfl = os.path.join(tmp, "model.tflite")
-        run([args.bin, "quantize", model, "--calib", CALIB[m], "--preprocess", PRE[m], "--out", plan])
+        calib = CALIB[m]
+        if isinstance(calib, list):
+            folder = os.path.join(tmp, "calib")
+            os.makedirs(folder)
+            for f in calib:
+                os.symlink(os.path.join(ROOT, f), os.path.join(folder, os.path.basename(f)))
+            calib = folder
+        cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan]
+        if m in PRE:
+            cmd += ["--preprocess", PRE[m]]
+        run(cmd)
         run([args.bin, "export", model, "--plan", plan, "--format", "tflite", "--out", tfl])
         all_tensors = m in args.all_tensors.split(",")
         it = litert.Interpreter(

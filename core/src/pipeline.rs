@@ -427,6 +427,7 @@ pub fn export_bundle(
 /// Stage 4a: the plan made integer — every tensor's storage type, scales and zero points,
 /// weights and biases as codes, one integer op per step — at the given input shapes (the
 /// plan's calibration shapes where not given). A plan of another graph is an error.
+#[expect(clippy::implicit_hasher, reason = "shapes come from the std maps the samples use")]
 pub fn legalize(
     optimized: &Model,
     plan: &QuantPlan,

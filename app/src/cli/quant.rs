@@ -279,7 +279,20 @@ fn simulate(q: &npu_core::quant::Quantizer<'_>, plan: &QuantPlan, set: &Samples)
 fn print_summary(r: &Report) {
     let f = |x: Option<f64>| x.map_or("exact".to_string(), |v| format!("{v:.2} dB"));
     for o in &r.outputs {
-        println!("output {}: SQNR {} (cosine {:.6})", o.name, f(o.sqnr_db), o.cosine);
+        let integer = if r.integer_note.is_none() {
+            format!("; integer reference {}", f(o.integer_sqnr_db))
+        } else {
+            String::new()
+        };
+        println!(
+            "output {}: SQNR {} (cosine {:.6}){integer}",
+            o.name,
+            f(o.sqnr_db),
+            o.cosine
+        );
+    }
+    if let Some(n) = &r.integer_note {
+        println!("integer reference: {n}");
     }
     let mut worst: Vec<_> = r.tensors.iter().filter(|t| t.sqnr_local_db.is_some()).collect();
     worst.sort_by(|a, b| {

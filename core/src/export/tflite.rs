@@ -120,13 +120,13 @@ struct Writer<'p> {
     map: Vec<Option<i32>>,
 }
 
-fn quant(q: &QParams, dim: i32) -> Box<tfl::QuantizationParametersT> {
-    Box::new(tfl::QuantizationParametersT {
+fn quant(q: &QParams, dim: i32) -> tfl::QuantizationParametersT {
+    tfl::QuantizationParametersT {
         scale: Some(q.scale.clone()),
         zero_point: Some(q.zero_point.iter().map(|&z| i64::from(z)).collect()),
         quantized_dimension: dim,
         ..Default::default()
-    })
+    }
 }
 
 fn le_bytes(ty: IntType, data: &[i32]) -> Vec<u8> {
@@ -143,7 +143,7 @@ impl Writer<'_> {
         name: String,
         shape: &[usize],
         ty: tfl::TensorType,
-        q: Option<Box<tfl::QuantizationParametersT>>,
+        q: Option<tfl::QuantizationParametersT>,
         data: Option<Vec<u8>>,
     ) -> i32 {
         let buffer = match data {
@@ -161,7 +161,7 @@ impl Writer<'_> {
             type_: ty,
             buffer,
             name: Some(name),
-            quantization: q,
+            quantization: q.map(Box::new),
             ..Default::default()
         });
         (self.tensors.len() - 1) as i32
@@ -389,6 +389,44 @@ impl Writer<'_> {
                         })),
                     );
                 }
+            }
+            OpKind::TransposeConv { strides, act } => {
+                let wt = &p.tensors[op.inputs[1]];
+                let x = self.tensor(op.inputs[0]);
+                let w = self.tensor(op.inputs[1]);
+                let b = self.tensor(op.inputs[2]);
+                let y = self.tensor(op.outputs[0]);
+                let _ = wt;
+                let shape: Vec<i32> = nhwc(&yt.shape).iter().map(|&d| d as i32).collect();
+                let st = self.int32_const(format!("{}:output_shape", yt.name), &shape);
+                self.emit(
+                    tfl::BuiltinOperator::TRANSPOSE_CONV,
+                    3,
+                    vec![st, w, x, b],
+                    vec![y],
+                    tfl::BuiltinOptionsT::TransposeConvOptions(Box::new(tfl::TransposeConvOptionsT {
+                        padding: tfl::Padding::VALID,
+                        stride_w: strides[1] as i32,
+                        stride_h: strides[0] as i32,
+                        fused_activation_function: act_fn(*act),
+                        ..Default::default()
+                    })),
+                );
+            }
+            OpKind::ResizeNearest => {
+                let x = self.tensor(op.inputs[0]);
+                let y = self.tensor(op.outputs[0]);
+                let size = self.int32_const(format!("{}:size", yt.name), &[yt.shape[2] as i32, yt.shape[3] as i32]);
+                self.emit(
+                    tfl::BuiltinOperator::RESIZE_NEAREST_NEIGHBOR,
+                    3,
+                    vec![x, size],
+                    vec![y],
+                    tfl::BuiltinOptionsT::ResizeNearestNeighborOptions(Box::new(tfl::ResizeNearestNeighborOptionsT {
+                        align_corners: false,
+                        half_pixel_centers: false,
+                    })),
+                );
             }
             OpKind::FullyConnected { act } => {
                 if xt.shape.len() == 4 {

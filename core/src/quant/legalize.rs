@@ -16,6 +16,18 @@ use crate::ir::{Model, Node, NodeId, Tensor, ValueId, concrete};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+/// Ops whose integer kernel copies codes: their output shares the input's grid.
+const SAME_GRID: &[&str] = &[
+    "MaxPool",
+    "AveragePool",
+    "GlobalMaxPool",
+    "Resize",
+    "Upsample",
+    "Pad",
+    "SpaceToDepth",
+    "DepthToSpace",
+];
+
 /// A fused activation, applied as TFLite's `CalculateActivationRangeQuantized` clamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Act {
@@ -38,6 +50,14 @@ pub enum OpKind {
         groups: usize,
         act: Act,
     },
+    /// Inputs: x, weights (`[C_out, C_in, kH, kW]`, int8 per output channel), bias
+    /// (int32). No padding; output `(in − 1)·stride + k`.
+    TransposeConv {
+        strides: [usize; 2],
+        act: Act,
+    },
+    /// Nearest-neighbour resize (TFLite's index rule, no corner alignment).
+    ResizeNearest,
     /// Inputs: x (`[.., K]`), weights (`[N, K]`, int8 per output channel), bias (int32).
     FullyConnected {
         act: Act,
@@ -89,6 +109,8 @@ impl OpKind {
         match self {
             Self::Conv { .. } => "Conv",
             Self::FullyConnected { .. } => "FullyConnected",
+            Self::TransposeConv { .. } => "TransposeConv",
+            Self::ResizeNearest => "ResizeNearest",
             Self::Add { .. } => "Add",
             Self::Sub { .. } => "Sub",
             Self::Mul { .. } => "Mul",
@@ -176,6 +198,7 @@ pub enum LegalizeError {
 
 /// Legalizes `plan` on `model` (the optimized graph) at the given input shapes (by input
 /// name; missing ones come from the plan, then from the model).
+#[expect(clippy::implicit_hasher, reason = "shapes come from the std maps the samples use")]
 pub fn legalize(
     model: &Model,
     plan: &QuantPlan,
@@ -222,11 +245,14 @@ pub fn legalize(
 }
 
 /// How a convolution's (or FC's) result is finished.
+#[derive(Clone, Copy)]
 enum Epilogue {
     Act(Act),
     HardSwish,
     /// `clamp(α·x + β, 0, 1)`, folded into weights and bias.
     HardSigmoid(f32, f32),
+    /// A Sigmoid look-up after the accumulator's requantization.
+    Logistic,
 }
 
 struct Lower<'a, 'm> {
@@ -263,7 +289,7 @@ fn hard_swish_inverse(y: f64) -> f64 {
     if y >= 3.0 {
         y
     } else {
-        (-3.0 + (9.0 + 24.0 * y.max(-0.375)).sqrt()) / 2.0
+        f64::midpoint(-3.0, (9.0 + 24.0 * y.max(-0.375)).sqrt())
     }
 }
 
@@ -352,11 +378,94 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         } else if let Some(n) = producer.filter(|n| super::PASS_THROUGH.contains(&n.op.as_str())) {
             let x = n.input(0).ok_or("pass-through node without input")?;
             self.act_params(x)?
+        } else if let Some(n) = producer.filter(|n| SAME_GRID.contains(&n.op.as_str())) {
+            // Kernels that copy codes (pooling, nearest resize): the output is on the
+            // input's grid, as the converter's SameOperandsAndResultsScale makes it.
+            let x = n.input(0).ok_or("node without input")?;
+            let p = self.act_params(x)?;
+            if let Ok(c) = self.plan_grid(v)
+                && !c.same_grid(&p)
+            {
+                let (name, node) = (self.name(v), n.name.clone());
+                self.constraint(
+                    &name,
+                    &node,
+                    "same-grid-as-input",
+                    format!(
+                        "output on its input's grid, scale {} zero point {} (calibration chose scale {} zero point {})",
+                        p.s(),
+                        p.zp(),
+                        c.s(),
+                        c.zp()
+                    ),
+                );
+            }
+            p
         } else {
-            self.plan_grid(v)?
+            match self.plan_grid(v) {
+                Ok(p) => p,
+                Err(e) => self.affine_input_grid(v).ok_or(e)??,
+            }
         };
         self.params.insert(v, p.clone());
         Ok(p)
+    }
+
+    /// The real range a grid covers.
+    fn range_of(&mut self, v: ValueId) -> Result<(f64, f64), String> {
+        let q = self.act_params(v)?;
+        let (lo, hi) = q.ty.range();
+        Ok((f64::from(q.real(lo)), f64::from(q.real(hi))))
+    }
+
+    /// A value without a grid of its own whose one consumer is a scalar affine step
+    /// (`x·a`, `x + b`, `x − b`, fused into its producer by the simulator): the grid of the
+    /// consumer's output range mapped back through the step.
+    fn affine_input_grid(&mut self, v: ValueId) -> Option<Result<QParams, String>> {
+        let g = self.g();
+        let consumers: Vec<&Node> = g.nodes.iter().filter(|n| n.inputs.contains(&Some(v))).collect();
+        let [c] = consumers[..] else { return None };
+        if !matches!(c.op.as_str(), "Mul" | "Add" | "Sub")
+            || c.inputs.len() != 2
+            || c.input(0) != Some(v) && c.op == "Sub"
+        {
+            return None;
+        }
+        let other = if c.input(0) == Some(v) {
+            c.input(1)?
+        } else {
+            c.input(0)?
+        };
+        let (_, k) = self.constant_f32(other)?;
+        let [k] = k[..] else { return None };
+        let out = c.output(0)?;
+        let (lo, hi) = match self.range_of(out) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let k = f64::from(k);
+        let (a, b) = match c.op.as_str() {
+            "Mul" if k != 0.0 => (lo / k, hi / k),
+            "Add" => (lo - k, hi - k),
+            "Sub" => (lo + k, hi + k),
+            _ => return None,
+        };
+        let range = (a.min(b), a.max(b));
+        let p = QParams::activation(ActFormat::Int8, range)?;
+        self.constraint(
+            &self.name(v),
+            &c.name,
+            "affine-input-grid",
+            format!(
+                "grid [{:.4}, {:.4}] (scale {}) mapped back through {} {} from its consumer's output range; the simulator fuses the step and gives it none",
+                range.0,
+                range.1,
+                p.s(),
+                c.op,
+                k
+            ),
+        );
+        Some(Ok(p))
     }
 
     /// The program tensor of an activation value (made on first use).
@@ -428,7 +537,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             node.input(0)
                 .is_some_and(|x| g.values[x].shape.as_deref().and_then(concrete).is_some())
         } else {
-            !node.inputs.iter().flatten().any(|&v| !known(v)) && node.op != "Constant" || node.op == "Constant"
+            node.op == "Constant" || node.inputs.iter().flatten().all(|&v| known(v))
         };
         if !ok {
             return false;
@@ -477,12 +586,49 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let x = node.input(0).ok_or("no input")?;
         match node.op.as_str() {
             "Conv" | "FusedConv" => {
-                let epi = self.epilogue(node, out)?;
+                let epi = Self::epilogue(node)?;
                 let (epi, y) = match epi {
                     Some(e) => (e, out),
                     None => self.absorb_consumer(out)?,
                 };
                 self.conv(node, x, y, epi)
+            }
+            "ConvTranspose" => {
+                let (epi, y) = self.absorb_consumer(out)?;
+                self.transpose_conv(node, x, y, epi)
+            }
+            "Resize" | "Upsample" => {
+                let mode = node.attr_s("mode").unwrap_or("nearest");
+                let coord = node.attr_s("coordinate_transformation_mode").unwrap_or("half_pixel");
+                let nearest = node.attr_s("nearest_mode").unwrap_or("round_prefer_floor");
+                if mode != "nearest" || (node.op == "Resize" && (coord != "asymmetric" || nearest != "floor")) {
+                    return Err(format!(
+                        "resize mode {mode} ({coord}, {nearest}) has no integer form yet (nearest, asymmetric, floor has)"
+                    ));
+                }
+                let (xs, ys) = (
+                    self.shape(x).map_err(|e| e.to_string())?,
+                    self.shape(out).map_err(|e| e.to_string())?,
+                );
+                if xs.len() != 4 || xs[..2] != ys[..2] {
+                    return Err("only spatial resizes of NCHW images".into());
+                }
+                for d in 2..4 {
+                    let scale = xs[d] as f32 / ys[d] as f32;
+                    for o in 0..ys[d] {
+                        let tfl = ((o as f32 * scale).floor() as usize).min(xs[d] - 1);
+                        let onnx = (o * xs[d]) / ys[d];
+                        if tfl != onnx {
+                            return Err(format!(
+                                "output index {o} reads {onnx} in ONNX and {tfl} in TFLite's nearest resize"
+                            ));
+                        }
+                    }
+                }
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::ResizeNearest, vec![xi], vec![y]);
+                Ok(())
             }
             "MatMul" => {
                 let (epi, y) = self.absorb_consumer(out)?;
@@ -699,7 +845,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     }
 
     /// The activation fused into a FusedConv.
-    fn epilogue(&self, node: &Node, _out: ValueId) -> Result<Option<Epilogue>, String> {
+    fn epilogue(node: &Node) -> Result<Option<Epilogue>, String> {
         let Some(a) = node.attr_s("activation") else {
             return Ok(None);
         };
@@ -775,7 +921,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let s_in = self.program.tensors[xi].q.s();
         let act = match epi {
             Epilogue::Act(a) => a,
-            Epilogue::HardSwish => Act::None,
+            Epilogue::HardSwish | Epilogue::Logistic => Act::None,
             Epilogue::HardSigmoid(alpha, beta) => {
                 for s in &mut wscales {
                     *s *= f64::from(alpha);
@@ -828,7 +974,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         };
         if matches!(epi, Epilogue::HardSwish) {
             let yq = self.act_params(y)?;
-            let (lo, hi) = self.q.grid(self.plan, y).map_or((0.0, 0.0), |g| g.1);
+            let (lo, hi) = self.range_of(y)?;
             let pre_hi = hard_swish_inverse(hi);
             let pq = QParams::activation(ActFormat::Int8, (-3.0, pre_hi)).ok_or("no grid")?;
             let name = format!("{}:preact", self.name(y));
@@ -851,9 +997,143 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             self.op(node, kind, vec![xi, wt, bt], vec![pre]);
             let yi = self.act(y)?;
             self.op(node, OpKind::HardSwish, vec![pre], vec![yi]);
+        } else if matches!(epi, Epilogue::Logistic) {
+            let pre = self.logistic_input(node, y)?;
+            self.op(node, kind, vec![xi, wt, bt], vec![pre]);
+            let yi = self.act(y)?;
+            self.op(node, OpKind::Logistic, vec![pre], vec![yi]);
         } else {
             let yi = self.act(y)?;
             self.op(node, kind, vec![xi, wt, bt], vec![yi]);
+        }
+        Ok(())
+    }
+
+    /// The hidden input of a Sigmoid look-up fused after an accumulator: the logit of the
+    /// output's calibrated range (within the fixed output grid's reach).
+    fn logistic_input(&mut self, node: &Node, y: ValueId) -> Result<usize, String> {
+        let (lo, hi) = match self.q.grid(self.plan, y) {
+            Some((_, r)) => r,
+            None => (0.0, 1.0),
+        };
+        let logit = |p: f64| (p / (1.0 - p)).ln();
+        let eps = 0.5 / 256.0;
+        let range = (logit(lo.clamp(eps, 1.0 - eps)), logit(hi.clamp(eps, 1.0 - eps)));
+        let pq = QParams::activation(ActFormat::Int8, range).ok_or("no grid")?;
+        let name = format!("{}:preact", self.name(y));
+        self.constraint(
+            &name,
+            &node.name,
+            "lut-input-grid",
+            format!(
+                "Sigmoid input grid [{:.4}, {:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}]; the fused pre-activation had none",
+                range.0,
+                range.1,
+                pq.s()
+            ),
+        );
+        let shape = self.shape(y).map_err(|e| e.to_string())?;
+        Ok(self.push(ITensor {
+            name,
+            shape,
+            q: pq,
+            data: None,
+        }))
+    }
+
+    fn transpose_conv(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
+        let wv = node.input(1).ok_or("no weights")?;
+        let (ws, wdata) = self.constant_f32(wv).ok_or("weights are not constant")?;
+        if ws.len() != 4 || node.attr_i("group").unwrap_or(1) != 1 {
+            return Err("only ungrouped 2-D transposed convolution has an integer form".into());
+        }
+        if pads4(node).iter().any(|&p| p > 0)
+            || node
+                .attr_ints("output_padding")
+                .is_some_and(|p| p.iter().any(|&v| v != 0))
+            || node.attr_ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1))
+            || node.attr_s("auto_pad").is_some_and(|a| a != "NOTSET")
+        {
+            return Err(
+                "transposed convolution with padding, output padding or dilation has no integer form yet".into(),
+            );
+        }
+        let (ci, co, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+        // ONNX [C_in, C_out, kH, kW] → [C_out, C_in, kH, kW].
+        let mut t = vec![0f32; wdata.len()];
+        for i in 0..ci {
+            for o in 0..co {
+                for k in 0..kh * kw {
+                    t[(o * ci + i) * kh * kw + k] = wdata[(i * co + o) * kh * kw + k];
+                }
+            }
+        }
+        let wshape = vec![co, ci, kh, kw];
+        let w = int8_weight_codes(&t, &wshape, 0);
+        let mut bias: Vec<f32> = match node.input(2) {
+            Some(b) => self.constant_f32(b).ok_or("bias is not constant")?.1,
+            None => vec![0.0; co],
+        };
+        if let Some(c) = self
+            .plan
+            .bias_correction
+            .get(&node.name)
+            .filter(|c| c.len() == bias.len())
+        {
+            for (b, d) in bias.iter_mut().zip(c) {
+                *b -= d;
+            }
+        }
+        let xi = self.act(x)?;
+        let s_in = self.program.tensors[xi].q.s();
+        let s_w: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
+        let bcodes = bias_codes(&bias, s_in, &s_w);
+        let wt = self.push(ITensor {
+            name: self.name(wv),
+            shape: wshape,
+            q: QParams {
+                ty: IntType::I8,
+                scale: s_w.clone(),
+                zero_point: vec![0; co],
+                axis: Some(0),
+            },
+            data: Some(w.codes),
+        });
+        let bname = node
+            .input(2)
+            .map_or_else(|| format!("{}:bias", node.name), |b| self.name(b));
+        let bt = self.push(ITensor {
+            name: bname,
+            shape: vec![co],
+            q: QParams {
+                ty: IntType::I32,
+                scale: s_w.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
+                zero_point: vec![0; co],
+                axis: Some(0),
+            },
+            data: Some(bcodes),
+        });
+        let strides = attr2(node, "strides", 1);
+        match epi {
+            Epilogue::Act(act) => {
+                let yi = self.act(y)?;
+                self.op(node, OpKind::TransposeConv { strides, act }, vec![xi, wt, bt], vec![yi]);
+            }
+            Epilogue::Logistic => {
+                let pre = self.logistic_input(node, y)?;
+                self.op(
+                    node,
+                    OpKind::TransposeConv {
+                        strides,
+                        act: Act::None,
+                    },
+                    vec![xi, wt, bt],
+                    vec![pre],
+                );
+                let yi = self.act(y)?;
+                self.op(node, OpKind::Logistic, vec![pre], vec![yi]);
+            }
+            _ => return Err("only ReLU-family or Sigmoid activations fuse into a transposed convolution".into()),
         }
         Ok(())
     }
@@ -911,6 +1191,7 @@ fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
     Ok(match op {
         "Relu" => Epilogue::Act(Act::Relu),
         "HardSwish" => Epilogue::HardSwish,
+        "Sigmoid" => Epilogue::Logistic,
         "HardSigmoid" => Epilogue::HardSigmoid(
             params.first().copied().unwrap_or(0.2),
             params.get(1).copied().unwrap_or(0.5),

@@ -366,6 +366,7 @@ impl Quantizer<'_> {
                     sqnr_db: st.sqnr_db(),
                     cosine: st.cosine(),
                     max_abs_err: st.max_abs_err,
+                    integer_sqnr_db: None,
                 }
             })
             .collect()

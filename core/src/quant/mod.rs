@@ -8,6 +8,7 @@
 pub mod amp;
 pub mod analysis;
 pub mod data;
+pub mod integer_check;
 pub mod legalize;
 pub mod live;
 pub mod observer;
@@ -776,6 +777,7 @@ impl<'m> Quantizer<'m> {
         let weights = self.quantized_weights(plan);
         let mut local: HashMap<ValueId, ErrorStats> = HashMap::new();
         let mut cumulative: HashMap<ValueId, ErrorStats> = HashMap::new();
+        let mut integer = integer_check::IntegerCheck::default();
         let mut n = 0;
         for s in samples {
             if progress.cancelled() {
@@ -789,6 +791,7 @@ impl<'m> Quantizer<'m> {
                 Ok(())
             };
             let quant = self.forward(&sample, &weights, &mut fq, true)?;
+            integer.add(self, plan, &sample, &reference);
             for &step_node in &self.order {
                 let node = &g.nodes[step_node];
                 let float_outs = self.float_outputs(node);
@@ -813,7 +816,22 @@ impl<'m> Quantizer<'m> {
         if n == 0 {
             return Err(QuantError::Data("the evaluation set is empty".into()));
         }
-        Ok(self.report(plan, &weights, &local, &cumulative, n, t0.elapsed().as_secs_f64()))
+        let mut report = self.report(plan, &weights, &local, &cumulative, n, t0.elapsed().as_secs_f64());
+        for t in &mut report.tensors {
+            t.integer_sqnr_db = integer.local.get(&t.name).and_then(ErrorStats::sqnr_db);
+            t.integer_sqnr_cumulative_db = integer.cumulative.get(&t.name).and_then(ErrorStats::sqnr_db);
+        }
+        for o in &mut report.outputs {
+            o.integer_sqnr_db = integer.cumulative.get(&o.name).and_then(ErrorStats::sqnr_db);
+        }
+        let fake_local: HashMap<String, Option<f64>> = report
+            .tensors
+            .iter()
+            .map(|t| (t.name.clone(), t.sqnr_local_db))
+            .collect();
+        report.constraints = integer.constraint_reports(&fake_local);
+        report.integer_note = integer.note;
+        Ok(report)
     }
 
     /// A node run alone on its FP32 inputs, put on their grids and with quantized constants
@@ -909,6 +927,8 @@ impl<'m> Quantizer<'m> {
                     sqnr_cumulative_db: c.sqnr_db(),
                     cosine: c.cosine(),
                     max_abs_err: c.max_abs_err,
+                    integer_sqnr_db: None,
+                    integer_sqnr_cumulative_db: None,
                 });
             }
         }
@@ -921,6 +941,7 @@ impl<'m> Quantizer<'m> {
                     sqnr_db: c.sqnr_db(),
                     cosine: c.cosine(),
                     max_abs_err: c.max_abs_err,
+                    integer_sqnr_db: None,
                 })
             })
             .collect();
@@ -971,6 +992,8 @@ impl<'m> Quantizer<'m> {
             seconds,
             outputs,
             tensors,
+            integer_note: None,
+            constraints: Vec::new(),
         }
     }
 }
@@ -1051,6 +1074,10 @@ pub struct OutputReport {
     pub sqnr_db: Option<f64>,
     pub cosine: f64,
     pub max_abs_err: f64,
+    /// The integer reference execution of the legalized plan against FP32 (`null` when
+    /// exact or not legalized; see `Report::integer_note`).
+    #[serde(default)]
+    pub integer_sqnr_db: Option<f64>,
 }
 
 /// Error of one tensor: local (its op alone, on FP32 inputs put on their grids) and
@@ -1066,6 +1093,12 @@ pub struct TensorReport {
     pub sqnr_cumulative_db: Option<f64>,
     pub cosine: f64,
     pub max_abs_err: f64,
+    /// The node's integer ops alone on FP32 inputs put on their grids, against FP32.
+    #[serde(default)]
+    pub integer_sqnr_db: Option<f64>,
+    /// The integer reference execution so far against FP32.
+    #[serde(default)]
+    pub integer_sqnr_cumulative_db: Option<f64>,
 }
 
 /// Error of one quantized constant (weights, biases, other constant operands).
@@ -1094,6 +1127,13 @@ pub struct Report {
     pub outputs: Vec<OutputReport>,
     pub tensors: Vec<TensorReport>,
     pub weights: Vec<WeightReport>,
+    /// Why the integer columns are empty (the plan has no integer form yet), if they are.
+    #[serde(default)]
+    pub integer_note: Option<String>,
+    /// Where the integer scheme overrides calibration, with the local SQNR of the tensor
+    /// under fake quantization and under integer arithmetic.
+    #[serde(default)]
+    pub constraints: Vec<integer_check::ConstraintReport>,
 }
 
 impl Report {
@@ -1101,12 +1141,13 @@ impl Report {
     pub fn to_csv(&self) -> String {
         use std::fmt::Write as _;
         let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
-        let mut s =
-            String::from("name,node,op,activations,weights,sqnr_local_db,sqnr_cumulative_db,cosine,max_abs_err\n");
+        let mut s = String::from(
+            "name,node,op,activations,weights,sqnr_local_db,sqnr_cumulative_db,cosine,max_abs_err,integer_sqnr_db,integer_sqnr_cumulative_db\n",
+        );
         for t in &self.tensors {
             let _ = writeln!(
                 s,
-                "{},{},{},{:?},{:?},{},{},{:.6},{:.6e}",
+                "{},{},{},{:?},{:?},{},{},{:.6},{:.6e},{},{}",
                 csv_field(&t.name),
                 csv_field(&t.node),
                 t.op,
@@ -1115,7 +1156,9 @@ impl Report {
                 f(t.sqnr_local_db),
                 f(t.sqnr_cumulative_db),
                 t.cosine,
-                t.max_abs_err
+                t.max_abs_err,
+                f(t.integer_sqnr_db),
+                f(t.integer_sqnr_cumulative_db)
             );
         }
         s

@@ -165,6 +165,7 @@ pub fn exp_on_negative_values_5(a: i32) -> i32 {
     if a == 0 { i32::MAX } else { result }
 }
 
+#[expect(clippy::manual_midpoint, reason = "gemmlowp's RoundingHalfSum, as written there")]
 fn rounding_half_sum(a: i32, b: i32) -> i32 {
     let s = i64::from(a) + i64::from(b);
     let sign = if s >= 0 { 1 } else { -1 };
@@ -173,9 +174,9 @@ fn rounding_half_sum(a: i32, b: i32) -> i32 {
 
 /// gemmlowp `one_over_one_plus_x_for_x_in_0_1` (Q0.31 in and out).
 pub fn one_over_one_plus_x(a: i32) -> i32 {
-    let half_denominator = rounding_half_sum(a, i32::MAX);
     const C48_17: i32 = 1_515_870_810;
     const CNEG32_17: i32 = -1_010_580_540;
+    let half_denominator = rounding_half_sum(a, i32::MAX);
     let one_f2 = 1i32 << 29;
     let mut x = C48_17.wrapping_add(srdhm(half_denominator, CNEG32_17));
     for _ in 0..3 {

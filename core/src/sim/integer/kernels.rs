@@ -439,3 +439,74 @@ pub fn concat(parts: &[(&[i32], &[usize])], axis: usize) -> Vec<i32> {
     }
     y
 }
+
+/// TRANSPOSE_CONV int8 (`reference_integer_ops::TransposeConv`, no padding): the scatter
+/// of `(x − zp_in)·w` into an int32 buffer, then bias, `M(acc)` per channel, `+ zp_out`.
+pub fn transpose_conv(
+    x: &[i32],
+    xs: [usize; 4],
+    w: &[i32],
+    ws: [usize; 4],
+    bias: &[i32],
+    ys: [usize; 2],
+    strides: [usize; 2],
+    zp_in: i32,
+    zp_out: i32,
+    mults: &[(i32, i32)],
+    (lo, hi): (i32, i32),
+) -> Vec<i32> {
+    let [n, ci, h, wd] = xs;
+    let [co, _, kh, kw] = ws;
+    let [oh, ow] = ys;
+    let mut y = vec![0i32; n * co * oh * ow];
+    y.par_chunks_mut(oh * ow).enumerate().for_each(|(bo, out)| {
+        let (b, oc) = (bo / co, bo % co);
+        let mut acc = vec![0i32; oh * ow];
+        for ic in 0..ci {
+            let xp = &x[(b * ci + ic) * h * wd..(b * ci + ic + 1) * h * wd];
+            let wp = &w[(oc * ci + ic) * kh * kw..(oc * ci + ic + 1) * kh * kw];
+            for iy in 0..h {
+                for ix in 0..wd {
+                    let xv = xp[iy * wd + ix] - zp_in;
+                    for ky in 0..kh {
+                        let oy = iy * strides[0] + ky;
+                        if oy >= oh {
+                            continue;
+                        }
+                        for kx in 0..kw {
+                            let ox = ix * strides[1] + kx;
+                            if ox < ow {
+                                let a = &mut acc[oy * ow + ox];
+                                *a = a.wrapping_add(xv.wrapping_mul(wp[ky * kw + kx]));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let (q, s) = mults[oc % mults.len()];
+        let bv = bias.get(oc).copied().unwrap_or(0);
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = (mbqm(a.wrapping_add(bv), q, s).wrapping_add(zp_out)).clamp(lo, hi);
+        }
+    });
+    y
+}
+
+/// RESIZE_NEAREST_NEIGHBOR (no corner alignment, no half-pixel centres) in NCHW: output
+/// index `o` reads `min(floor(o · in/out), in − 1)` in float32.
+pub fn resize_nearest(x: &[i32], xs: &[usize], ys: &[usize]) -> Vec<i32> {
+    let (h, w, oh, ow) = (xs[2], xs[3], ys[2], ys[3]);
+    let src = |o: usize, i: usize, n: usize| (((o as f32) * (i as f32 / n as f32)).floor() as usize).min(i - 1);
+    let planes = xs[0] * xs[1];
+    let mut y = Vec::with_capacity(planes * oh * ow);
+    for p in 0..planes {
+        for oy in 0..oh {
+            let iy = src(oy, h, oh);
+            for ox in 0..ow {
+                y.push(x[(p * h + iy) * w + src(ox, w, ow)]);
+            }
+        }
+    }
+    y
+}

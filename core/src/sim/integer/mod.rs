@@ -69,7 +69,7 @@ pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
         values[t] = Some(codes);
     }
     for op in &p.ops {
-        let out = eval(p, op, &values).map_err(|message| RunError::Op {
+        let out = eval_op(p, op, &values).map_err(|message| RunError::Op {
             node: op.node.clone(),
             op: op.kind.name(),
             message,
@@ -79,7 +79,8 @@ pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
     Ok(Run { values })
 }
 
-fn eval(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+/// One op on the tensors' current codes (its inputs must be computed).
+pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
     let t = |k: usize| &p.tensors[op.inputs[k]];
     let v = |k: usize| -> Result<&[i32], String> {
         values[op.inputs[k]]
@@ -121,6 +122,28 @@ fn eval(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, 
                 kernels::act_range(*act, yq),
             )
         }
+        OpKind::TransposeConv { strides, act } => {
+            let w = t(1);
+            let mults: Vec<(i32, i32)> =
+                w.q.scale
+                    .iter()
+                    .map(|&sw| fixed::quantize_multiplier(f64::from(xq.s()) * f64::from(sw) / f64::from(yq.s())))
+                    .collect();
+            kernels::transpose_conv(
+                v(0)?,
+                [t(0).shape[0], t(0).shape[1], t(0).shape[2], t(0).shape[3]],
+                v(1)?,
+                [w.shape[0], w.shape[1], w.shape[2], w.shape[3]],
+                v(2)?,
+                [y.shape[2], y.shape[3]],
+                *strides,
+                xq.zp(),
+                yq.zp(),
+                &mults,
+                kernels::act_range(*act, yq),
+            )
+        }
+        OpKind::ResizeNearest => kernels::resize_nearest(v(0)?, &t(0).shape, &y.shape),
         OpKind::FullyConnected { act } => {
             let w = t(1);
             let eff: Vec<f64> =

@@ -1,0 +1,141 @@
+//! Integer plans on a real model (PP-OCR cls, a PaddlePaddle export): legalization, the
+//! integer reference execution against FP32 beside the fake-quant simulation on held-out
+//! photos, the TFLite writer's output parsed back, and a plan refused on another graph.
+//! (Bit-exactness against LiteRT's reference kernels: `scripts/check_tflite_litert.py`.)
+
+use npu_core::ir::Model;
+use npu_core::progress::Silent;
+use npu_core::quant::Quantizer;
+use npu_core::quant::data::{Preprocess, source};
+use npu_core::quant::legalize::{LegalizeError, legalize};
+use npu_core::quant::observer::Calibration;
+use npu_tests::data_dir;
+use std::collections::HashMap;
+
+fn cls_model() -> Model {
+    let (m, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_cls.onnx")).expect("loads");
+    npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
+        .expect("optimizes")
+        .model
+}
+
+#[test]
+fn cls_integer_reference_tracks_fake_quant_and_exports() {
+    let model = cls_model();
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    // Calibrate on the eight crops, evaluate on the six full photos: disjoint samples.
+    let pre = Preprocess::parse("size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5").expect("spec");
+    let calib =
+        source(data_dir().join("crops8").to_str().expect("path")).expect("crops8 (bench/make_crops.py 8 data/crops8)");
+    let plan = q
+        .calibrate(
+            &mut calib.samples(&model, &pre),
+            calib.len(),
+            "w8a8",
+            Calibration::Mse,
+            &Silent,
+        )
+        .expect("calibrates");
+    assert_eq!(plan.input_shapes.get("x"), Some(&vec![1, 3, 48, 192]));
+    let p = legalize(&model, &plan, &HashMap::new()).expect("cls legalizes");
+    assert!(
+        p.constraints.iter().any(|c| c.rule == "fixed-output-grid"),
+        "softmax output fixed"
+    );
+    let out = &p.tensors[p.outputs[0]];
+    assert_eq!((out.q.s(), out.q.zp()), (1.0 / 256.0, -128));
+    // Weights: int8 codes in −127..127, per output channel.
+    for t in p
+        .tensors
+        .iter()
+        .filter(|t| t.data.is_some() && t.q.axis == Some(0) && t.q.ty == npu_core::quant::params::IntType::I8)
+    {
+        assert!(
+            t.data
+                .as_ref()
+                .is_some_and(|d| d.iter().all(|c| (-127..=127).contains(c))),
+            "{}",
+            t.name
+        );
+        assert_eq!(t.q.scale.len(), t.shape[0], "{}", t.name);
+    }
+
+    let eval_dir = std::env::temp_dir().join(format!("npu_integer_eval_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&eval_dir);
+    std::fs::create_dir_all(&eval_dir).expect("tmp");
+    for n in ["astronaut", "chelsea", "coffee", "page", "rocket", "text"] {
+        let f = format!("cls_{n}.npy");
+        std::fs::copy(data_dir().join("inputs").join(&f), eval_dir.join(&f)).expect("data/inputs");
+    }
+    let eval = source(eval_dir.to_str().expect("path")).expect("eval");
+    let report = q
+        .simulate(
+            &plan,
+            &mut eval.samples(&model, &Preprocess::default()),
+            eval.len(),
+            &Silent,
+        )
+        .expect("simulates");
+    assert!(report.integer_note.is_none(), "{:?}", report.integer_note);
+    let fake = report.outputs[0].sqnr_db.expect("fake-quant error");
+    let int = report.outputs[0].integer_sqnr_db.expect("integer error");
+    println!("cls output SQNR on 6 held-out photos: fake-quant {fake:.2} dB, integer reference {int:.2} dB");
+    assert!(
+        int > 12.0 && (int - fake).abs() < 10.0,
+        "integer {int} dB vs fake-quant {fake} dB"
+    );
+    // Every quantized tensor has both integer columns, and the two executions agree
+    // closely wherever the local errors are measured on the same grids.
+    let mut close = 0;
+    for t in &report.tensors {
+        let (Some(a), Some(b)) = (t.sqnr_local_db, t.integer_sqnr_db) else {
+            continue;
+        };
+        assert!(t.integer_sqnr_cumulative_db.is_some(), "{}", t.name);
+        if (a - b).abs() < 1.5 {
+            close += 1;
+        }
+    }
+    assert!(
+        close * 10 >= report.tensors.len() * 9,
+        "{close} of {} tensors within 1.5 dB locally",
+        report.tensors.len()
+    );
+    assert!(report.constraints.iter().all(|c| c.integer_local_db.is_some()));
+
+    // The TFLite writer's file parses back with the same operators and tensor names.
+    let w = npu_core::export::tflite::write(&p, npu_core::export::tflite::Io::Int8).expect("writes");
+    let m = tflite_schema::root_as_model(&w.bytes).expect("a valid TFLite flatbuffer");
+    let sg = m.subgraphs().expect("subgraphs").get(0);
+    assert_eq!(sg.operators().expect("ops").len(), w.operators);
+    let names: Vec<&str> = sg.tensors().expect("tensors").iter().filter_map(|t| t.name()).collect();
+    assert!(names.contains(&out.name.as_str()) && names.contains(&"x"));
+    let sig = m.signature_defs().expect("signature").get(0);
+    assert_eq!(sig.signature_key(), Some("serving_default"));
+}
+
+#[test]
+fn a_plan_of_another_graph_is_refused() {
+    let model = cls_model();
+    let q = Quantizer::new(&model, 1).expect("quantizer");
+    let plan = q
+        .calibrate(
+            &mut source(data_dir().join("crops8").to_str().expect("path"))
+                .expect("crops8")
+                .samples(
+                    &model,
+                    &Preprocess::parse("size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5").expect("spec"),
+                ),
+            8,
+            "w8a8",
+            Calibration::MinMax,
+            &Silent,
+        )
+        .expect("calibrates");
+    let (other, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_cls.onnx")).expect("loads");
+    // The unoptimized graph is another graph.
+    match legalize(&other, &plan, &HashMap::new()) {
+        Err(e @ LegalizeError::WrongGraph { .. }) => assert!(e.to_string().contains("another graph")),
+        other => panic!("expected WrongGraph, got {:?}", other.map(|p| p.ops.len())),
+    }
+}
