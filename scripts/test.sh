@@ -31,5 +31,7 @@ python3 scripts/check_cli_vs_ort.py
 python3 scripts/check_fusions_ort.py
 # Our TFLite int8 export in LiteRT's reference kernels against our integer reference.
 python3 scripts/check_tflite_litert.py
+# Our QDQ ONNX export in onnxruntime against the simulator's prediction.
+python3 scripts/check_qdq_ort.py
 # The real window, as a user starts it, under Xvfb.
 scripts/screenshot_window.sh assets/models/sample_cnn.onnx target/window.png 8

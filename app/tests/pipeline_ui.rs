@@ -256,8 +256,31 @@ fn pipeline_stages_run_export_and_go_stale() {
         serde_json::from_str(&std::fs::read_to_string(out.join("ppocr_cls.quant_report.json")).expect("report"))
             .expect("json");
     assert_eq!(report["eval_samples"], 6);
-    // A precision edit makes the export stale; the simulation follows it.
     let n = *s.rows.keys().min().expect("a layer");
+    // The deployable files: the int8 TFLite model and the QDQ ONNX model.
+    let tfl = std::fs::read(out.join("ppocr_cls.int8.tflite")).expect("the TFLite file");
+    assert_eq!(&tfl[4..8], b"TFL3");
+    let qdq = npu_core::import::onnx::load(&out.join("ppocr_cls.qdq.onnx")).expect("the QDQ ONNX loads");
+    assert!(qdq.0.graph.nodes.iter().any(|n| n.op == "QuantizeLinear"));
+    assert!(h.state().status.contains("Exported 5 files"), "{}", h.state().status);
+    // The formats menu: with TFLite unticked the next export leaves it out.
+    h.get_by_label("Formats").click();
+    for _ in 0..4 {
+        h.step();
+    }
+    h.get_by_label("TFLite int8 (.int8.tflite)").click();
+    for _ in 0..4 {
+        h.step();
+    }
+    assert!(!h.state().pipeline.formats.tflite);
+    assert!(h.state().pipeline.formats.qdq);
+    let out2 = dir.join("export2");
+    h.state_mut().send(Command::SetExportDir(out2.clone()));
+    h.state_mut().send(Command::ExportPlan);
+    settle(&mut h);
+    assert!(h.state().status.contains("Exported 4 files"), "{}", h.state().status);
+    assert!(out2.join("ppocr_cls.qdq.onnx").exists() && !out2.join("ppocr_cls.int8.tflite").exists());
+    // A precision edit makes the export stale; the simulation follows it.
     h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
     settle(&mut h);
     assert!(matches!(h.state().stage_status(Stage::Export), Status::Stale(_)));

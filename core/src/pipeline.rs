@@ -392,17 +392,46 @@ pub fn load_plan(path: &Path) -> Result<QuantPlan, PlanFileError> {
     })
 }
 
+/// Which deployable files the export stage writes beside the graph, plan and report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BundleFormats {
+    /// `<stem>.int8.tflite` (when the plan has an integer form).
+    pub tflite: bool,
+    /// `<stem>.qdq.onnx`.
+    pub qdq: bool,
+}
+
+impl Default for BundleFormats {
+    fn default() -> Self {
+        Self {
+            tflite: true,
+            qdq: true,
+        }
+    }
+}
+
+/// What the export stage wrote, and why a chosen file was not written.
+#[derive(Clone, Debug, Default)]
+pub struct Bundle {
+    pub files: Vec<PathBuf>,
+    pub skipped: Vec<String>,
+}
+
 /// The export stage: the optimized graph (`<stem>.optimized.onnx`), the plan
-/// (`<stem>.quant.ron`, what `analyze --plan` reads) and its error report
-/// (`<stem>.quant_report.json`) in `dir`, each written atomically. Returns the files.
+/// (`<stem>.quant.ron`, what `analyze --plan` reads), its error report
+/// (`<stem>.quant_report.json`) and the chosen deployable files (`<stem>.int8.tflite`,
+/// `<stem>.qdq.onnx`) in `dir`, each written atomically. A TFLite file the plan cannot
+/// become (no integer form yet) is skipped with the reason; every other failure is an
+/// error.
 pub fn export_bundle(
     optimized: &Model,
     plan: &QuantPlan,
     report: &Report,
     dir: &Path,
     stem: &str,
+    formats: BundleFormats,
     progress: &dyn Progress,
-) -> Result<Vec<PathBuf>, ExportError> {
+) -> Result<Bundle, ExportError> {
     std::fs::create_dir_all(dir).map_err(|source| ExportError::Io {
         file: dir.display().to_string(),
         source,
@@ -410,18 +439,49 @@ pub fn export_bundle(
     let onnx = dir.join(format!("{stem}.optimized.onnx"));
     let plan_path = dir.join(format!("{stem}.quant.ron"));
     let report_path = dir.join(format!("{stem}.quant_report.json"));
-    progress.update(0, 3, "writing the optimized graph");
+    let steps = 3 + usize::from(formats.tflite) + usize::from(formats.qdq);
+    progress.update(0, steps, "writing the optimized graph");
     // (`save` writes the fused forms onnxruntime lacks as their ONNX equivalents.)
     crate::export::onnx::save(optimized, &onnx)?;
     if progress.cancelled() {
         return Err(ExportError::Cancelled);
     }
-    progress.update(1, 3, "writing the plan");
+    progress.update(1, steps, "writing the plan");
     export_plan(plan, &plan_path)?;
-    progress.update(2, 3, "writing the report");
+    progress.update(2, steps, "writing the report");
     export_json(report, &report_path)?;
-    progress.update(3, 3, "exported");
-    Ok(vec![onnx, plan_path, report_path])
+    let mut bundle = Bundle {
+        files: vec![onnx, plan_path, report_path],
+        skipped: Vec::new(),
+    };
+    let mut step = 3;
+    if formats.tflite {
+        progress.update(step, steps, "writing the TFLite model");
+        step += 1;
+        let path = dir.join(format!("{stem}.int8.tflite"));
+        match legalize(optimized, plan, &HashMap::new()) {
+            Ok(p) => {
+                export_tflite(&p, crate::export::tflite::Io::Int8, &path)?;
+                bundle.files.push(path);
+            }
+            Err(e) => bundle.skipped.push(format!("TFLite not written: {e}")),
+        }
+    }
+    if progress.cancelled() {
+        return Err(ExportError::Cancelled);
+    }
+    if formats.qdq {
+        progress.update(step, steps, "writing the QDQ ONNX model");
+        let path = dir.join(format!("{stem}.qdq.onnx"));
+        let q = Quantizer::new(optimized, 1).map_err(|e| ExportError::Model {
+            file: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        export_qdq(&q, plan, &path)?;
+        bundle.files.push(path);
+    }
+    progress.update(steps, steps, "exported");
+    Ok(bundle)
 }
 
 /// Stage 4a: the plan made integer — every tensor's storage type, scales and zero points,
@@ -457,4 +517,24 @@ pub fn export_tflite(
     })?;
     write_atomic(path, &written.bytes)?;
     Ok(written)
+}
+
+/// The QDQ ONNX export of a plan on its optimized graph, written atomically.
+pub fn export_qdq(
+    q: &Quantizer<'_>,
+    plan: &QuantPlan,
+    path: &Path,
+) -> Result<crate::export::qdq::QdqSummary, ExportError> {
+    if let Some(id) = &plan.graph {
+        let here = crate::quant::params::graph_id(q.model);
+        if *id != here {
+            return Err(ExportError::Model {
+                file: path.display().to_string(),
+                message: format!("the plan belongs to another graph (plan {id}, this optimized graph {here})"),
+            });
+        }
+    }
+    let (model, summary) = crate::export::qdq::qdq_model(q, plan);
+    crate::export::onnx::save(&model, path)?;
+    Ok(summary)
 }

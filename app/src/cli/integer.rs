@@ -150,6 +150,20 @@ pub fn export(model: &Path, plan: &Path, format: &str, out: &Path, io: &str, sha
             }
             Ok(())
         }
-        other => bail!("--format {other}: expected tflite"),
+        "onnx-qdq" => {
+            let (plan, optimized) = super::quant::plan_inputs(model, plan)?;
+            let q = pipeline::quantizer(&optimized, 1)?;
+            let s = pipeline::export_qdq(&q, &plan, out)?;
+            println!(
+                "wrote {}: {} activation Q/DQ pairs, {} quantized constants, {} nodes with float constants; Q/DQ domain {}",
+                out.display(),
+                s.activations,
+                s.weights,
+                s.float_weights,
+                s.domain
+            );
+            Ok(())
+        }
+        other => bail!("--format {other}: expected tflite or onnx-qdq"),
     }
 }

@@ -80,12 +80,13 @@ enum Command {
         dequantize: bool,
     },
     /// Exports a quantization plan as a deployable model: `--format tflite` writes a fully
-    /// quantized int8 TFLite file (NHWC, per-channel weights, a serving_default signature).
+    /// quantized int8 TFLite file (NHWC, per-channel weights, a serving_default signature);
+    /// `--format onnx-qdq` the optimized graph with QuantizeLinear/DequantizeLinear pairs.
     Export {
         model: PathBuf,
         #[arg(long, value_name = "PLAN.ron")]
         plan: PathBuf,
-        /// tflite.
+        /// tflite or onnx-qdq.
         #[arg(long, default_value = "tflite")]
         format: String,
         /// The file, written atomically.

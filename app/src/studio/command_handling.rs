@@ -31,6 +31,8 @@ pub(super) enum Written {
         generation: u64,
         dir: PathBuf,
         files: usize,
+        /// Chosen files not written, with the reason.
+        skipped: Vec<String>,
     },
 }
 
@@ -199,6 +201,11 @@ impl Studio {
                 }
             }
             Command::ExportPlan => self.export_plan(),
+            Command::SetExportDir(d) => {
+                self.status = format!("Export writes to {}", d.display());
+                self.pipeline.export_dir = Some(d);
+            }
+            Command::SetExportFormats(f) => self.pipeline.formats = f,
             Command::CancelOpen => {
                 if let Some(j) = &self.open_job {
                     j.cancel();
@@ -305,6 +312,7 @@ impl Studio {
                 }
             }
             Dialog::RecipeFile => self.quant.recipe_path = p.display().to_string(),
+            Dialog::ExportFolder => self.send(Command::SetExportDir(p)),
         }
     }
 
@@ -418,14 +426,15 @@ impl Studio {
             return;
         };
         let (optimized, plan, report) = (m.optimized.clone(), r.plan.clone(), r.report.clone());
-        let (generation, stem) = (s.generation(), l.stem());
+        let (generation, stem, formats) = (s.generation(), l.stem(), self.pipeline.formats);
         self.writes.spawn("export-plan", self.ctx.as_ref(), move |p| {
-            let files = npu_core::pipeline::export_bundle(&optimized, &plan, &report, &dir, &stem, p)
+            let bundle = npu_core::pipeline::export_bundle(&optimized, &plan, &report, &dir, &stem, formats, p)
                 .map_err(|e| JobError::Failed(format!("Export failed: {e}")))?;
             Ok(Written::Exported {
                 generation,
                 dir,
-                files: files.len(),
+                files: bundle.files.len(),
+                skipped: bundle.skipped,
             })
         });
     }
@@ -477,8 +486,17 @@ impl Studio {
                         Err(e) => e,
                     });
                 }
-                Ok(Written::Exported { generation, dir, files }) => {
+                Ok(Written::Exported {
+                    generation,
+                    dir,
+                    files,
+                    skipped,
+                }) => {
                     self.status = format!("Exported {files} files to {}", dir.display());
+                    for s in &skipped {
+                        self.status.push_str("; ");
+                        self.status.push_str(s.chars().take(160).collect::<String>().as_str());
+                    }
                     self.quant.exported = Some((generation, dir));
                 }
                 Ok(Written::Autosave(Ok(()))) | Err(JobError::Cancelled) => {}

@@ -71,6 +71,8 @@ pub enum Dialog {
     },
     /// The recipe file the recipe editor loads and saves.
     RecipeFile,
+    /// The folder the pipeline's Export stage writes to.
+    ExportFolder,
 }
 
 #[derive(Clone, Debug)]
@@ -169,6 +171,10 @@ pub enum Command {
     DiscardRecovery,
     /// Write the optimized graph, the plan and its report (the pipeline's Export stage).
     ExportPlan,
+    /// Where the pipeline's Export stage writes.
+    SetExportDir(PathBuf),
+    /// Which deployable files it writes.
+    SetExportFormats(npu_core::pipeline::BundleFormats),
     /// Stop opening a model.
     CancelOpen,
     /// Stop the optimizer's run.

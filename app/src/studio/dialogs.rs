@@ -40,7 +40,7 @@ pub fn spawn(dialog: Dialog, start: DialogStart, ctx: Option<&egui::Context>) ->
                     .set_file_name(format!("{stem}.{ext}"))
                     .save_file()
             }
-            Dialog::Samples { .. } => d.pick_folder(),
+            Dialog::Samples { .. } | Dialog::ExportFolder => d.pick_folder(),
             Dialog::RecipeFile => d.add_filter("Recipe", &["ron"]).pick_file(),
         };
         Ok((dialog, picked))

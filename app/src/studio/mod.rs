@@ -116,6 +116,7 @@ impl Studio {
             pipeline: pipeline::PipelineState {
                 open: true,
                 export_dir: None,
+                formats: npu_core::pipeline::BundleFormats::default(),
             },
             project_path: None,
             saved_project: None,
@@ -163,6 +164,8 @@ impl Studio {
             optimizer: &self.optimizer,
             quant: &self.quant,
             exporting: self.writes.running("export-plan"),
+            export_dir: self.pipeline.export_dir(self.loaded.as_ref()),
+            formats: self.pipeline.formats,
         }
     }
 

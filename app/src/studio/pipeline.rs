@@ -83,6 +83,8 @@ pub struct PipelineState {
     pub open: bool,
     /// Where Export writes (default: `<model>_export` next to the model).
     pub export_dir: Option<PathBuf>,
+    /// The deployable files Export writes beside the graph, plan and report.
+    pub formats: npu_core::pipeline::BundleFormats,
 }
 
 impl PipelineState {
@@ -105,6 +107,9 @@ pub struct PipelineCx<'a> {
     pub quant: &'a QuantView,
     /// The export being written.
     pub exporting: Option<&'a JobProgress>,
+    /// Where Export writes and what.
+    pub export_dir: Option<PathBuf>,
+    pub formats: npu_core::pipeline::BundleFormats,
 }
 
 /// Why stages are stale, worked out once per frame (one look at the model file).
@@ -323,6 +328,30 @@ fn can_run(st: &PipelineCx<'_>, stage: Stage, status: &Status, stale: &Staleness
     }
 }
 
+/// The Export card's menu: the deployable formats and the destination folder.
+fn export_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
+    ui.menu_button(egui::RichText::new("Formats").small(), |ui| {
+        let mut f = st.formats;
+        ui.checkbox(&mut f.tflite, "TFLite int8 (.int8.tflite)")
+            .on_hover_text("A fully quantized int8 TFLite model, when every layer has an integer form");
+        ui.checkbox(&mut f.qdq, "QDQ ONNX (.qdq.onnx)")
+            .on_hover_text("The optimized graph with QuantizeLinear/DequantizeLinear pairs");
+        if f != st.formats {
+            out.push(Command::SetExportFormats(f));
+        }
+        ui.separator();
+        let dir = st
+            .export_dir
+            .as_ref()
+            .map_or_else(|| "next to the model".into(), |d| d.display().to_string());
+        ui.label(egui::RichText::new(format!("Destination: {dir}")).small());
+        if ui.button("Choose destination…").clicked() {
+            out.push(Command::Dialog(Dialog::ExportFolder));
+            ui.close();
+        }
+    });
+}
+
 /// The pipeline row.
 pub fn panel_ui(ui: &mut egui::Ui, st: &PipelineCx<'_>, theme: &Theme, out: &mut Vec<Command>) {
     let stale = Staleness::of(st);
@@ -385,15 +414,20 @@ pub fn panel_ui(ui: &mut egui::Ui, st: &PipelineCx<'_>, theme: &Theme, out: &mut
                                 });
                             }
                             other => {
-                                if ui
-                                    .add_enabled(
-                                        can_run(st, *stage, other, &stale),
-                                        egui::Button::new(format!("Run {}", stage.label().to_lowercase())).small(),
-                                    )
-                                    .clicked()
-                                {
-                                    clicked_run = Some(*stage);
-                                }
+                                ui.horizontal(|ui| {
+                                    if ui
+                                        .add_enabled(
+                                            can_run(st, *stage, other, &stale),
+                                            egui::Button::new(format!("Run {}", stage.label().to_lowercase())).small(),
+                                        )
+                                        .clicked()
+                                    {
+                                        clicked_run = Some(*stage);
+                                    }
+                                    if *stage == Stage::Export {
+                                        export_menu(ui, st, out);
+                                    }
+                                });
                             }
                         }
                     });

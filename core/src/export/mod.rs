@@ -2,6 +2,7 @@
 //! optimization, later with Q/DQ), and atomic writes shared by every writer.
 
 pub mod onnx;
+pub mod qdq;
 pub mod tflite;
 
 use std::io::Write as _;

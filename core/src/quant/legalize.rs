@@ -186,8 +186,13 @@ pub enum LegalizeError {
         "the plan belongs to another graph (plan {plan}, this optimized graph {graph}): quantize this model again, with the same passes"
     )]
     WrongGraph { plan: String, graph: String },
-    #[error("no integer form for {} node(s): {}", .0.len(), .0.join("; "))]
-    Unsupported(Vec<String>),
+    #[error(
+        "no integer form for {} node(s): {}{}",
+        .nodes.len(),
+        .nodes.join("; "),
+        if *.downstream > 0 { format!(" (and {} node(s) downstream of them)", .downstream) } else { String::new() }
+    )]
+    Unsupported { nodes: Vec<String>, downstream: usize },
     #[error("tensor {0}: its shape is not known; give the input shapes (the plan records the calibration's)")]
     Shape(String),
     #[error("input {0}: no such graph input")]
@@ -236,10 +241,14 @@ pub fn legalize(
         statics: HashMap::new(),
         done: vec![false; fixed.graph.nodes.len()],
         unsupported: Vec::new(),
+        downstream: 0,
     };
     l.run()?;
     if !l.unsupported.is_empty() {
-        return Err(LegalizeError::Unsupported(l.unsupported));
+        return Err(LegalizeError::Unsupported {
+            nodes: l.unsupported,
+            downstream: l.downstream,
+        });
     }
     Ok(l.program)
 }
@@ -266,6 +275,8 @@ struct Lower<'a, 'm> {
     /// Nodes lowered together with their producer.
     done: Vec<bool>,
     unsupported: Vec<String>,
+    /// Nodes not tried because an input has no integer form.
+    downstream: usize,
 }
 
 type R<T> = Result<T, LegalizeError>;
@@ -342,7 +353,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             Some((f, _)) => Err(format!(
                 "{f:?} activations have no integer form yet (only int8 is legalized)"
             )),
-            None => Err("the plan gives it no grid (float)".into()),
+            None => Err(format!(
+                "tensor {}: the plan gives it no grid (float, or fused into its consumer)",
+                self.g().values[v].name
+            )),
         }
     }
 
@@ -505,6 +519,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 Err(e) => self.unsupported.push(format!("input {}: {e}", self.name(i))),
             }
         }
+        // A node downstream of one without an integer form is not listed on its own.
+        let mut failed = vec![false; self.g().values.len()];
+        let mut downstream = 0;
         for n in order {
             if self.done[n] {
                 continue;
@@ -513,13 +530,25 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 continue;
             }
             let node = self.g().nodes[n].clone();
+            if node.inputs.iter().flatten().any(|&v| failed[v]) {
+                downstream += 1;
+                for &o in node.outputs.iter().flatten() {
+                    failed[o] = true;
+                }
+                continue;
+            }
             if let Err(e) = self.lower(n, &node) {
                 self.unsupported(&node, &e);
+                for &o in node.outputs.iter().flatten() {
+                    failed[o] = true;
+                }
             }
         }
+        self.downstream = downstream;
         for o in outputs {
             match self.ids.get(&o) {
                 Some(&t) => self.program.outputs.push(t),
+                None if failed[o] => {}
                 None => self
                     .unsupported
                     .push(format!("output {}: not computed by an integer op", self.name(o))),

@@ -261,7 +261,7 @@ fn is_float(g: &Graph, v: ValueId) -> bool {
 }
 
 /// The weight input of a node and its output-channel axis.
-fn weight_axis(g: &Graph, node: &Node, input: usize) -> Option<usize> {
+pub(crate) fn weight_axis(g: &Graph, node: &Node, input: usize) -> Option<usize> {
     let v = node.input(input)?;
     let rank = g.values[v].constant.as_ref()?.shape.len();
     match (node.op.as_str(), input) {
@@ -275,7 +275,7 @@ fn weight_axis(g: &Graph, node: &Node, input: usize) -> Option<usize> {
 
 /// A constant that is data to the op (quantized like a weight, per tensor), not a parameter
 /// such as Resize's scales, Clip's bounds or a shape.
-fn is_data_operand(node: &Node, input: usize) -> bool {
+pub(crate) fn is_data_operand(node: &Node, input: usize) -> bool {
     match node.op.as_str() {
         "Add" | "Sub" | "Mul" | "Div" | "PRelu" | "Concat" | "Max" | "Min" => true,
         "MatMul" => input == 0,
@@ -284,7 +284,7 @@ fn is_data_operand(node: &Node, input: usize) -> bool {
     }
 }
 
-fn is_bias(node: &Node, input: usize) -> bool {
+pub(crate) fn is_bias(node: &Node, input: usize) -> bool {
     input == 2
         && matches!(
             node.op.as_str(),

@@ -139,8 +139,16 @@ pub const SUPPORTED_OPS: &[&str] = &[
 ];
 
 /// onnxruntime's contrib ops (domain `com.microsoft`) that the executor runs: the fused
-/// forms the optimizer writes.
-pub const MICROSOFT_OPS: &[&str] = &["FusedConv", "FusedGemm", "Gelu", "QuickGelu"];
+/// forms the optimizer writes, and the Q/DQ pairs of the QDQ export below opset 13 (the
+/// same semantics as the opset-13 ops, `axis` included).
+pub const MICROSOFT_OPS: &[&str] = &[
+    "FusedConv",
+    "FusedGemm",
+    "Gelu",
+    "QuickGelu",
+    "QuantizeLinear",
+    "DequantizeLinear",
+];
 
 /// Contrib ops onnxruntime registers in the default domain.
 pub const DEFAULT_DOMAIN_CONTRIB_OPS: &[&str] = &["SimplifiedLayerNormalization"];
