@@ -25,6 +25,8 @@ python3 -m pip install --quiet --disable-pip-version-check -r scripts/requiremen
 python3 scripts/fetch_models.py
 python3 scripts/make_yolo_like.py
 python3 scripts/fetch_onnx_node_tests.py
+# Eight crops of the photos: the calibration set of the integer and QDQ checks.
+[ -d data/crops8 ] || python3 bench/make_crops.py 8 data/crops8
 cargo test --workspace --release -- --nocapture
 cargo build --release -p npu-studio
 python3 scripts/check_cli_vs_ort.py
