@@ -13,38 +13,13 @@ Usage: check_qdq_ort.py [--bin PATH] [--models det,cls,rec]
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
+from ppocr_sets import PREPROCESS, ROOT, linked_folder, run, sets
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PHOTOS = ("astronaut", "chelsea", "coffee", "page", "rocket", "text")
-PRE_CLS = "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5"
 TOLERANCE_DB = 0.5
-
-
-def sets(m):
-    """(calibration files or folder, evaluation files): never the same sample."""
-    if m == "cls":
-        return "data/crops8", ["data/inputs/cls_%s.npy" % n for n in PHOTOS]
-    return (["data/inputs/%s_%s.npy" % (m, n) for n in PHOTOS[:3]], ["data/inputs/%s_%s.npy" % (m, n) for n in PHOTOS[3:]])
-
-
-def folder(tmp, name, files):
-    d = os.path.join(tmp, name)
-    os.makedirs(d)
-    for f in files:
-        os.symlink(os.path.join(ROOT, f), os.path.join(d, os.path.basename(f)))
-    return d
-
-
-def run(cmd):
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
-    return r.stdout
 
 
 def main():
@@ -57,15 +32,13 @@ def main():
     bad = []
     for m in args.models.split(","):
         tmp = tempfile.mkdtemp(prefix=f"qdq_{m}_")
-        calib, evals = sets(m)
-        if isinstance(calib, list):
-            calib = folder(tmp, "calib", calib)
-        ev = folder(tmp, "eval", evals)
+        calib, evals = sets(m, tmp)
+        ev = linked_folder(tmp, "eval", evals)
         model = f"data/models/ppocr_{m}.onnx"
         plan, report, qdq = (os.path.join(tmp, f) for f in ("plan.ron", "report.json", "qdq.onnx"))
         cmd = [args.bin, "quantize", model, "--calib", calib, "--eval", ev, "--out", plan, "--report", report]
-        if m == "cls":
-            cmd += ["--preprocess", PRE_CLS]
+        if m in PREPROCESS:
+            cmd += ["--preprocess", PREPROCESS[m]]
         run(cmd)
         predicted = json.load(open(report))["outputs"][0]["sqnr_db"]
         print(run([args.bin, "export", model, "--plan", plan, "--format", "onnx-qdq", "--out", qdq]).strip())

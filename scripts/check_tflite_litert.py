@@ -16,29 +16,11 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRE = {
-    "cls": "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5",
-}
-PHOTOS = ("astronaut", "chelsea", "coffee", "page", "rocket", "text")
-# Calibration and evaluation never share a sample. cls calibrates on the eight crops and
-# is evaluated on the six full photos (data/inputs, written by fetch_models.py); det
-# calibrates on three photos and is evaluated on the other three.
-CALIB = {
-    "cls": "data/crops8",
-    "det": ["data/inputs/det_%s.npy" % n for n in PHOTOS[:3]],
-}
-EVAL = {
-    "cls": ["data/inputs/cls_%s.npy" % n for n in PHOTOS],
-    "det": ["data/inputs/det_%s.npy" % n for n in PHOTOS[3:]],
-}
-
+from ppocr_sets import PREPROCESS, ROOT, run, sets
 
 def sanitize(name):
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
@@ -69,13 +51,6 @@ def compare(name, ours, theirs, failures):
     return d.size
 
 
-def run(cmd):
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
-    return r.stdout
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/npu-studio"))
@@ -91,16 +66,10 @@ def main():
         tmp = tempfile.mkdtemp(prefix=f"tflite_{m}_")
         plan = os.path.join(tmp, "plan.ron")
         tfl = os.path.join(tmp, "model.tflite")
-        calib = CALIB[m]
-        if isinstance(calib, list):
-            folder = os.path.join(tmp, "calib")
-            os.makedirs(folder)
-            for f in calib:
-                os.symlink(os.path.join(ROOT, f), os.path.join(folder, os.path.basename(f)))
-            calib = folder
+        calib, evals = sets(m, tmp)
         cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan]
-        if m in PRE:
-            cmd += ["--preprocess", PRE[m]]
+        if m in PREPROCESS:
+            cmd += ["--preprocess", PREPROCESS[m]]
         run(cmd)
         run([args.bin, "export", model, "--plan", plan, "--format", "tflite", "--out", tfl])
         all_tensors = m in args.all_tensors.split(",")
@@ -114,7 +83,7 @@ def main():
         scale, zp = inp["quantization"]
         checked = 0
         tensors_checked = 0
-        for path in EVAL[m]:
+        for path in evals:
             x = np.load(os.path.join(ROOT, path))
             codes = quantize(x, scale, zp)  # NCHW, on the input's grid
             it.set_tensor(inp["index"], to_file_layout(codes))
@@ -143,7 +112,7 @@ def main():
                     checked += compare(f"{m} {os.path.basename(path)} tensor {t['name']}", ours, it.get_tensor(t["index"]), failures)
                     tensors_checked += 1
         summary.append(
-            f"{m}: {len(EVAL[m])} inputs, {checked} elements compared"
+            f"{m}: {len(evals)} inputs, {checked} elements compared"
             + (f" ({tensors_checked} tensor comparisons incl. intermediates)" if all_tensors else "")
         )
     for s in summary:

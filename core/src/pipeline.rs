@@ -525,15 +525,10 @@ pub fn export_qdq(
     plan: &QuantPlan,
     path: &Path,
 ) -> Result<crate::export::qdq::QdqSummary, ExportError> {
-    if let Some(id) = &plan.graph {
-        let here = crate::quant::params::graph_id(q.model);
-        if *id != here {
-            return Err(ExportError::Model {
-                file: path.display().to_string(),
-                message: format!("the plan belongs to another graph (plan {id}, this optimized graph {here})"),
-            });
-        }
-    }
+    crate::quant::params::check_graph(plan, q.model).map_err(|(plan, graph)| ExportError::Model {
+        file: path.display().to_string(),
+        message: crate::quant::legalize::LegalizeError::WrongGraph { plan, graph }.to_string(),
+    })?;
     let (model, summary) = crate::export::qdq::qdq_model(q, plan);
     crate::export::onnx::save(&model, path)?;
     Ok(summary)

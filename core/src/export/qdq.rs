@@ -210,6 +210,14 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
         }
     }
     // Activations: a Q/DQ pair after each quantized value; its readers read the pair.
+    let mut readers: std::collections::HashMap<ValueId, Vec<(usize, usize)>> = std::collections::HashMap::new();
+    for (n, node) in g.nodes.iter().enumerate() {
+        for (k, i) in node.inputs.iter().enumerate() {
+            if let Some(v) = i {
+                readers.entry(*v).or_default().push((n, k));
+            }
+        }
+    }
     let mut rename = Vec::new();
     for &v in &q.quant_points {
         let Some((format, range)) = q.grid(plan, v) else {
@@ -243,19 +251,7 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
         let z = push_const(g, format!("{name}_zero_point"), &zp);
         let qv = push_value(g, format!("{name}_quantized"), v, codes_dtype);
         let dq = push_value(g, format!("{name}_dequantized"), v, DType::F32);
-        let readers: Vec<(usize, usize)> = g
-            .nodes
-            .iter()
-            .enumerate()
-            .flat_map(|(n, node)| {
-                node.inputs
-                    .iter()
-                    .enumerate()
-                    .filter(move |(_, i)| **i == Some(v))
-                    .map(move |(k, _)| (n, k))
-            })
-            .collect();
-        for (n, k) in readers {
+        for &(n, k) in readers.get(&v).map_or(&[][..], Vec::as_slice) {
             g.nodes[n].inputs[k] = Some(dq);
         }
         b.node(

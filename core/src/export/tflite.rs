@@ -315,9 +315,8 @@ impl Writer<'_> {
                 let wt = &p.tensors[op.inputs[1]];
                 let (c_in, o) = (xt.shape[1], wt.shape[0]);
                 let depthwise = *groups > 1 && *groups == c_in && wt.shape[1] == 1;
-                if *groups > 1 && !depthwise {
-                    // Grouped: CONV_2D with a filter of C/groups channels (REF supports it).
-                }
+                // Grouped (not depthwise): CONV_2D with a filter of C/groups channels, which
+                // the reference kernel supports.
                 let mut x = self.tensor(op.inputs[0]);
                 let pad = padding(
                     [xt.shape[2], xt.shape[3]],
@@ -391,12 +390,10 @@ impl Writer<'_> {
                 }
             }
             OpKind::TransposeConv { strides, act } => {
-                let wt = &p.tensors[op.inputs[1]];
                 let x = self.tensor(op.inputs[0]);
                 let w = self.tensor(op.inputs[1]);
                 let b = self.tensor(op.inputs[2]);
                 let y = self.tensor(op.outputs[0]);
-                let _ = wt;
                 let shape: Vec<i32> = nhwc(&yt.shape).iter().map(|&d| d as i32).collect();
                 let st = self.int32_const(format!("{}:output_shape", yt.name), &shape);
                 self.emit(
@@ -741,21 +738,18 @@ pub fn write(p: &Program, io: Io) -> Result<Written, TfliteError> {
             outputs.push(q);
         }
     }
-    let names = |ids: &[i32], ts: &[tfl::TensorT], prog: &[usize]| -> Vec<tfl::TensorMapT> {
+    let names = |ids: &[i32], prog: &[usize]| -> Vec<tfl::TensorMapT> {
         ids.iter()
             .zip(prog)
-            .map(|(&i, &t)| {
-                let _ = ts;
-                tfl::TensorMapT {
-                    name: Some(p.tensors[t].name.clone()),
-                    tensor_index: i as u32,
-                }
+            .map(|(&i, &t)| tfl::TensorMapT {
+                name: Some(p.tensors[t].name.clone()),
+                tensor_index: i as u32,
             })
             .collect()
     };
     let signature = tfl::SignatureDefT {
-        inputs: Some(names(&inputs, &w.tensors, &p.inputs)),
-        outputs: Some(names(&outputs, &w.tensors, &p.outputs)),
+        inputs: Some(names(&inputs, &p.inputs)),
+        outputs: Some(names(&outputs, &p.outputs)),
         signature_key: Some("serving_default".into()),
         subgraph_index: 0,
     };

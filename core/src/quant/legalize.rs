@@ -9,7 +9,7 @@
 //! input grid a HardSwish look-up needs when its producer is fused, Concat inputs moved to
 //! the output's grid, a HardSigmoid folded into its convolution.
 
-use super::params::{IntType, QParams, bias_codes, graph_id, int8_operand, int8_weight_codes};
+use super::params::{IntType, QParams, bias_codes, check_graph, int8_operand, int8_weight_codes};
 use super::scheme::ActFormat;
 use super::{QuantError, QuantPlan, Quantizer};
 use crate::ir::{Model, Node, NodeId, Tensor, ValueId, concrete};
@@ -209,15 +209,7 @@ pub fn legalize(
     plan: &QuantPlan,
     shapes: &HashMap<String, Vec<usize>>,
 ) -> Result<Program, LegalizeError> {
-    let id = graph_id(model);
-    if let Some(p) = &plan.graph
-        && *p != id
-    {
-        return Err(LegalizeError::WrongGraph {
-            plan: p.clone(),
-            graph: id,
-        });
-    }
+    let id = check_graph(plan, model).map_err(|(plan, graph)| LegalizeError::WrongGraph { plan, graph })?;
     let mut fixed = model.clone();
     let mut all: HashMap<String, Vec<usize>> = plan.input_shapes.clone().into_iter().collect();
     all.extend(shapes.clone());
@@ -240,6 +232,7 @@ pub fn legalize(
         params: HashMap::new(),
         statics: HashMap::new(),
         done: vec![false; fixed.graph.nodes.len()],
+        consumers: fixed.graph.consumers(),
         unsupported: Vec::new(),
         downstream: 0,
     };
@@ -274,6 +267,8 @@ struct Lower<'a, 'm> {
     statics: HashMap<ValueId, Tensor>,
     /// Nodes lowered together with their producer.
     done: Vec<bool>,
+    /// The nodes reading each value.
+    consumers: Vec<Vec<NodeId>>,
     unsupported: Vec<String>,
     /// Nodes not tried because an input has no integer form.
     downstream: usize,
@@ -437,8 +432,8 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     /// consumer's output range mapped back through the step.
     fn affine_input_grid(&mut self, v: ValueId) -> Option<Result<QParams, String>> {
         let g = self.g();
-        let consumers: Vec<&Node> = g.nodes.iter().filter(|n| n.inputs.contains(&Some(v))).collect();
-        let [c] = consumers[..] else { return None };
+        let [c] = self.consumers[v][..] else { return None };
+        let c = &g.nodes[c];
         if !matches!(c.op.as_str(), "Mul" | "Add" | "Sub")
             || c.inputs.len() != 2
             || c.input(0) != Some(v) && c.op == "Sub"
@@ -537,7 +532,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 }
                 continue;
             }
-            if let Err(e) = self.lower(n, &node) {
+            if let Err(e) = self.lower(&node) {
                 self.unsupported(&node, &e);
                 for &o in node.outputs.iter().flatten() {
                     failed[o] = true;
@@ -609,7 +604,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         true
     }
 
-    fn lower(&mut self, n: NodeId, node: &Node) -> Result<(), String> {
+    fn lower(&mut self, node: &Node) -> Result<(), String> {
         let g = self.g();
         let out = node.output(0).ok_or("no output")?;
         let x = node.input(0).ok_or("no input")?;
@@ -661,10 +656,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             }
             "MatMul" => {
                 let (epi, y) = self.absorb_consumer(out)?;
-                let Epilogue::Act(act) = epi else {
-                    return Err("only ReLU-family activations fuse into a fully connected layer".into());
-                };
-                self.fully_connected(node, x, y, act)
+                self.fully_connected(node, x, y, epi)
             }
             "Add" | "Sub" | "Mul" => {
                 let act = match node.attr_s("activation") {
@@ -672,8 +664,8 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     Some("Relu") => Act::Relu,
                     Some(a) => return Err(format!("fused {a} on an element-wise op has no integer form yet")),
                 };
-                let a = self.operand(node, 0, out)?;
-                let b = self.operand(node, 1, out)?;
+                let a = self.operand(node, 0)?;
+                let b = self.operand(node, 1)?;
                 let y = self.act(out)?;
                 let kind = match node.op.as_str() {
                     "Add" => OpKind::Add { act },
@@ -841,10 +833,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 self.op(node, OpKind::Concat { axis }, ins, vec![y]);
                 Ok(())
             }
-            op => {
-                let _ = n;
-                Err(format!("op {op} has no integer form yet"))
-            }
+            op => Err(format!("op {op} has no integer form yet")),
         }
     }
 
@@ -858,7 +847,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     }
 
     /// An element-wise operand: an activation, or a constant on its own int8 grid.
-    fn operand(&mut self, node: &Node, k: usize, _out: ValueId) -> Result<usize, String> {
+    fn operand(&mut self, node: &Node, k: usize) -> Result<usize, String> {
         let v = node.input(k).ok_or("missing operand")?;
         if let Some((shape, data)) = self.constant_f32(v) {
             let (codes, q) = int8_operand(&data);
@@ -869,7 +858,6 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 data: Some(codes),
             }));
         }
-        let _ = node;
         self.act(v)
     }
 
@@ -889,10 +877,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             return Ok((Epilogue::Act(Act::None), y));
         }
         let g = self.g();
-        let consumers: Vec<NodeId> = (0..g.nodes.len())
-            .filter(|&c| g.nodes[c].inputs.contains(&Some(y)))
-            .collect();
-        let [c] = consumers[..] else {
+        let [c] = self.consumers[y][..] else {
             return Err("its output has no grid and several consumers".into());
         };
         let cn = &g.nodes[c];
@@ -919,20 +904,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         Ok((e, out))
     }
 
-    fn conv(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
-        let g = self.g();
-        let wv = node.input(1).ok_or("no weights")?;
-        let (wshape, wdata) = self.constant_f32(wv).ok_or("weights are not constant")?;
-        if wshape.len() != 4 {
-            return Err("only 2-D convolution has an integer form".into());
-        }
-        if node.attr_s("auto_pad").is_some_and(|a| a != "NOTSET") {
-            return Err("auto_pad convolution: optimize the model first".into());
-        }
-        let o = wshape[0];
+    /// A layer's float bias (zeros without one) less the plan's bias correction.
+    fn layer_bias(&self, node: &Node, channels: usize) -> Result<Vec<f32>, String> {
         let mut bias: Vec<f32> = match node.input(2) {
             Some(b) => self.constant_f32(b).ok_or("bias is not constant")?.1,
-            None => vec![0.0; o],
+            None => vec![0.0; channels],
         };
         if let Some(c) = self
             .plan
@@ -944,98 +920,133 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 *b -= d;
             }
         }
-        let w = int8_weight_codes(&wdata, &wshape, 0);
-        let mut wscales: Vec<f64> = w.scales.clone();
-        let xi = self.act(x)?;
-        let s_in = self.program.tensors[xi].q.s();
-        let act = match epi {
-            Epilogue::Act(a) => a,
-            Epilogue::HardSwish | Epilogue::Logistic => Act::None,
-            Epilogue::HardSigmoid(alpha, beta) => {
-                for s in &mut wscales {
-                    *s *= f64::from(alpha);
-                }
-                for b in &mut bias {
-                    *b = alpha * *b + beta;
-                }
-                self.constraint(
-                    &self.name(y),
-                    &node.name,
-                    "folded-hardsigmoid",
-                    format!("HardSigmoid(α={alpha}, β={beta}) folded into the weights and bias; its clamp to [0, 1] is the output grid's saturation and a fused ReLU"),
-                );
-                Act::Relu
-            }
+        Ok(bias)
+    }
+
+    /// A HardSigmoid epilogue folded into the per-channel weight scales and the bias
+    /// (`clamp(α·acc + β, 0, 1)`: its clamp is the output grid's saturation and a ReLU).
+    fn fold_hard_sigmoid(
+        &mut self,
+        node: &Node,
+        y: ValueId,
+        epi: Epilogue,
+        scales: &mut [f64],
+        bias: &mut [f32],
+    ) -> Epilogue {
+        let Epilogue::HardSigmoid(alpha, beta) = epi else {
+            return epi;
         };
-        let s_w: Vec<f32> = wscales.iter().map(|&s| s as f32).collect();
-        let bcodes = bias_codes(&bias, s_in, &s_w);
+        for s in scales.iter_mut() {
+            *s *= f64::from(alpha);
+        }
+        for b in bias.iter_mut() {
+            *b = alpha * *b + beta;
+        }
+        self.constraint(
+            &self.name(y),
+            &node.name,
+            "folded-hardsigmoid",
+            format!("HardSigmoid(α={alpha}, β={beta}) folded into the weights and bias; its clamp to [0, 1] is the output grid's saturation and a fused ReLU"),
+        );
+        Epilogue::Act(Act::Relu)
+    }
+
+    /// The int8 per-output-channel weight tensor (`codes` in `shape`, channels on dim 0)
+    /// and the int32 bias tensor on `s_in · s_w[c]`; returns their ids.
+    fn weight_and_bias(
+        &mut self,
+        node: &Node,
+        wv: ValueId,
+        shape: Vec<usize>,
+        codes: Vec<i32>,
+        scales: &[f64],
+        bias: &[f32],
+        s_in: f32,
+    ) -> (usize, usize) {
+        let channels = shape[0];
+        let s_w: Vec<f32> = scales.iter().map(|&s| s as f32).collect();
+        let bcodes = bias_codes(bias, s_in, &s_w);
+        let bname = node
+            .input(2)
+            .map_or_else(|| format!("{}:bias", node.name), |b| self.name(b));
         let wt = self.push(ITensor {
             name: self.name(wv),
-            shape: wshape.clone(),
+            shape,
             q: QParams {
                 ty: IntType::I8,
                 scale: s_w.clone(),
-                zero_point: vec![0; o],
+                zero_point: vec![0; channels],
                 axis: Some(0),
             },
-            data: Some(w.codes),
+            data: Some(codes),
         });
-        let bname = node
-            .input(2)
-            .map_or_else(|| format!("{}:bias", node.name), |b| g.values[b].name.clone());
         let bt = self.push(ITensor {
             name: bname,
-            shape: vec![o],
+            shape: vec![channels],
             q: QParams {
                 ty: IntType::I32,
                 scale: s_w.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
-                zero_point: vec![0; o],
+                zero_point: vec![0; channels],
                 axis: Some(0),
             },
             data: Some(bcodes),
         });
-        let kind = OpKind::Conv {
-            strides: attr2(node, "strides", 1),
-            dilations: attr2(node, "dilations", 1),
-            pads: pads4(node),
-            groups: node.attr_i("group").unwrap_or(1).max(1) as usize,
-            act,
+        (wt, bt)
+    }
+
+    /// Emits an accumulating op (`kind` with its fused clamp) writing `y`, or, for a
+    /// HardSwish or Sigmoid epilogue, writing a hidden pre-activation that the look-up op
+    /// then reads.
+    fn emit_with_epilogue(
+        &mut self,
+        node: &Node,
+        kind: impl Fn(Act) -> OpKind,
+        inputs: Vec<usize>,
+        y: ValueId,
+        epi: Epilogue,
+    ) -> Result<(), String> {
+        let (pre, lut) = match epi {
+            Epilogue::Act(act) => {
+                let yi = self.act(y)?;
+                self.op(node, kind(act), inputs, vec![yi]);
+                return Ok(());
+            }
+            Epilogue::HardSwish => (self.hard_swish_input(node, y)?, OpKind::HardSwish),
+            Epilogue::Logistic => (self.logistic_input(node, y)?, OpKind::Logistic),
+            Epilogue::HardSigmoid(..) => return Err("a HardSigmoid epilogue must be folded first".into()),
         };
-        if matches!(epi, Epilogue::HardSwish) {
-            let yq = self.act_params(y)?;
-            let (lo, hi) = self.range_of(y)?;
-            let pre_hi = hard_swish_inverse(hi);
-            let pq = QParams::activation(ActFormat::Int8, (-3.0, pre_hi)).ok_or("no grid")?;
-            let name = format!("{}:preact", self.name(y));
-            self.constraint(
-                &name,
-                &node.name,
-                "lut-input-grid",
-                format!(
-                    "HardSwish input grid [-3, {pre_hi:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}] (scale {}); the fused pre-activation had none",
-                    pq.s(),
-                    yq.s()
-                ),
-            );
-            let pre = self.push(ITensor {
-                name,
-                shape: self.shape(y).map_err(|e| e.to_string())?,
-                q: pq,
-                data: None,
-            });
-            self.op(node, kind, vec![xi, wt, bt], vec![pre]);
-            let yi = self.act(y)?;
-            self.op(node, OpKind::HardSwish, vec![pre], vec![yi]);
-        } else if matches!(epi, Epilogue::Logistic) {
-            let pre = self.logistic_input(node, y)?;
-            self.op(node, kind, vec![xi, wt, bt], vec![pre]);
-            let yi = self.act(y)?;
-            self.op(node, OpKind::Logistic, vec![pre], vec![yi]);
-        } else {
-            let yi = self.act(y)?;
-            self.op(node, kind, vec![xi, wt, bt], vec![yi]);
-        }
+        self.op(node, kind(Act::None), inputs, vec![pre]);
+        let yi = self.act(y)?;
+        self.op(node, lut, vec![pre], vec![yi]);
         Ok(())
+    }
+
+    /// The hidden input of a HardSwish fused after an accumulator: `[-3, hs⁻¹(hi)]` for
+    /// the output range `[lo, hi]` (clipping there changes no output).
+    fn hard_swish_input(&mut self, node: &Node, y: ValueId) -> Result<usize, String> {
+        let yq = self.act_params(y)?;
+        let (lo, hi) = self.range_of(y)?;
+        let pre_hi = hard_swish_inverse(hi);
+        let pq = QParams::activation(ActFormat::Int8, (-3.0, pre_hi)).ok_or("no grid")?;
+        let detail = format!(
+            "HardSwish input grid [-3, {pre_hi:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}] (scale {}); the fused pre-activation had none",
+            pq.s(),
+            yq.s()
+        );
+        self.preact(node, y, pq, detail)
+    }
+
+    /// The hidden pre-activation tensor `<y>:preact` on `q`, listed as a constraint.
+    fn preact(&mut self, node: &Node, y: ValueId, q: QParams, detail: String) -> Result<usize, String> {
+        let name = format!("{}:preact", self.name(y));
+        self.constraint(&name, &node.name, "lut-input-grid", detail);
+        let shape = self.shape(y).map_err(|e| e.to_string())?;
+        Ok(self.push(ITensor {
+            name,
+            shape,
+            q,
+            data: None,
+        }))
     }
 
     /// The hidden input of a Sigmoid look-up fused after an accumulator: the logit of the
@@ -1049,25 +1060,41 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let eps = 0.5 / 256.0;
         let range = (logit(lo.clamp(eps, 1.0 - eps)), logit(hi.clamp(eps, 1.0 - eps)));
         let pq = QParams::activation(ActFormat::Int8, range).ok_or("no grid")?;
-        let name = format!("{}:preact", self.name(y));
-        self.constraint(
-            &name,
-            &node.name,
-            "lut-input-grid",
-            format!(
-                "Sigmoid input grid [{:.4}, {:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}]; the fused pre-activation had none",
-                range.0,
-                range.1,
-                pq.s()
-            ),
+        let detail = format!(
+            "Sigmoid input grid [{:.4}, {:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}]; the fused pre-activation had none",
+            range.0,
+            range.1,
+            pq.s()
         );
-        let shape = self.shape(y).map_err(|e| e.to_string())?;
-        Ok(self.push(ITensor {
-            name,
-            shape,
-            q: pq,
-            data: None,
-        }))
+        self.preact(node, y, pq, detail)
+    }
+
+    fn conv(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
+        let wv = node.input(1).ok_or("no weights")?;
+        let (wshape, wdata) = self.constant_f32(wv).ok_or("weights are not constant")?;
+        if wshape.len() != 4 {
+            return Err("only 2-D convolution has an integer form".into());
+        }
+        if node.attr_s("auto_pad").is_some_and(|a| a != "NOTSET") {
+            return Err("auto_pad convolution: optimize the model first".into());
+        }
+        let mut bias = self.layer_bias(node, wshape[0])?;
+        let w = int8_weight_codes(&wdata, &wshape, 0);
+        let mut scales = w.scales;
+        let xi = self.act(x)?;
+        let s_in = self.program.tensors[xi].q.s();
+        let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
+        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in);
+        let (strides, dilations, pads) = (attr2(node, "strides", 1), attr2(node, "dilations", 1), pads4(node));
+        let groups = node.attr_i("group").unwrap_or(1).max(1) as usize;
+        let kind = |act| OpKind::Conv {
+            strides,
+            dilations,
+            pads,
+            groups,
+            act,
+        };
+        self.emit_with_epilogue(node, kind, vec![xi, wt, bt], y, epi)
     }
 
     fn transpose_conv(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
@@ -1099,75 +1126,23 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         }
         let wshape = vec![co, ci, kh, kw];
         let w = int8_weight_codes(&t, &wshape, 0);
-        let mut bias: Vec<f32> = match node.input(2) {
-            Some(b) => self.constant_f32(b).ok_or("bias is not constant")?.1,
-            None => vec![0.0; co],
-        };
-        if let Some(c) = self
-            .plan
-            .bias_correction
-            .get(&node.name)
-            .filter(|c| c.len() == bias.len())
-        {
-            for (b, d) in bias.iter_mut().zip(c) {
-                *b -= d;
-            }
-        }
+        let mut scales = w.scales;
+        let mut bias = self.layer_bias(node, co)?;
         let xi = self.act(x)?;
         let s_in = self.program.tensors[xi].q.s();
-        let s_w: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
-        let bcodes = bias_codes(&bias, s_in, &s_w);
-        let wt = self.push(ITensor {
-            name: self.name(wv),
-            shape: wshape,
-            q: QParams {
-                ty: IntType::I8,
-                scale: s_w.clone(),
-                zero_point: vec![0; co],
-                axis: Some(0),
-            },
-            data: Some(w.codes),
-        });
-        let bname = node
-            .input(2)
-            .map_or_else(|| format!("{}:bias", node.name), |b| self.name(b));
-        let bt = self.push(ITensor {
-            name: bname,
-            shape: vec![co],
-            q: QParams {
-                ty: IntType::I32,
-                scale: s_w.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
-                zero_point: vec![0; co],
-                axis: Some(0),
-            },
-            data: Some(bcodes),
-        });
+        let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
+        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in);
         let strides = attr2(node, "strides", 1);
-        match epi {
-            Epilogue::Act(act) => {
-                let yi = self.act(y)?;
-                self.op(node, OpKind::TransposeConv { strides, act }, vec![xi, wt, bt], vec![yi]);
-            }
-            Epilogue::Logistic => {
-                let pre = self.logistic_input(node, y)?;
-                self.op(
-                    node,
-                    OpKind::TransposeConv {
-                        strides,
-                        act: Act::None,
-                    },
-                    vec![xi, wt, bt],
-                    vec![pre],
-                );
-                let yi = self.act(y)?;
-                self.op(node, OpKind::Logistic, vec![pre], vec![yi]);
-            }
-            _ => return Err("only ReLU-family or Sigmoid activations fuse into a transposed convolution".into()),
-        }
-        Ok(())
+        self.emit_with_epilogue(
+            node,
+            |act| OpKind::TransposeConv { strides, act },
+            vec![xi, wt, bt],
+            y,
+            epi,
+        )
     }
 
-    fn fully_connected(&mut self, node: &Node, x: ValueId, y: ValueId, act: Act) -> Result<(), String> {
+    fn fully_connected(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
         let wv = node.input(1).ok_or("no weights")?;
         let Some((wshape, wdata)) = self.constant_f32(wv) else {
             return Err("MatMul of two activations has no integer form yet".into());
@@ -1184,34 +1159,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 codes[j * k + i] = w.codes[i * n + j];
             }
         }
+        let mut scales = w.scales;
+        // MatMul has no bias input: a zero bias (what FULLY_CONNECTED adds).
+        let mut bias = vec![0.0; n];
         let xi = self.act(x)?;
         let s_in = self.program.tensors[xi].q.s();
-        let s_w: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
-        let wt = self.push(ITensor {
-            name: self.name(wv),
-            shape: vec![n, k],
-            q: QParams {
-                ty: IntType::I8,
-                scale: s_w.clone(),
-                zero_point: vec![0; n],
-                axis: Some(0),
-            },
-            data: Some(codes),
-        });
-        let bt = self.push(ITensor {
-            name: format!("{}:bias", node.name),
-            shape: vec![n],
-            q: QParams {
-                ty: IntType::I32,
-                scale: s_w.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
-                zero_point: vec![0; n],
-                axis: Some(0),
-            },
-            data: Some(vec![0; n]),
-        });
-        let yi = self.act(y)?;
-        self.op(node, OpKind::FullyConnected { act }, vec![xi, wt, bt], vec![yi]);
-        Ok(())
+        let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
+        let (wt, bt) = self.weight_and_bias(node, wv, vec![n, k], codes, &scales, &bias, s_in);
+        self.emit_with_epilogue(node, |act| OpKind::FullyConnected { act }, vec![xi, wt, bt], y, epi)
     }
 }
 

@@ -189,6 +189,16 @@ pub fn graph_id(model: &Model) -> String {
     format!("{:016x}", h.0)
 }
 
+/// The identity of `model`, or `Err((plan's, model's))` when the plan records another
+/// graph (plans written before graphs were recorded pass).
+pub fn check_graph(plan: &super::QuantPlan, model: &Model) -> Result<String, (String, String)> {
+    let id = graph_id(model);
+    match &plan.graph {
+        Some(p) if *p != id => Err((p.clone(), id)),
+        _ => Ok(id),
+    }
+}
+
 struct Fnv(u64);
 
 impl Fnv {

@@ -226,12 +226,28 @@ mod tests {
         for x in [-1000, -3, 0, 7, 123_456] {
             assert_eq!(mbqm(x, q, s), x);
         }
+    }
+
+    #[test]
+    fn gemmlowp_exp_and_reciprocal_match_the_reference_emulation() {
+        // Values of the numpy emulation of gemmlowp that was checked against LiteRT's
+        // reference softmax (`exp_on_negative_values`, `one_over_one_plus_x_for_x_in_0_1`,
+        // `GetReciprocal`); inputs are Q5.26 (exp) and Q0.31 (reciprocal).
         assert_eq!(exp_on_negative_values_5(0), i32::MAX);
-        // exp(-1) in Q0.31.
-        let e = exp_on_negative_values_5(-(1 << 26));
-        assert!((f64::from(e) / 2f64.powi(31) - (-1f64).exp()).abs() < 1e-7);
-        // 1 / (1 + 0.5).
-        let r = one_over_one_plus_x(1 << 30);
-        assert!((f64::from(r) / 2f64.powi(31) - 1.0 / 1.5).abs() < 1e-7);
+        for (a, e) in [
+            (-(1 << 26), 790_015_308),
+            (-(1 << 25), 1_302_515_042),
+            (-3 * (1 << 24), 1_014_399_735),
+            (-12_345_678, 1_786_631_188),
+            (-(5 << 26), 14_469_635),
+        ] {
+            assert_eq!(exp_on_negative_values_5(a), e, "exp of {a}");
+            // Within gemmlowp's precision of the true value.
+            assert!((f64::from(e) / 2f64.powi(31) - (f64::from(a) / 2f64.powi(26)).exp()).abs() < 2e-6);
+        }
+        assert_eq!(one_over_one_plus_x(1 << 30), 1_431_655_762);
+        assert_eq!(one_over_one_plus_x(0), i32::MAX);
+        assert_eq!(one_over_one_plus_x(123_456_789), 2_030_738_432);
+        assert_eq!(get_reciprocal(3 << 19, 12), (1_431_655_762, 1));
     }
 }

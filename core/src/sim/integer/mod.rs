@@ -9,6 +9,7 @@ pub mod fixed;
 pub mod kernels;
 
 use crate::quant::legalize::{IOp, OpKind, Program, quantize_code};
+use crate::quant::params::QParams;
 use rayon::prelude::*;
 
 /// Every tensor's codes after a run (`None`: not computed).
@@ -79,6 +80,16 @@ pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
     Ok(Run { values })
 }
 
+/// Per output channel, `QuantizeMultiplier(s_in · s_w[c] / s_out)` in double, as
+/// `PopulateConvolutionQuantizationParams` computes it for CONV_2D, DEPTHWISE_CONV_2D and
+/// TRANSPOSE_CONV.
+fn channel_multipliers(x: &QParams, w: &QParams, y: &QParams) -> Vec<(i32, i32)> {
+    w.scale
+        .iter()
+        .map(|&sw| fixed::quantize_multiplier(f64::from(x.s()) * f64::from(sw) / f64::from(y.s())))
+        .collect()
+}
+
 /// One op on the tensors' current codes (its inputs must be computed).
 pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
     let t = |k: usize| &p.tensors[op.inputs[k]];
@@ -98,11 +109,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             act,
         } => {
             let w = t(1);
-            let mults: Vec<(i32, i32)> =
-                w.q.scale
-                    .iter()
-                    .map(|&sw| fixed::quantize_multiplier(f64::from(xq.s()) * f64::from(sw) / f64::from(yq.s())))
-                    .collect();
+            let mults = channel_multipliers(xq, &w.q, yq);
             kernels::conv2d(
                 &kernels::ConvGeom {
                     x: [t(0).shape[0], t(0).shape[1], t(0).shape[2], t(0).shape[3]],
@@ -124,11 +131,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
         }
         OpKind::TransposeConv { strides, act } => {
             let w = t(1);
-            let mults: Vec<(i32, i32)> =
-                w.q.scale
-                    .iter()
-                    .map(|&sw| fixed::quantize_multiplier(f64::from(xq.s()) * f64::from(sw) / f64::from(yq.s())))
-                    .collect();
+            let mults = channel_multipliers(xq, &w.q, yq);
             kernels::transpose_conv(
                 v(0)?,
                 [t(0).shape[0], t(0).shape[1], t(0).shape[2], t(0).shape[3]],
@@ -222,17 +225,14 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             let depth = *t(0).shape.last().unwrap_or(&1);
             kernels::softmax(v(0)?, depth.max(1), *beta, xq.s())
         }
-        OpKind::Reshape | OpKind::Concat { .. } | OpKind::Transpose { .. } => match &op.kind {
-            OpKind::Reshape => v(0)?.to_vec(),
-            OpKind::Transpose { perm } => kernels::transpose(v(0)?, &t(0).shape, perm),
-            OpKind::Concat { axis } => {
-                let parts: Vec<(&[i32], &[usize])> = (0..op.inputs.len())
-                    .map(|k| Ok((v(k)?, t(k).shape.as_slice())))
-                    .collect::<Result<_, String>>()?;
-                kernels::concat(&parts, *axis)
-            }
-            _ => unreachable!("matched above"),
-        },
+        OpKind::Reshape => v(0)?.to_vec(),
+        OpKind::Transpose { perm } => kernels::transpose(v(0)?, &t(0).shape, perm),
+        OpKind::Concat { axis } => {
+            let parts: Vec<(&[i32], &[usize])> = (0..op.inputs.len())
+                .map(|k| Ok((v(k)?, t(k).shape.as_slice())))
+                .collect::<Result<_, String>>()?;
+            kernels::concat(&parts, *axis)
+        }
         OpKind::Requantize => {
             let (q, s) = fixed::quantize_multiplier(f64::from(xq.s()) / f64::from(yq.s()));
             let (lo, hi) = yq.ty.range();
