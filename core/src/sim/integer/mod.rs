@@ -188,17 +188,8 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             strides,
             pads,
             act,
-        } => kernels::pool(
-            v(0)?,
-            &t(0).shape,
-            &y.shape,
-            *kernel,
-            *strides,
-            [pads[0], pads[1]],
-            kernels::act_range(*act, yq),
-            true,
-        ),
-        OpKind::AvgPool {
+        }
+        | OpKind::AvgPool {
             kernel,
             strides,
             pads,
@@ -211,7 +202,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             *strides,
             [pads[0], pads[1]],
             kernels::act_range(*act, yq),
-            false,
+            matches!(op.kind, OpKind::MaxPool { .. }),
         ),
         OpKind::HardSwish => {
             let hs = kernels::HardSwish::new(xq, yq)?;
