@@ -36,8 +36,11 @@ def quantize(x, scale, zp):
     return np.clip(q, -128, 127).astype(np.int8)
 
 
-def to_file_layout(a):
-    return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+def to_file_layout(a, shape=None):
+    """Our array (graph layout) in the file's layout: NHWC where the file has it."""
+    if a.ndim != 4 or (shape is not None and tuple(shape) == a.shape):
+        return a
+    return a.transpose(0, 2, 3, 1)
 
 
 def compare(name, ours, theirs, failures):
@@ -86,7 +89,7 @@ def main():
         for path in evals:
             x = np.load(os.path.join(ROOT, path))
             codes = quantize(x, scale, zp)  # NCHW, on the input's grid
-            it.set_tensor(inp["index"], to_file_layout(codes))
+            it.set_tensor(inp["index"], to_file_layout(codes, inp["shape"]))
             it.invoke()
             cpath = os.path.join(tmp, "x.npy")
             np.save(cpath, codes)
@@ -97,7 +100,7 @@ def main():
                 cmd += ["--dump", dump]
             run(cmd)
             for d in it.get_output_details():
-                ours = to_file_layout(np.load(os.path.join(out, sanitize(d["name"]) + ".npy")))
+                ours = to_file_layout(np.load(os.path.join(out, sanitize(d["name"]) + ".npy")), d["shape"])
                 checked += compare(f"{m} {os.path.basename(path)} output {d['name']}", ours, it.get_tensor(d["index"]), failures)
                 q = json.load(open(os.path.join(out, sanitize(d["name"]) + ".quant.json")))
                 if abs(q["scale"][0] - d["quantization"][0]) > 0 or q["zero_point"][0] != d["quantization"][1]:
@@ -108,7 +111,7 @@ def main():
                     if not os.path.exists(f):
                         continue  # constants, and the file's own layout tensors
                     ours = np.load(f)
-                    ours = to_file_layout(ours) if ours.ndim == 4 and len(t["shape"]) == 4 else ours
+                    ours = to_file_layout(ours, t["shape"]) if len(t["shape"]) == 4 else ours
                     checked += compare(f"{m} {os.path.basename(path)} tensor {t['name']}", ours, it.get_tensor(t["index"]), failures)
                     tensors_checked += 1
         summary.append(

@@ -1,18 +1,22 @@
-//! TFLite export of a legalized integer [`Program`]: a fully quantized int8 model in NHWC,
+//! TFLite export of a legalized integer [`Program`]: a fully quantized int8 model,
 //! weights and biases as the program's codes with per-channel parameters, int8 inputs
 //! and outputs (or float ones behind QUANTIZE/DEQUANTIZE), a `serving_default`
-//! signature, tensor names equal to the graph's value names. The flatbuffer code is the
-//! generated `tflite-schema` crate.
+//! signature, tensor names equal to the graph's value names. Ops with no int8 TFLite form
+//! (LayerNormalization) run as TFLite float ops between DEQUANTIZE and QUANTIZE, and
+//! [`Written::float_nodes`] names them. The flatbuffer code is the generated
+//! `tflite-schema` crate.
 //!
-//! Layout: every rank-4 tensor is NHWC in the file; convolution filters OHWI (depthwise
-//! `[1, H, W, C·m]`); axes of Mean, Concat and Transpose are remapped; a Reshape from or
-//! to rank 4 goes through the NCHW order with TRANSPOSE ops wherever the order of the
-//! elements in memory differs. Padding that SAME or VALID cannot express becomes an
-//! explicit PAD (with the zero point; −128 before a max pool).
+//! Layout: the rank-4 activations that reach a convolution, pooling or resize are NHWC in
+//! the file (see [`layouts`]); every other tensor keeps the graph's layout. Convolution
+//! filters are OHWI (depthwise `[1, H, W, C·m]`); axes of Mean, Concat, Slice and
+//! Transpose are remapped; where an op needs the other layout a TRANSPOSE (or a RESHAPE,
+//! when only dims of size 1 move) converts. Padding that SAME or VALID cannot express
+//! becomes an explicit PAD (with the zero point; −128 before a max pool).
 
 use crate::quant::legalize::{Act, IOp, ITensor, OpKind, Program};
 use crate::quant::params::{IntType, QParams};
 use crate::sim::integer::kernels::transpose;
+use std::collections::HashMap;
 use tflite_schema as tfl;
 
 /// Model inputs and outputs as int8 codes or as float32.
@@ -111,13 +115,103 @@ fn padding(
     Pad::Explicit([pads[0], pads[2], pads[1], pads[3]])
 }
 
+/// Which program tensors are NHWC in the file: the rank-4 activations that reach a spatial
+/// op (convolution, pooling, resize) through ops that do not care about the layout
+/// (element-wise ops, look-up tables, requantization, Concat, Slice, a Mean that keeps its
+/// dims). Every other tensor keeps the graph's layout, so attention maps, sequences and
+/// other rank-4 tensors that are not images keep their axes.
+fn layouts(p: &Program) -> Vec<bool> {
+    let n = p.tensors.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn find(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut forced = vec![false; n];
+    let rank4 = |t: usize| p.tensors[t].shape.len() == 4 && p.tensors[t].data.is_none();
+    for op in &p.ops {
+        let spatial = matches!(
+            op.kind,
+            OpKind::Conv { .. }
+                | OpKind::TransposeConv { .. }
+                | OpKind::MaxPool { .. }
+                | OpKind::AvgPool { .. }
+                | OpKind::ResizeNearest
+        );
+        if spatial {
+            forced[op.inputs[0]] = true;
+            forced[op.outputs[0]] = true;
+            continue;
+        }
+        let agnostic = match &op.kind {
+            OpKind::Add { .. }
+            | OpKind::Sub { .. }
+            | OpKind::Mul { .. }
+            | OpKind::HardSwish
+            | OpKind::Logistic
+            | OpKind::Tanh
+            | OpKind::Requantize
+            | OpKind::Concat { .. }
+            | OpKind::Slice { .. } => true,
+            OpKind::Mean { .. } => p.tensors[op.outputs[0]].shape.len() == 4,
+            _ => false,
+        };
+        if !agnostic {
+            continue;
+        }
+        let members: Vec<usize> = op
+            .inputs
+            .iter()
+            .chain(&op.outputs)
+            .copied()
+            .filter(|&t| rank4(t))
+            .collect();
+        for w in members.windows(2) {
+            let (a, b) = (find(&mut parent, w[0]), find(&mut parent, w[1]));
+            parent[a] = b;
+        }
+    }
+    let mut group_nhwc = vec![false; n];
+    for t in 0..n {
+        if forced[t] {
+            let r = find(&mut parent, t);
+            group_nhwc[r] = true;
+        }
+    }
+    (0..n)
+        .map(|t| {
+            rank4(t) && {
+                let r = find(&mut parent, t);
+                group_nhwc[r]
+            }
+        })
+        .collect()
+}
+
+/// A transpose to emit after an op that wrote `from` in the other layout than `to`'s.
+struct Pending {
+    from: i32,
+    to: i32,
+    perm: [usize; 4],
+    shape: Vec<usize>,
+}
+
 struct Writer<'p> {
     p: &'p Program,
     tensors: Vec<tfl::TensorT>,
     buffers: Vec<tfl::BufferT>,
     ops: Vec<tfl::OperatorT>,
     codes: Vec<(tfl::BuiltinOperator, i32)>,
+    /// Program tensor → file tensor, in its layout.
     map: Vec<Option<i32>>,
+    /// Program tensor → NHWC in the file.
+    nhwc: Vec<bool>,
+    /// Program tensor → a copy in the other layout (made by a TRANSPOSE or RESHAPE).
+    other: HashMap<usize, i32>,
+    float_nodes: Vec<String>,
 }
 
 fn quant(q: &QParams, dim: i32) -> tfl::QuantizationParametersT {
@@ -135,6 +229,15 @@ fn le_bytes(ty: IntType, data: &[i32]) -> Vec<u8> {
         IntType::I16 => data.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
         IntType::I32 => data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
     }
+}
+
+fn f32_bytes(data: &[f32]) -> Vec<u8> {
+    data.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The position in the file of each graph axis of a tensor (`NHWC_TO_NCHW` when NHWC).
+fn file_axis(nhwc: bool, axis: usize) -> usize {
+    if nhwc { NHWC_TO_NCHW[axis] } else { axis }
 }
 
 impl Writer<'_> {
@@ -172,35 +275,120 @@ impl Writer<'_> {
         self.new_tensor(name, &[values.len()], tfl::TensorType::INT32, None, Some(bytes))
     }
 
-    /// The file tensor of a program tensor in NHWC (constants permuted likewise).
+    fn f32_const(&mut self, name: String, shape: &[usize], values: &[f32]) -> i32 {
+        self.new_tensor(name, shape, tfl::TensorType::FLOAT32, None, Some(f32_bytes(values)))
+    }
+
+    fn f32_hidden(&mut self, name: String, shape: &[usize]) -> i32 {
+        self.new_tensor(name, shape, tfl::TensorType::FLOAT32, None, None)
+    }
+
+    /// The shape of a program tensor in the file.
+    fn file_shape(&self, t: usize) -> Vec<usize> {
+        let shape = &self.p.tensors[t].shape;
+        if self.nhwc[t] { nhwc(shape) } else { shape.clone() }
+    }
+
+    /// The file tensor of a program tensor, in its layout.
     fn tensor(&mut self, t: usize) -> i32 {
         if let Some(i) = self.map[t] {
             return i;
         }
         let it: &ITensor = &self.p.tensors[t];
-        let shape = nhwc(&it.shape);
-        let data = it.data.as_ref().map(|d| {
-            let d = if it.shape.len() == 4 {
-                transpose(d, &it.shape, &NCHW_TO_NHWC)
-            } else {
-                d.clone()
-            };
-            le_bytes(it.q.ty, &d)
-        });
+        let shape = self.file_shape(t);
+        let data = it.data.as_ref().map(|d| le_bytes(it.q.ty, d));
         let dim = it.q.axis.map_or(0, |a| a as i32);
         let i = self.new_tensor(it.name.clone(), &shape, ttype(it.q.ty), Some(quant(&it.q, dim)), data);
         self.map[t] = Some(i);
         i
     }
 
-    /// A constant operand broadcast against a rank-4 output: padded with leading 1s to
-    /// rank 4, then NHWC.
-    fn operand(&mut self, t: usize, out_rank: usize) -> i32 {
+    /// The file tensor of `t` in the given layout: the tensor itself, or a copy behind a
+    /// TRANSPOSE (a RESHAPE when only dims of size 1 move).
+    fn tensor_as(&mut self, t: usize, want_nhwc: bool) -> i32 {
         let it = &self.p.tensors[t];
-        if it.data.is_none() || it.shape.len() >= out_rank || out_rank != 4 {
+        if self.nhwc[t] == want_nhwc || it.shape.len() != 4 {
             return self.tensor(t);
         }
-        let mut shape = vec![1usize; 4 - it.shape.len()];
+        if let Some(&i) = self.other.get(&t) {
+            return i;
+        }
+        let src = self.tensor(t);
+        let (perm, shape, suffix) = if want_nhwc {
+            (NCHW_TO_NHWC, nhwc(&it.shape), "nhwc")
+        } else {
+            (NHWC_TO_NCHW, it.shape.clone(), "nchw")
+        };
+        let (name, q, from_shape) = (format!("{}:{suffix}", it.name), it.q.clone(), self.file_shape(t));
+        let y = self.hidden(name, &shape, &q);
+        self.relayout(src, y, &from_shape, perm, &shape);
+        self.other.insert(t, y);
+        y
+    }
+
+    /// The tensor an op writing `t` in the given layout writes, and the transpose to emit
+    /// after the op when that is not `t`'s layout.
+    fn output_as(&mut self, t: usize, want_nhwc: bool) -> (i32, Option<Pending>) {
+        let to = self.tensor(t);
+        let it = &self.p.tensors[t];
+        if self.nhwc[t] == want_nhwc || it.shape.len() != 4 {
+            return (to, None);
+        }
+        let (perm, shape, suffix) = if want_nhwc {
+            (NHWC_TO_NCHW, nhwc(&it.shape), "nhwc")
+        } else {
+            (NCHW_TO_NHWC, it.shape.clone(), "nchw")
+        };
+        let (name, q) = (format!("{}:{suffix}", it.name), it.q.clone());
+        let from = self.hidden(name, &shape, &q);
+        (from, Some(Pending { from, to, perm, shape }))
+    }
+
+    fn flush(&mut self, pending: Option<Pending>) {
+        if let Some(p) = pending {
+            let out_shape: Vec<usize> = p.perm.iter().map(|&i| p.shape[i]).collect();
+            self.relayout(p.from, p.to, &p.shape, p.perm, &out_shape);
+        }
+    }
+
+    /// `y = transpose(x, perm)`, as a RESHAPE when the elements keep their order.
+    fn relayout(&mut self, x: i32, y: i32, x_shape: &[usize], perm: [usize; 4], y_shape: &[usize]) {
+        if trivial_perm(x_shape, &perm) {
+            let shape: Vec<i32> = y_shape.iter().map(|&d| d as i32).collect();
+            let name = format!("{}:shape", self.tensors[y as usize].name.clone().unwrap_or_default());
+            let st = self.int32_const(name, &shape);
+            self.emit(
+                tfl::BuiltinOperator::RESHAPE,
+                1,
+                vec![x, st],
+                vec![y],
+                tfl::BuiltinOptionsT::ReshapeOptions(Box::new(tfl::ReshapeOptionsT { new_shape: Some(shape) })),
+            );
+        } else {
+            let p: Vec<i32> = perm.iter().map(|&v| v as i32).collect();
+            let name = format!("{}:perm", self.tensors[y as usize].name.clone().unwrap_or_default());
+            let pt = self.int32_const(name, &p);
+            self.emit(
+                tfl::BuiltinOperator::TRANSPOSE,
+                2,
+                vec![x, pt],
+                vec![y],
+                tfl::BuiltinOptionsT::TransposeOptions(Box::default()),
+            );
+        }
+    }
+
+    /// A constant operand of an element-wise op whose output has `out_rank` dims: padded
+    /// with leading 1s to that rank and, when the output is NHWC, permuted to it.
+    fn operand(&mut self, t: usize, out_rank: usize, out_nhwc: bool) -> i32 {
+        let it = &self.p.tensors[t];
+        if it.data.is_none() {
+            return self.tensor_as(t, out_nhwc);
+        }
+        if !out_nhwc || it.shape.len() > out_rank {
+            return self.tensor(t);
+        }
+        let mut shape = vec![1usize; out_rank - it.shape.len()];
         shape.extend(&it.shape);
         let data = transpose(it.data.as_deref().unwrap_or(&[]), &shape, &NCHW_TO_NHWC);
         let bytes = le_bytes(it.q.ty, &data);
@@ -286,18 +474,94 @@ impl Writer<'_> {
         (y, out)
     }
 
-    fn transpose_op(&mut self, x: i32, perm: &[usize], name: String, shape: &[usize], q: &QParams) -> i32 {
-        let p: Vec<i32> = perm.iter().map(|&v| v as i32).collect();
-        let pt = self.int32_const(format!("{name}:perm"), &p);
-        let y = self.hidden(name, shape, q);
-        self.emit(
-            tfl::BuiltinOperator::TRANSPOSE,
-            2,
-            vec![x, pt],
-            vec![y],
-            tfl::BuiltinOptionsT::TransposeOptions(Box::default()),
-        );
+    /// A float op of the TFLite float set: its inputs and one hidden float32 output.
+    fn float_op(
+        &mut self,
+        code: tfl::BuiltinOperator,
+        inputs: Vec<i32>,
+        name: String,
+        shape: &[usize],
+        options: tfl::BuiltinOptionsT,
+    ) -> i32 {
+        let y = self.f32_hidden(name, shape);
+        self.emit(code, 1, inputs, vec![y], options);
         y
+    }
+
+    /// LayerNormalization over the last axis in float32 between DEQUANTIZE and QUANTIZE:
+    /// MEAN, SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT, SUB, MUL, MUL γ, ADD β.
+    fn layer_norm(&mut self, op: &IOp, epsilon: f32, gamma: &[f32], beta: &[f32]) {
+        use tfl::BuiltinOperator as B;
+        let p = self.p;
+        let (xt, yt) = (&p.tensors[op.inputs[0]], &p.tensors[op.outputs[0]]);
+        let shape = xt.shape.clone();
+        let rank = shape.len();
+        let mut reduced = shape.clone();
+        reduced[rank - 1] = 1;
+        let base = yt.name.clone();
+        let x = self.tensor_as(op.inputs[0], false);
+        let (y, pending) = self.output_as(op.outputs[0], false);
+        let xf = self.f32_hidden(format!("{base}:ln_input"), &shape);
+        self.emit(B::DEQUANTIZE, 2, vec![x], vec![xf], tfl::BuiltinOptionsT::NONE);
+        let axis = self.int32_const(format!("{base}:ln_axis"), &[(rank - 1) as i32]);
+        let keep = || tfl::BuiltinOptionsT::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims: true }));
+        let mean = self.float_op(B::MEAN, vec![xf, axis], format!("{base}:ln_mean"), &reduced, keep());
+        let sq = self.float_op(
+            B::SQUARED_DIFFERENCE,
+            vec![xf, mean],
+            format!("{base}:ln_squared"),
+            &shape,
+            tfl::BuiltinOptionsT::SquaredDifferenceOptions(Box::default()),
+        );
+        let var = self.float_op(B::MEAN, vec![sq, axis], format!("{base}:ln_variance"), &reduced, keep());
+        let eps = self.f32_const(format!("{base}:ln_epsilon"), &[1], &[epsilon]);
+        let add = |w: &mut Self, a: i32, b: i32, name: String, shape: &[usize]| {
+            w.float_op(
+                B::ADD,
+                vec![a, b],
+                name,
+                shape,
+                tfl::BuiltinOptionsT::AddOptions(Box::new(tfl::AddOptionsT::default())),
+            )
+        };
+        let mul = |w: &mut Self, a: i32, b: i32, name: String, shape: &[usize]| {
+            w.float_op(
+                B::MUL,
+                vec![a, b],
+                name,
+                shape,
+                tfl::BuiltinOptionsT::MulOptions(Box::new(tfl::MulOptionsT::default())),
+            )
+        };
+        let ve = add(self, var, eps, format!("{base}:ln_variance_eps"), &reduced);
+        let r = self.float_op(
+            B::RSQRT,
+            vec![ve],
+            format!("{base}:ln_rstd"),
+            &reduced,
+            tfl::BuiltinOptionsT::NONE,
+        );
+        let c = self.float_op(
+            B::SUB,
+            vec![xf, mean],
+            format!("{base}:ln_centered"),
+            &shape,
+            tfl::BuiltinOptionsT::SubOptions(Box::new(tfl::SubOptionsT::default())),
+        );
+        let normed = mul(self, c, r, format!("{base}:ln_normalized"), &shape);
+        let width = shape[rank - 1];
+        let g = self.f32_const(format!("{base}:ln_gamma"), &[width], gamma);
+        let scaled = mul(self, normed, g, format!("{base}:ln_scaled"), &shape);
+        let b = self.f32_const(format!("{base}:ln_beta"), &[width], beta);
+        let yf = add(self, scaled, b, format!("{base}:ln_output"), &shape);
+        self.emit(
+            B::QUANTIZE,
+            2,
+            vec![yf],
+            vec![y],
+            tfl::BuiltinOptionsT::QuantizeOptions(Box::default()),
+        );
+        self.flush(pending);
     }
 
     fn lower(&mut self, op: &IOp) -> Result<(), String> {
@@ -317,7 +581,7 @@ impl Writer<'_> {
                 let depthwise = *groups > 1 && *groups == c_in && wt.shape[1] == 1;
                 // Grouped (not depthwise): CONV_2D with a filter of C/groups channels, which
                 // the reference kernel supports.
-                let mut x = self.tensor(op.inputs[0]);
+                let mut x = self.tensor_as(op.inputs[0], true);
                 let pad = padding(
                     [xt.shape[2], xt.shape[3]],
                     [yt.shape[2], yt.shape[3]],
@@ -354,7 +618,7 @@ impl Writer<'_> {
                     Some(le_bytes(IntType::I8, &wdata)),
                 );
                 let b = self.tensor(op.inputs[2]);
-                let y = self.tensor(op.outputs[0]);
+                let (y, pending) = self.output_as(op.outputs[0], true);
                 if depthwise {
                     self.emit(
                         tfl::BuiltinOperator::DEPTHWISE_CONV_2D,
@@ -388,12 +652,21 @@ impl Writer<'_> {
                         })),
                     );
                 }
+                self.flush(pending);
             }
             OpKind::TransposeConv { strides, act } => {
-                let x = self.tensor(op.inputs[0]);
-                let w = self.tensor(op.inputs[1]);
+                let x = self.tensor_as(op.inputs[0], true);
+                let wt = &p.tensors[op.inputs[1]];
+                let w_data = wt.data.as_deref().ok_or("weights are not constant")?;
+                let w = self.new_tensor(
+                    wt.name.clone(),
+                    &nhwc(&wt.shape),
+                    tfl::TensorType::INT8,
+                    Some(quant(&wt.q, 0)),
+                    Some(le_bytes(IntType::I8, &transpose(w_data, &wt.shape, &NCHW_TO_NHWC))),
+                );
                 let b = self.tensor(op.inputs[2]);
-                let y = self.tensor(op.outputs[0]);
+                let (y, pending) = self.output_as(op.outputs[0], true);
                 let shape: Vec<i32> = nhwc(&yt.shape).iter().map(|&d| d as i32).collect();
                 let st = self.int32_const(format!("{}:output_shape", yt.name), &shape);
                 self.emit(
@@ -409,10 +682,11 @@ impl Writer<'_> {
                         ..Default::default()
                     })),
                 );
+                self.flush(pending);
             }
             OpKind::ResizeNearest => {
-                let x = self.tensor(op.inputs[0]);
-                let y = self.tensor(op.outputs[0]);
+                let x = self.tensor_as(op.inputs[0], true);
+                let (y, pending) = self.output_as(op.outputs[0], true);
                 let size = self.int32_const(format!("{}:size", yt.name), &[yt.shape[2] as i32, yt.shape[3] as i32]);
                 self.emit(
                     tfl::BuiltinOperator::RESIZE_NEAREST_NEIGHBOR,
@@ -424,15 +698,13 @@ impl Writer<'_> {
                         half_pixel_centers: false,
                     })),
                 );
+                self.flush(pending);
             }
             OpKind::FullyConnected { act } => {
-                if xt.shape.len() == 4 {
-                    return Err("a fully connected layer on a rank-4 tensor is not written yet".into());
-                }
-                let x = self.tensor(op.inputs[0]);
+                let x = self.tensor_as(op.inputs[0], false);
                 let w = self.tensor(op.inputs[1]);
                 let b = self.tensor(op.inputs[2]);
-                let y = self.tensor(op.outputs[0]);
+                let (y, pending) = self.output_as(op.outputs[0], false);
                 self.emit(
                     tfl::BuiltinOperator::FULLY_CONNECTED,
                     5,
@@ -444,18 +716,24 @@ impl Writer<'_> {
                         ..Default::default()
                     })),
                 );
+                self.flush(pending);
             }
             OpKind::Add { act } | OpKind::Sub { act } | OpKind::Mul { act } => {
                 let rank = yt.shape.len();
-                for &k in &op.inputs {
-                    let t = &p.tensors[k];
-                    if t.data.is_none() && t.shape.len() != rank {
-                        return Err("an element-wise op on activations of different ranks is not written yet".into());
-                    }
+                let out_nhwc = self.nhwc[op.outputs[0]];
+                if out_nhwc
+                    && op
+                        .inputs
+                        .iter()
+                        .any(|&k| p.tensors[k].data.is_none() && p.tensors[k].shape.len() != rank)
+                {
+                    return Err(
+                        "an element-wise op on an image and a tensor of another rank is not written yet".into(),
+                    );
                 }
-                let a = self.operand(op.inputs[0], rank);
-                let b = self.operand(op.inputs[1], rank);
-                let y = self.tensor(op.outputs[0]);
+                let a = self.operand(op.inputs[0], rank, out_nhwc);
+                let b = self.operand(op.inputs[1], rank, out_nhwc);
+                let (y, pending) = self.output_as(op.outputs[0], out_nhwc);
                 let f = act_fn(*act);
                 let (code, opts) = match op.kind {
                     OpKind::Add { .. } => (
@@ -480,21 +758,24 @@ impl Writer<'_> {
                     ),
                 };
                 self.emit(code, 2, vec![a, b], vec![y], opts);
+                self.flush(pending);
             }
             OpKind::Mean { axes } => {
                 let rank = xt.shape.len();
-                let mut ax: Vec<i32> = axes
-                    .iter()
-                    .map(|&a| if rank == 4 { NHWC_TO_NCHW[a] as i32 } else { a as i32 })
-                    .collect();
-                ax.sort_unstable();
                 let keep = yt.shape.len() == rank;
-                if !keep && rank == 4 {
-                    return Err("a mean that drops image axes is not written yet".into());
+                let mut in_nhwc = self.nhwc[op.inputs[0]];
+                if in_nhwc && !keep {
+                    // The kept axes must stay in the graph's order.
+                    let kept: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).collect();
+                    let mut in_file = kept.clone();
+                    in_file.sort_by_key(|&d| file_axis(true, d));
+                    in_nhwc = kept == in_file;
                 }
-                let x = self.tensor(op.inputs[0]);
+                let mut ax: Vec<i32> = axes.iter().map(|&a| file_axis(in_nhwc, a) as i32).collect();
+                ax.sort_unstable();
+                let x = self.tensor_as(op.inputs[0], in_nhwc);
                 let a = self.int32_const(format!("{}:axes", yt.name), &ax);
-                let y = self.tensor(op.outputs[0]);
+                let (y, pending) = self.output_as(op.outputs[0], in_nhwc && keep);
                 self.emit(
                     tfl::BuiltinOperator::MEAN,
                     2,
@@ -502,6 +783,7 @@ impl Writer<'_> {
                     vec![y],
                     tfl::BuiltinOptionsT::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims: keep })),
                 );
+                self.flush(pending);
             }
             OpKind::MaxPool {
                 kernel,
@@ -516,7 +798,7 @@ impl Writer<'_> {
                 act,
             } => {
                 let max = matches!(op.kind, OpKind::MaxPool { .. });
-                let mut x = self.tensor(op.inputs[0]);
+                let mut x = self.tensor_as(op.inputs[0], true);
                 let pad = padding(
                     [xt.shape[2], xt.shape[3]],
                     [yt.shape[2], yt.shape[3]],
@@ -540,7 +822,7 @@ impl Writer<'_> {
                         tfl::Padding::VALID
                     }
                 };
-                let y = self.tensor(op.outputs[0]);
+                let (y, pending) = self.output_as(op.outputs[0], true);
                 self.emit(
                     if max {
                         tfl::BuiltinOperator::MAX_POOL_2D
@@ -559,10 +841,12 @@ impl Writer<'_> {
                         fused_activation_function: act_fn(*act),
                     })),
                 );
+                self.flush(pending);
             }
-            OpKind::HardSwish | OpKind::Logistic | OpKind::Tanh => {
-                let x = self.tensor(op.inputs[0]);
-                let y = self.tensor(op.outputs[0]);
+            OpKind::HardSwish | OpKind::Logistic | OpKind::Tanh | OpKind::Requantize => {
+                let layout = self.nhwc[op.outputs[0]];
+                let x = self.tensor_as(op.inputs[0], layout);
+                let (y, pending) = self.output_as(op.outputs[0], layout);
                 let (code, version, opts) = match op.kind {
                     OpKind::HardSwish => (
                         tfl::BuiltinOperator::HARD_SWISH,
@@ -570,16 +854,19 @@ impl Writer<'_> {
                         tfl::BuiltinOptionsT::HardSwishOptions(Box::default()),
                     ),
                     OpKind::Logistic => (tfl::BuiltinOperator::LOGISTIC, 2, tfl::BuiltinOptionsT::NONE),
-                    _ => (tfl::BuiltinOperator::TANH, 2, tfl::BuiltinOptionsT::NONE),
+                    OpKind::Tanh => (tfl::BuiltinOperator::TANH, 2, tfl::BuiltinOptionsT::NONE),
+                    _ => (
+                        tfl::BuiltinOperator::QUANTIZE,
+                        2,
+                        tfl::BuiltinOptionsT::QuantizeOptions(Box::default()),
+                    ),
                 };
                 self.emit(code, version, vec![x], vec![y], opts);
+                self.flush(pending);
             }
             OpKind::Softmax { beta } => {
-                if xt.shape.len() == 4 {
-                    return Err("a softmax over an image's last (width) axis is not written yet".into());
-                }
-                let x = self.tensor(op.inputs[0]);
-                let y = self.tensor(op.outputs[0]);
+                let x = self.tensor_as(op.inputs[0], false);
+                let (y, pending) = self.output_as(op.outputs[0], false);
                 self.emit(
                     tfl::BuiltinOperator::SOFTMAX,
                     2,
@@ -587,53 +874,31 @@ impl Writer<'_> {
                     vec![y],
                     tfl::BuiltinOptionsT::SoftmaxOptions(Box::new(tfl::SoftmaxOptionsT { beta: *beta })),
                 );
+                self.flush(pending);
             }
             OpKind::Reshape => {
-                let mut x = self.tensor(op.inputs[0]);
-                if xt.shape.len() == 4 && !trivial_perm(&nhwc(&xt.shape), &NHWC_TO_NCHW) {
-                    x = self.transpose_op(x, &NHWC_TO_NCHW, format!("{}:nchw", xt.name), &xt.shape, &xt.q);
-                }
-                let y = self.tensor(op.outputs[0]);
-                let direct = yt.shape.len() != 4 || trivial_perm(&yt.shape, &NCHW_TO_NHWC);
-                let target: Vec<usize> = if direct { nhwc(&yt.shape) } else { yt.shape.clone() };
-                let shape: Vec<i32> = target.iter().map(|&d| d as i32).collect();
+                let x = self.tensor_as(op.inputs[0], false);
+                let (y, pending) = self.output_as(op.outputs[0], false);
+                let shape: Vec<i32> = yt.shape.iter().map(|&d| d as i32).collect();
                 let st = self.int32_const(format!("{}:shape", yt.name), &shape);
-                let r = if direct {
-                    y
-                } else {
-                    self.hidden(format!("{}:nchw", yt.name), &yt.shape, &yt.q)
-                };
                 self.emit(
                     tfl::BuiltinOperator::RESHAPE,
                     1,
                     vec![x, st],
-                    vec![r],
+                    vec![y],
                     tfl::BuiltinOptionsT::ReshapeOptions(Box::new(tfl::ReshapeOptionsT { new_shape: Some(shape) })),
                 );
-                if !direct {
-                    let pt = self.int32_const(format!("{}:perm", yt.name), &[0, 2, 3, 1]);
-                    self.emit(
-                        tfl::BuiltinOperator::TRANSPOSE,
-                        2,
-                        vec![r, pt],
-                        vec![y],
-                        tfl::BuiltinOptionsT::TransposeOptions(Box::default()),
-                    );
-                }
+                self.flush(pending);
             }
             OpKind::Transpose { perm } => {
                 let rank = perm.len();
-                let inv_in: Vec<usize> = if xt.shape.len() == 4 {
-                    NHWC_TO_NCHW.to_vec()
-                } else {
-                    (0..rank).collect()
-                };
-                let fwd_out: Vec<usize> = if yt.shape.len() == 4 {
+                let (in_nhwc, out_nhwc) = (self.nhwc[op.inputs[0]], self.nhwc[op.outputs[0]]);
+                let fwd_out: Vec<usize> = if out_nhwc {
                     NCHW_TO_NHWC.to_vec()
                 } else {
                     (0..rank).collect()
                 };
-                let q: Vec<i32> = (0..rank).map(|i| inv_in[perm[fwd_out[i]]] as i32).collect();
+                let q: Vec<i32> = (0..rank).map(|i| file_axis(in_nhwc, perm[fwd_out[i]]) as i32).collect();
                 let x = self.tensor(op.inputs[0]);
                 let y = self.tensor(op.outputs[0]);
                 let pt = self.int32_const(format!("{}:perm", yt.name), &q);
@@ -646,13 +911,14 @@ impl Writer<'_> {
                 );
             }
             OpKind::Concat { axis } => {
-                let a = if yt.shape.len() == 4 {
-                    NHWC_TO_NCHW[*axis]
-                } else {
-                    *axis
-                };
-                let ins: Vec<i32> = op.inputs.iter().map(|&k| self.tensor(k)).collect();
-                let y = self.tensor(op.outputs[0]);
+                let layout = self.nhwc[op.outputs[0]];
+                let a = file_axis(layout, *axis);
+                let ins: Vec<i32> = op
+                    .inputs
+                    .iter()
+                    .map(|&k| self.operand(k, yt.shape.len(), layout))
+                    .collect();
+                let (y, pending) = self.output_as(op.outputs[0], layout);
                 self.emit(
                     tfl::BuiltinOperator::CONCATENATION,
                     2,
@@ -663,17 +929,67 @@ impl Writer<'_> {
                         fused_activation_function: tfl::ActivationFunctionType::NONE,
                     })),
                 );
+                self.flush(pending);
             }
-            OpKind::Requantize => {
-                let x = self.tensor(op.inputs[0]);
-                let y = self.tensor(op.outputs[0]);
+            OpKind::Slice { axes } => {
+                let layout = self.nhwc[op.outputs[0]];
+                let rank = xt.shape.len();
+                let mut begin = vec![0i32; rank];
+                let mut end: Vec<i32> = xt.shape.iter().map(|&d| d as i32).collect();
+                let mut strides = vec![1i32; rank];
+                let mut end_mask = 0i32;
+                for a in axes {
+                    let f = file_axis(layout && rank == 4, a.axis);
+                    begin[f] = a.first as i32;
+                    strides[f] = a.step as i32;
+                    let last = a.first as isize + (a.count as isize - 1).max(0) * a.step;
+                    if a.count == 0 {
+                        end[f] = a.first as i32;
+                    } else if a.step > 0 {
+                        end[f] = (last + 1) as i32;
+                    } else if last == 0 {
+                        // A negative end would count from the back: run to the start.
+                        end_mask |= 1 << f;
+                        end[f] = 0;
+                    } else {
+                        end[f] = (last - 1) as i32;
+                    }
+                }
+                let x = self.tensor_as(op.inputs[0], layout);
+                let (y, pending) = self.output_as(op.outputs[0], layout);
+                let b = self.int32_const(format!("{}:begin", yt.name), &begin);
+                let e = self.int32_const(format!("{}:end", yt.name), &end);
+                let s = self.int32_const(format!("{}:strides", yt.name), &strides);
                 self.emit(
-                    tfl::BuiltinOperator::QUANTIZE,
-                    2,
-                    vec![x],
+                    tfl::BuiltinOperator::STRIDED_SLICE,
+                    4,
+                    vec![x, b, e, s],
                     vec![y],
-                    tfl::BuiltinOptionsT::QuantizeOptions(Box::default()),
+                    tfl::BuiltinOptionsT::StridedSliceOptions(Box::new(tfl::StridedSliceOptionsT {
+                        end_mask,
+                        ..Default::default()
+                    })),
                 );
+                self.flush(pending);
+            }
+            OpKind::BatchMatMul => {
+                let a = self.tensor_as(op.inputs[0], false);
+                let b = self.tensor_as(op.inputs[1], false);
+                let (y, pending) = self.output_as(op.outputs[0], false);
+                self.emit(
+                    tfl::BuiltinOperator::BATCH_MATMUL,
+                    4,
+                    vec![a, b],
+                    vec![y],
+                    tfl::BuiltinOptionsT::BatchMatMulOptions(Box::default()),
+                );
+                self.flush(pending);
+            }
+            OpKind::LayerNorm { epsilon, gamma, beta } => {
+                self.layer_norm(op, *epsilon, gamma, beta);
+                if !self.float_nodes.contains(&op.node) {
+                    self.float_nodes.push(op.node.clone());
+                }
             }
         }
         Ok(())
@@ -689,12 +1005,15 @@ pub fn write(p: &Program, io: Io) -> Result<Written, TfliteError> {
         ops: Vec::new(),
         codes: Vec::new(),
         map: vec![None; p.tensors.len()],
+        nhwc: layouts(p),
+        other: HashMap::new(),
+        float_nodes: Vec::new(),
     };
     let mut inputs = Vec::new();
     let mut written_inputs = Vec::new();
     for &t in &p.inputs {
         let it = &p.tensors[t];
-        let shape = nhwc(&it.shape);
+        let shape = w.file_shape(t);
         written_inputs.push((it.name.clone(), shape.clone()));
         if io == Io::Float {
             let f = w.new_tensor(it.name.clone(), &shape, tfl::TensorType::FLOAT32, None, None);
@@ -725,7 +1044,8 @@ pub fn write(p: &Program, io: Io) -> Result<Written, TfliteError> {
         if io == Io::Float {
             let it = &p.tensors[t];
             w.tensors[q as usize].name = Some(format!("{}:int8", it.name));
-            let f = w.new_tensor(it.name.clone(), &nhwc(&it.shape), tfl::TensorType::FLOAT32, None, None);
+            let shape = w.file_shape(t);
+            let f = w.new_tensor(it.name.clone(), &shape, tfl::TensorType::FLOAT32, None, None);
             w.emit(
                 tfl::BuiltinOperator::DEQUANTIZE,
                 2,
@@ -786,7 +1106,7 @@ pub fn write(p: &Program, io: Io) -> Result<Written, TfliteError> {
     Ok(Written {
         bytes: fbb.finished_data().to_vec(),
         operators,
-        float_nodes: Vec::new(),
+        float_nodes: w.float_nodes,
         inputs: written_inputs,
     })
 }

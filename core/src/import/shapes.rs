@@ -614,6 +614,30 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             });
             vec![(d, s)]
         }
+        "Slice" => {
+            let Some(x) = i0.1.clone() else {
+                return vec![(i0.0, None)];
+            };
+            // Symbolic dims stand in as a large size: an axis sliced there stays symbolic.
+            const UNKNOWN: usize = 1 << 40;
+            let fake: Vec<usize> = x
+                .iter()
+                .map(|d| if let Dim::Fixed(v) = d { *v } else { UNKNOWN })
+                .collect();
+            let consts: Vec<Option<&Tensor>> = (0..node.inputs.len()).map(known).collect();
+            let Ok(spec) = crate::sim::ops::shape::slice_spec(node, &consts, opset, &fake) else {
+                return vec![(i0.0, None)];
+            };
+            let mut out = x.clone();
+            for a in spec {
+                out[a.axis] = if fake[a.axis] == UNKNOWN {
+                    sym()
+                } else {
+                    Dim::Fixed(a.count)
+                };
+            }
+            vec![(i0.0, Some(out))]
+        }
         "Split" => {
             // Sizes from the `split` input (opset 13+) or attribute, else equal parts
             // (the last one smaller when the axis does not divide, as opset 18 allows).

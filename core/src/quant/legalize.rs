@@ -102,6 +102,31 @@ pub enum OpKind {
     },
     /// int8 → int8 on another grid (TFLite's QUANTIZE between integer tensors).
     Requantize,
+    /// A strided copy: per axis of the input, the first index, the count and the step
+    /// (axes not listed are copied whole). Output on the input's grid.
+    Slice {
+        axes: Vec<SliceAxis>,
+    },
+    /// Inputs: a (`[.., M, K]`), b (`[.., K, N]`), both activations; batch dims broadcast.
+    /// TFLite's BATCH_MATMUL: int32 accumulator, the multiplier of f32(s_a·s_b)/s_out.
+    BatchMatMul,
+    /// LayerNormalization over the last axis, in float32 between a DEQUANTIZE and a
+    /// QUANTIZE, as the TFLite float ops MEAN, SQUARED_DIFFERENCE, MEAN, ADD, RSQRT, SUB,
+    /// MUL, MUL, ADD compute it (no int8 TFLite op normalizes).
+    LayerNorm {
+        epsilon: f32,
+        gamma: Vec<f32>,
+        beta: Vec<f32>,
+    },
+}
+
+/// One axis of a [`OpKind::Slice`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceAxis {
+    pub axis: usize,
+    pub first: usize,
+    pub count: usize,
+    pub step: isize,
 }
 
 impl OpKind {
@@ -125,7 +150,15 @@ impl OpKind {
             Self::Transpose { .. } => "Transpose",
             Self::Concat { .. } => "Concat",
             Self::Requantize => "Requantize",
+            Self::Slice { .. } => "Slice",
+            Self::BatchMatMul => "BatchMatMul",
+            Self::LayerNorm { .. } => "LayerNorm",
         }
+    }
+
+    /// Runs in float32 between a dequantization and a quantization (no int8 form).
+    pub fn is_float(&self) -> bool {
+        matches!(self, Self::LayerNorm { .. })
     }
 }
 
@@ -255,6 +288,8 @@ enum Epilogue {
     HardSigmoid(f32, f32),
     /// A Sigmoid look-up after the accumulator's requantization.
     Logistic,
+    /// `x·sigmoid(x)`: a Sigmoid look-up and a multiplication by the pre-activation.
+    Silu,
 }
 
 struct Lower<'a, 'm> {
@@ -413,7 +448,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         } else {
             match self.plan_grid(v) {
                 Ok(p) => p,
-                Err(e) => self.affine_input_grid(v).ok_or(e)??,
+                Err(e) => match self.affine_input_grid(v) {
+                    Some(r) => r?,
+                    None => self.affine_output_grid(v).ok_or(e)??,
+                },
             }
         };
         self.params.insert(v, p.clone());
@@ -472,6 +510,71 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 p.s(),
                 c.op,
                 k
+            ),
+        );
+        Some(Ok(p))
+    }
+
+    /// A scalar constant operand of an element-wise node: (its input position, value).
+    fn scalar_operand(&self, node: &Node) -> Option<(usize, f32)> {
+        if !matches!(node.op.as_str(), "Mul" | "Add" | "Sub" | "Div") || node.inputs.len() != 2 {
+            return None;
+        }
+        (0..2).find_map(|k| {
+            let (_, c) = self.constant_f32(node.input(k)?)?;
+            match c[..] {
+                [c] => Some((k, c)),
+                _ => None,
+            }
+        })
+    }
+
+    /// A value without a grid of its own made by a scalar affine step (`x·a`, `x/a`, `x + b`,
+    /// `x − b`) from a value that has one (the simulator fuses the step into the look-up
+    /// table after it): the input's grid mapped forward through the step.
+    fn affine_output_grid(&mut self, v: ValueId) -> Option<Result<QParams, String>> {
+        let g = self.g();
+        let n = &g.nodes[g.values[v].producer?];
+        let (k, c) = self.scalar_operand(n)?;
+        if k == 0 && matches!(n.op.as_str(), "Sub" | "Div") {
+            return None;
+        }
+        let x = n.input(1 - k)?;
+        let xq = match self.act_params(x) {
+            Ok(q) => q,
+            Err(e) => return Some(Err(e)),
+        };
+        let c = f64::from(c);
+        let identity = match n.op.as_str() {
+            "Mul" | "Div" => c == 1.0,
+            _ => c == 0.0,
+        };
+        let p = if identity {
+            xq
+        } else {
+            let (lo, hi) = match self.range_of(x) {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            let (a, b) = match n.op.as_str() {
+                "Mul" => (lo * c, hi * c),
+                "Div" if c != 0.0 => (lo / c, hi / c),
+                "Add" => (lo + c, hi + c),
+                "Sub" => (lo - c, hi - c),
+                _ => return None,
+            };
+            QParams::activation(ActFormat::Int8, (a.min(b), a.max(b)))?
+        };
+        self.constraint(
+            &self.name(v),
+            &n.name,
+            "affine-output-grid",
+            format!(
+                "grid of {} mapped forward through {} {c} (scale {} zero point {}); the simulator fuses the step into the look-up after it and gives it none",
+                self.name(x),
+                n.op,
+                p.s(),
+                p.zp()
             ),
         );
         Some(Ok(p))
@@ -654,16 +757,123 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 self.op(node, OpKind::ResizeNearest, vec![xi], vec![y]);
                 Ok(())
             }
+            "MatMul" if node.input(1).is_some_and(|b| self.constant_f32(b).is_none()) => {
+                let b = node.input(1).ok_or("no second input")?;
+                let (sa, sb) = (
+                    self.shape(x).map_err(|e| e.to_string())?,
+                    self.shape(b).map_err(|e| e.to_string())?,
+                );
+                if sa.len() < 2 || sb.len() < 2 {
+                    return Err("a MatMul of vectors has no integer form yet".into());
+                }
+                let ai = self.act(x)?;
+                let bi = self.act(b)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::BatchMatMul, vec![ai, bi], vec![y]);
+                Ok(())
+            }
             "MatMul" => {
                 let (epi, y) = self.absorb_consumer(out)?;
                 self.fully_connected(node, x, y, epi)
             }
-            "Add" | "Sub" | "Mul" => {
+            "Slice" => {
+                let shape = self.shape(x).map_err(|e| e.to_string())?;
+                let ins: Vec<Option<&Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        v.and_then(|v| {
+                            self.statics
+                                .get(&v)
+                                .or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor))
+                        })
+                    })
+                    .collect();
+                let spec = crate::sim::ops::shape::slice_spec(node, &ins, self.q.model.opset(), &shape)?;
+                let axes = spec
+                    .iter()
+                    .map(|a| SliceAxis {
+                        axis: a.axis,
+                        first: a.first,
+                        count: a.count,
+                        step: a.step,
+                    })
+                    .collect();
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::Slice { axes }, vec![xi], vec![y]);
+                Ok(())
+            }
+            "LayerNormalization" => {
+                let rank = self.shape(x).map_err(|e| e.to_string())?.len() as i64;
+                let axis = node.attr_i("axis").unwrap_or(-1);
+                if axis != -1 && axis != rank - 1 {
+                    return Err("a LayerNormalization over more than the last axis has no integer form yet".into());
+                }
+                let width = *self.shape(x).map_err(|e| e.to_string())?.last().unwrap_or(&1);
+                let param = |k: usize, default: f32| -> Result<Vec<f32>, String> {
+                    match node.input(k) {
+                        Some(v) => {
+                            let (_, d) = self.constant_f32(v).ok_or("its scale and bias must be constant")?;
+                            match d.len() {
+                                1 => Ok(vec![d[0]; width]),
+                                n if n == width => Ok(d),
+                                n => Err(format!("a scale or bias of {n} values over a last axis of {width}")),
+                            }
+                        }
+                        None => Ok(vec![default; width]),
+                    }
+                };
+                let (gamma, beta) = (param(1, 1.0)?, param(2, 0.0)?);
+                let epsilon = node.attr_f("epsilon").unwrap_or(1e-5);
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::LayerNorm { epsilon, gamma, beta }, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Add" | "Sub" | "Mul" | "Div" => {
                 let act = match node.attr_s("activation") {
                     None => Act::None,
                     Some("Relu") => Act::Relu,
                     Some(a) => return Err(format!("fused {a} on an element-wise op has no integer form yet")),
                 };
+                let scalar = self.scalar_operand(node);
+                let data = scalar.map_or(0, |(k, _)| 1 - k);
+                let identity = match (node.op.as_str(), scalar) {
+                    ("Mul", Some((_, c))) | ("Div", Some((1, c))) => c == 1.0,
+                    ("Add", Some((_, c))) | ("Sub", Some((1, c))) => c == 0.0,
+                    _ => false,
+                };
+                let same_shape = node
+                    .input(data)
+                    .is_some_and(|v| self.shape(v).ok() == self.shape(out).ok());
+                if identity && act == Act::None && same_shape {
+                    // x·1, x/1, x + 0, x − 0: the output is its input's codes on its grid.
+                    let xi = self.act(node.input(data).ok_or("no input")?)?;
+                    let q = self.program.tensors[xi].q.clone();
+                    self.params.insert(out, q);
+                    let y = self.act(out)?;
+                    self.op(node, OpKind::Reshape, vec![xi], vec![y]);
+                    return Ok(());
+                }
+                if node.op == "Div" {
+                    // x / c as x · (1/c): TFLite's int8 DIV loses small quotients.
+                    let Some((1, c)) = scalar.filter(|&(_, c)| c != 0.0) else {
+                        return Err("a division by an activation has no integer form yet".into());
+                    };
+                    let a = self.act(x)?;
+                    let v = node.input(1).ok_or("no divisor")?;
+                    let (codes, q) = int8_operand(&[1.0 / c]);
+                    let b = self.push(ITensor {
+                        name: format!("{}:reciprocal", self.name(v)),
+                        shape: vec![1],
+                        q,
+                        data: Some(codes),
+                    });
+                    let y = self.act(out)?;
+                    self.op(node, OpKind::Mul { act }, vec![a, b], vec![y]);
+                    return Ok(());
+                }
                 let a = self.operand(node, 0)?;
                 let b = self.operand(node, 1)?;
                 let y = self.act(out)?;
@@ -754,6 +964,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let y = self.act(out)?;
                 self.op(node, OpKind::Softmax { beta: 1.0 }, vec![xi], vec![y]);
                 Ok(())
+            }
+            "QuickGelu" if node.attr_f("alpha").unwrap_or(1.702) == 1.0 => {
+                let xi = self.act(x)?;
+                self.silu_tail(node, xi, out)
             }
             "Sigmoid" | "Tanh" | "HardSwish" => {
                 let xi = self.act(x)?;
@@ -1014,11 +1228,49 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             Epilogue::HardSwish => (self.hard_swish_input(node, y)?, OpKind::HardSwish),
             Epilogue::Logistic => (self.logistic_input(node, y)?, OpKind::Logistic),
             Epilogue::HardSigmoid(..) => return Err("a HardSigmoid epilogue must be folded first".into()),
+            Epilogue::Silu => {
+                let pre = self.silu_input(node, y)?;
+                self.op(node, kind(Act::None), inputs, vec![pre]);
+                return self.silu_tail(node, pre, y);
+            }
         };
         self.op(node, kind(Act::None), inputs, vec![pre]);
         let yi = self.act(y)?;
         self.op(node, lut, vec![pre], vec![yi]);
         Ok(())
+    }
+
+    /// `y = pre·sigmoid(pre)` as TFLite runs it: LOGISTIC into `<y>:sigmoid` on (1/256, −128),
+    /// then MUL of the two.
+    fn silu_tail(&mut self, node: &Node, pre: usize, y: ValueId) -> Result<(), String> {
+        let shape = self.program.tensors[pre].shape.clone();
+        let sig = self.push(ITensor {
+            name: format!("{}:sigmoid", self.name(y)),
+            shape,
+            q: QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128),
+            data: None,
+        });
+        self.op(node, OpKind::Logistic, vec![pre], vec![sig]);
+        let yi = self.act(y)?;
+        self.op(node, OpKind::Mul { act: Act::None }, vec![pre, sig], vec![yi]);
+        Ok(())
+    }
+
+    /// The hidden input of a SiLU fused after an accumulator: from the point left of SiLU's
+    /// minimum where it reaches −half an output step (below it every output rounds the
+    /// same) to `silu⁻¹(hi)`.
+    fn silu_input(&mut self, node: &Node, y: ValueId) -> Result<usize, String> {
+        let yq = self.act_params(y)?;
+        let (lo, hi) = self.range_of(y)?;
+        let pre_hi = silu_inverse_right(hi.max(0.0)).max(1e-3);
+        let pre_lo = silu_inverse_left(-0.5 * f64::from(yq.s()));
+        let pq = QParams::activation(ActFormat::Int8, (pre_lo, pre_hi)).ok_or("no grid")?;
+        let detail = format!(
+            "SiLU input grid [{pre_lo:.4}, {pre_hi:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}] (scale {}); the fused pre-activation had none",
+            pq.s(),
+            yq.s()
+        );
+        self.preact(node, y, pq, detail)
     }
 
     /// The hidden input of a HardSwish fused after an accumulator: `[-3, hs⁻¹(hi)]` for
@@ -1170,12 +1422,43 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     }
 }
 
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+/// Where SiLU has its minimum (≈ −1.2785).
+const SILU_ARGMIN: f64 = -1.278_464_542_761_074;
+
+/// The x ≥ SILU_ARGMIN with `silu(x) = y`.
+fn silu_inverse_right(y: f64) -> f64 {
+    let (mut a, mut b) = (SILU_ARGMIN, y.max(1.0) + 1.0);
+    for _ in 0..200 {
+        let m = f64::midpoint(a, b);
+        if silu(m) < y { a = m } else { b = m }
+    }
+    b
+}
+
+/// The x ≤ SILU_ARGMIN with `silu(x) = y` (for y between SiLU's minimum and 0), at most −40.
+fn silu_inverse_left(y: f64) -> f64 {
+    let (mut a, mut b) = (-40.0, SILU_ARGMIN);
+    if silu(a) <= y {
+        return a;
+    }
+    for _ in 0..200 {
+        let m = f64::midpoint(a, b);
+        if silu(m) > y { a = m } else { b = m }
+    }
+    a
+}
+
 /// An activation as a convolution's epilogue.
 fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
     Ok(match op {
         "Relu" => Epilogue::Act(Act::Relu),
         "HardSwish" => Epilogue::HardSwish,
         "Sigmoid" => Epilogue::Logistic,
+        "Silu" => Epilogue::Silu,
         "HardSigmoid" => Epilogue::HardSigmoid(
             params.first().copied().unwrap_or(0.2),
             params.get(1).copied().unwrap_or(0.5),

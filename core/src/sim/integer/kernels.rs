@@ -510,3 +510,146 @@ pub fn resize_nearest(x: &[i32], xs: &[usize], ys: &[usize]) -> Vec<i32> {
     }
     y
 }
+
+/// BATCH_MATMUL int8 (`reference_ops::BatchMatMul`): `a` `[.., M, K]` times `b`
+/// `[.., K, N]` with broadcast batch dims, `Σ (a − zp_a)(b − zp_b)` in wrapping int32,
+/// `M(acc) + zp_out`, clamped. The multiplier is `f32(s_a·s_b) / s_out` in double.
+pub fn batch_matmul(
+    a: &[i32],
+    sa: &[usize],
+    b: &[i32],
+    sb: &[usize],
+    zps: (i32, i32, i32),
+    (q, s): (i32, i32),
+    (lo, hi): (i32, i32),
+) -> Result<(Vec<i32>, Vec<usize>), String> {
+    let (ra, rb) = (sa.len(), sb.len());
+    if ra < 2 || rb < 2 {
+        return Err("batch matmul needs rank ≥ 2 operands".into());
+    }
+    let (m, k) = (sa[ra - 2], sa[ra - 1]);
+    let (k2, n) = (sb[rb - 2], sb[rb - 1]);
+    if k != k2 {
+        return Err(format!("inner dims differ: {sa:?} × {sb:?}"));
+    }
+    let (ba, bb) = (&sa[..ra - 2], &sb[..rb - 2]);
+    let rank = ba.len().max(bb.len());
+    let pad = |s: &[usize]| -> Vec<usize> {
+        let mut v = vec![1; rank - s.len()];
+        v.extend_from_slice(s);
+        v
+    };
+    let (pa, pb) = (pad(ba), pad(bb));
+    let mut batch = Vec::with_capacity(rank);
+    for (&x, &y) in pa.iter().zip(&pb) {
+        if x != y && x != 1 && y != 1 {
+            return Err(format!("batch dims do not broadcast: {sa:?} × {sb:?}"));
+        }
+        batch.push(x.max(y));
+    }
+    let total: usize = batch.iter().product();
+    let (za, zb, zy) = zps;
+    let mut y = vec![0i32; total * m * n];
+    y.par_chunks_mut((m * n).max(1)).enumerate().for_each(|(bi, out)| {
+        // The batch index in each operand (broadcast dims read index 0).
+        let (mut r, mut ia, mut ib, mut sta, mut stb) = (bi, 0, 0, 1, 1);
+        for d in (0..rank).rev() {
+            let idx = r % batch[d];
+            r /= batch[d];
+            if pa[d] != 1 {
+                ia += idx * sta;
+            }
+            if pb[d] != 1 {
+                ib += idx * stb;
+            }
+            sta *= pa[d];
+            stb *= pb[d];
+        }
+        let am = &a[ia * m * k..(ia + 1) * m * k];
+        let bm = &b[ib * k * n..(ib + 1) * k * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc: i32 = 0;
+                for t in 0..k {
+                    acc = acc.wrapping_add((am[i * k + t] - za).wrapping_mul(bm[t * n + j] - zb));
+                }
+                out[i * n + j] = mbqm(acc, q, s).wrapping_add(zy).clamp(lo, hi);
+            }
+        }
+    });
+    let mut shape = batch;
+    shape.extend([m, n]);
+    Ok((y, shape))
+}
+
+/// A strided copy (SLICE / STRIDED_SLICE): per listed axis the first index, the count and
+/// the step; other axes whole.
+pub fn slice(x: &[i32], shape: &[usize], axes: &[crate::quant::legalize::SliceAxis]) -> Vec<i32> {
+    let rank = shape.len();
+    let mut first = vec![0isize; rank];
+    let mut count: Vec<usize> = shape.to_vec();
+    let mut step = vec![1isize; rank];
+    for a in axes {
+        first[a.axis] = a.first as isize;
+        count[a.axis] = a.count;
+        step[a.axis] = a.step;
+    }
+    let mut st = vec![1isize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1] as isize;
+    }
+    let total: usize = count.iter().product();
+    (0..total)
+        .map(|i| {
+            let (mut r, mut src) = (i, 0isize);
+            for d in (0..rank).rev() {
+                let idx = (r % count[d]) as isize;
+                r /= count[d];
+                src += (first[d] + idx * step[d]) * st[d];
+            }
+            x[src as usize]
+        })
+        .collect()
+}
+
+/// LayerNormalization over the last axis as LiteRT's float reference kernels compute the
+/// TFLite decomposition: DEQUANTIZE (`(float)((double)s·(q − zp))`), MEAN (a float32 sum in
+/// order, divided by the count), SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT (`1 / sqrtf`), SUB,
+/// MUL, MUL γ, ADD β, QUANTIZE (`roundf(y / s) + zp`, saturated).
+pub fn layer_norm_f32(
+    x: &[i32],
+    width: usize,
+    xq: &QParams,
+    yq: &QParams,
+    eps: f32,
+    gamma: &[f32],
+    beta: &[f32],
+) -> Vec<i32> {
+    let width = width.max(1);
+    let (lo, hi) = yq.ty.range();
+    let n = width as f32;
+    x.par_chunks(width)
+        .flat_map_iter(|row| {
+            let xf: Vec<f32> = row.iter().map(|&c| xq.real(c)).collect();
+            let mut sum = 0f32;
+            for &v in &xf {
+                sum += v;
+            }
+            let mean = sum / n;
+            let mut var = 0f32;
+            for &v in &xf {
+                let d = v - mean;
+                var += d * d;
+            }
+            let var = var / n;
+            let r = 1.0f32 / (var + eps).sqrt();
+            xf.into_iter()
+                .enumerate()
+                .map(move |(i, v)| {
+                    let y = (v - mean) * r * gamma[i] + beta[i];
+                    ((y / yq.s()).round() as i32).saturating_add(yq.zp()).clamp(lo, hi)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}

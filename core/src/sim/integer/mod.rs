@@ -224,6 +224,33 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                 .collect::<Result<_, String>>()?;
             kernels::concat(&parts, *axis)
         }
+        OpKind::Slice { axes } => kernels::slice(v(0)?, &t(0).shape, axes),
+        OpKind::BatchMatMul => {
+            let real = f64::from(xq.s() * t(1).q.s()) / f64::from(yq.s());
+            let (out, shape) = kernels::batch_matmul(
+                v(0)?,
+                &t(0).shape,
+                v(1)?,
+                &t(1).shape,
+                (xq.zp(), t(1).q.zp(), yq.zp()),
+                fixed::quantize_multiplier(real),
+                yq.ty.range(),
+            )?;
+            if shape != y.shape {
+                return Err(format!("output shape {shape:?}, expected {:?}", y.shape));
+            }
+            out
+        }
+        OpKind::LayerNorm { epsilon, gamma, beta } => {
+            let width = *t(0).shape.last().unwrap_or(&1);
+            if gamma.len() != width || beta.len() != width {
+                return Err(format!(
+                    "scale and bias of {} values over a last axis of {width}",
+                    gamma.len()
+                ));
+            }
+            kernels::layer_norm_f32(v(0)?, width, xq, yq, *epsilon, gamma, beta)
+        }
         OpKind::Requantize => {
             let (q, s) = fixed::quantize_multiplier(f64::from(xq.s()) / f64::from(yq.s()));
             let (lo, hi) = yq.ty.range();

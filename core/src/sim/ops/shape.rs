@@ -446,9 +446,23 @@ fn split(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
     Ok(outs)
 }
 
-fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
-    let x = input(inputs, 0)?;
-    let (starts, ends, axes, steps) = if ctx.opset < 10 {
+/// One sliced axis: the first index read, how many are read, and the step between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SliceAxis {
+    pub axis: usize,
+    pub first: usize,
+    pub count: usize,
+    pub step: isize,
+}
+
+/// The axes a Slice node selects on an input of `shape`, with ONNX's clamping.
+pub(crate) fn slice_spec(
+    node: &Node,
+    inputs: &[Option<&Tensor>],
+    opset: i64,
+    shape: &[usize],
+) -> Result<Vec<SliceAxis>, String> {
+    let (starts, ends, axes, steps) = if opset < 10 {
         let s = node.attr_ints("starts").ok_or("starts missing")?.to_vec();
         let e = node.attr_ints("ends").ok_or("ends missing")?.to_vec();
         let a = node
@@ -472,14 +486,41 @@ fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor,
     if starts.len() != ends.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err("starts, ends, axes and steps differ in length".into());
     }
-    let mut out = x.clone();
+    let mut out = Vec::with_capacity(starts.len());
     for i in 0..starts.len() {
-        let (ax, dim) = axis_dim(axes[i], x.shape())?;
+        let (axis, dim) = axis_dim(axes[i], shape)?;
         if steps[i] == 0 {
             return Err("step 0".into());
         }
         let (s, e, st) = slice_bounds(dim, starts[i], ends[i], steps[i]);
-        out = slice_axis(&out, ax, s, e, st);
+        let (lo, hi) = (s.max(0) as usize, e.unwrap_or(dim as isize).max(0) as usize);
+        let len = hi.saturating_sub(lo);
+        let count = len.div_ceil(st.unsigned_abs());
+        // ndarray walks a negative step from the top of [lo, hi).
+        let first = if st > 0 { lo } else { hi.saturating_sub(1) };
+        out.push(SliceAxis {
+            axis,
+            first,
+            count,
+            step: st,
+        });
+    }
+    Ok(out)
+}
+
+fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
+    let x = input(inputs, 0)?;
+    let mut out = x.clone();
+    for a in slice_spec(node, inputs, ctx.opset, x.shape())? {
+        out = if a.count == 0 {
+            slice_axis(&out, a.axis, 0, Some(0), 1)
+        } else if a.step > 0 {
+            let end = a.first as isize + (a.count as isize - 1) * a.step + 1;
+            slice_axis(&out, a.axis, a.first as isize, Some(end), a.step)
+        } else {
+            let last = a.first as isize + (a.count as isize - 1) * a.step;
+            slice_axis(&out, a.axis, last, Some(a.first as isize + 1), a.step)
+        };
     }
     Ok(out)
 }
