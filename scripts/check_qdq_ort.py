@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 import numpy as np
-from ppocr_sets import PREPROCESS, ROOT, linked_folder, run, sets
+from model_sets import PREPROCESS, ROOT, linked_folder, model_path, run, sets
 
 TOLERANCE_DB = 0.5
 
@@ -34,7 +34,7 @@ def main():
         tmp = tempfile.mkdtemp(prefix=f"qdq_{m}_")
         calib, evals = sets(m, tmp)
         ev = linked_folder(tmp, "eval", evals)
-        model = f"data/models/ppocr_{m}.onnx"
+        model = model_path(m)
         plan, report, qdq = (os.path.join(tmp, f) for f in ("plan.ron", "report.json", "qdq.onnx"))
         cmd = [args.bin, "quantize", model, "--calib", calib, "--eval", ev, "--out", plan, "--report", report]
         if m in PREPROCESS:

@@ -20,10 +20,17 @@ import sys
 import tempfile
 
 import numpy as np
-from ppocr_sets import PREPROCESS, ROOT, run, sets
+from model_sets import PREPROCESS, ROOT, model_path, run, sets
 
 def sanitize(name):
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    """The CLI's file stem of a tensor name (long names end in their FNV-1a hash)."""
+    s = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    if len(s) <= 120:
+        return s
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{s[:100]}_{h:016x}"
 
 
 def roundf(x):
@@ -65,7 +72,7 @@ def main():
     failures = []
     summary = []
     for m in args.models.split(","):
-        model = f"data/models/ppocr_{m}.onnx"
+        model = model_path(m)
         tmp = tempfile.mkdtemp(prefix=f"tflite_{m}_")
         plan = os.path.join(tmp, "plan.ron")
         tfl = os.path.join(tmp, "model.tflite")
@@ -95,7 +102,7 @@ def main():
             np.save(cpath, codes)
             out = os.path.join(tmp, "out")
             dump = os.path.join(tmp, "dump")
-            cmd = [args.bin, "run", model, "--plan", plan, "--input", f"x={cpath}", "--output-dir", out]
+            cmd = [args.bin, "run", model, "--plan", plan, "--input", f"{inp['name']}={cpath}", "--output-dir", out]
             if all_tensors:
                 cmd += ["--dump", dump]
             run(cmd)

@@ -12,6 +12,14 @@ page and camera photo read in raster order, scaled to [-1, 1]. The models run ch
 carrying their state, as a VAD does; every chunk is one test set in the layout of the ONNX
 backend tests (model.onnx, test_data_set_K/input_N.pb, output_N.pb).
 
+A YOLOX detector (PyTorch 1.9 export: Focus slices, SiLU, SPP max pools, nearest
+upsampling) from the ddddocr wheel, fed the six photos resized to 416x416 (BGR, 0-255, as
+YOLOX takes them). Basic Pitch (Spotify's polyphonic pitch model, Keras converted by
+tf2onnx 1.15: a constant-Q transform as convolutions, a log-magnitude normalisation, a CNN
+with three sigmoid heads) from the basic-pitch wheel, fed a real recording: pygame's
+example house-music loop (8-bit, 11,025 Hz) resampled to 22,050 Hz and cut into windows of
+43,844 samples, the model's input.
+
 Magika (a Keras model converted by tf2onnx 1.16) from the magika wheel, fed the bytes of
 real files of many types (scikit-image's PNG, JPEG, GIF, TIFF, XML and Python files, and
 this repository's own sources), cut the way its config says (first and last 1024 bytes,
@@ -126,6 +134,54 @@ def wheel_member(spec, pattern, member):
         found = glob.glob(os.path.join(wheels, pattern))
     with zipfile.ZipFile(found[0]) as z:
         return z.read(member)
+
+
+DDDDOCR = "ddddocr==1.6.1"
+BASIC_PITCH = "basic-pitch==0.4.0"
+PYGAME = "pygame==2.6.1"
+
+
+def more_models():
+    """The YOLOX detector and Basic Pitch, with their inputs."""
+    from scipy.signal import resample_poly
+
+    out = os.path.join(DATA, "models")
+    blobs = {
+        "yolox_ddddocr.onnx": wheel_member(DDDDOCR, "ddddocr-1.6.1-*.whl", "ddddocr/common_det.onnx"),
+        "basic_pitch.onnx": wheel_member(
+            BASIC_PITCH, "basic_pitch-0.4.0-*.whl", "basic_pitch/saved_models/icassp_2022/nmp.onnx"
+        ),
+    }
+    for name, blob in blobs.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(blob)
+    inputs = os.path.join(DATA, "inputs")
+    for img in sorted(glob.glob(os.path.join(DATA, "images", "*.png"))):
+        from PIL import Image
+
+        name = os.path.splitext(os.path.basename(img))[0]
+        x = np.asarray(Image.open(img).convert("RGB").resize((416, 416), Image.BILINEAR), dtype=np.float32)
+        x = x[..., ::-1].transpose(2, 0, 1)[None]
+        np.save(os.path.join(inputs, f"yolox_{name}.npy"), np.ascontiguousarray(x))
+    import io
+    import wave
+
+    def clip(member):
+        with wave.open(io.BytesIO(wheel_member(PYGAME, "pygame-2.6.1-*.whl", f"pygame/examples/data/{member}"))) as w:
+            assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 1, 11025)
+            raw = np.frombuffer(w.readframes(w.getnframes()), dtype=np.uint8)
+        return resample_poly((raw.astype(np.float64) - 128.0) / 128.0, 2, 1)
+
+    n = 43844
+    audio = clip("house_lo.wav")
+    for k in range(audio.size // n):
+        np.save(os.path.join(inputs, f"pitch_house{k}.npy"), audio[k * n : (k + 1) * n].astype(np.float32).reshape(1, n, 1))
+    # The short effects padded with silence, as Basic Pitch pads the end of a recording.
+    for name in ("boom", "punch", "car_door"):
+        a = clip(f"{name}.wav")[:n]
+        a = np.concatenate([a, np.zeros(n - a.size)])
+        np.save(os.path.join(inputs, f"pitch_{name}.npy"), a.astype(np.float32).reshape(1, n, 1))
+    return out
 
 
 MAGIKA = "magika==1.0.3"
@@ -249,6 +305,7 @@ if __name__ == "__main__":
     m = models()
     i = images()
     r = references(m, i)
+    more_models()
     s = silero()
     magika()
     print(f"models in {m}, inputs in {i}, onnxruntime references in {r}, exported models with test sets in {s}")

@@ -31,6 +31,11 @@ fn codes_tensor(t: &ITensor, codes: &[i32]) -> Result<Tensor> {
             codes.iter().map(|&v| v as i16).collect(),
         )?),
         IntType::I32 => Tensor::I32(ArrayD::from_shape_vec(shape, codes.to_vec())?),
+        IntType::F32 => Tensor::F32(ArrayD::from_shape_vec(
+            shape,
+            codes.iter().map(|&v| f32::from_bits(v as u32)).collect(),
+        )?),
+        IntType::Bool => Tensor::Bool(ArrayD::from_shape_vec(shape, codes.iter().map(|&v| v != 0).collect())?),
     })
 }
 

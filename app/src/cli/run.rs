@@ -76,8 +76,13 @@ pub(super) fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> 
 }
 
 /// Replaces every character outside `[A-Za-z0-9._-]` with `_`.
+/// A tensor name as a file stem: every character outside `[A-Za-z0-9._-]` replaced by `_`;
+/// a stem over 120 characters keeps its first 100 and ends with `_` and the 16 hex digits
+/// of the name's 64-bit FNV-1a hash (file names have a length limit; tf2onnx names exceed
+/// it).
 pub(super) fn sanitize(name: &str) -> String {
-    name.chars()
+    let s: String = name
+        .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
                 c
@@ -85,7 +90,16 @@ pub(super) fn sanitize(name: &str) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    if s.len() <= 120 {
+        return s;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{}_{h:016x}", &s[..100])
 }
 
 pub fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize, dump: Option<&Path>) -> Result<()> {

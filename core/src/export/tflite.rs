@@ -13,7 +13,7 @@
 //! when only dims of size 1 move) converts. Padding that SAME or VALID cannot express
 //! becomes an explicit PAD (with the zero point; −128 before a max pool).
 
-use crate::quant::legalize::{Act, IOp, ITensor, OpKind, Program};
+use crate::quant::legalize::{Act, FloatOp, IOp, ITensor, OpKind, PadMode, Program};
 use crate::quant::params::{IntType, QParams};
 use crate::sim::integer::kernels::transpose;
 use std::collections::HashMap;
@@ -79,6 +79,8 @@ fn ttype(t: IntType) -> tfl::TensorType {
         IntType::I8 => tfl::TensorType::INT8,
         IntType::I16 => tfl::TensorType::INT16,
         IntType::I32 => tfl::TensorType::INT32,
+        IntType::F32 => tfl::TensorType::FLOAT32,
+        IntType::Bool => tfl::TensorType::BOOL,
     }
 }
 
@@ -155,8 +157,14 @@ fn layouts(p: &Program) -> Vec<bool> {
             | OpKind::Tanh
             | OpKind::Requantize
             | OpKind::Concat { .. }
-            | OpKind::Slice { .. } => true,
-            OpKind::Mean { .. } => p.tensors[op.outputs[0]].shape.len() == 4,
+            | OpKind::Slice { .. }
+            | OpKind::Pad { .. }
+            | OpKind::Sqrt
+            | OpKind::Log
+            | OpKind::Exp => true,
+            OpKind::Mean { .. } | OpKind::ReduceMax { .. } | OpKind::ReduceMin { .. } => {
+                p.tensors[op.outputs[0]].shape.len() == 4
+            }
             _ => false,
         };
         if !agnostic {
@@ -211,23 +219,27 @@ struct Writer<'p> {
     nhwc: Vec<bool>,
     /// Program tensor → a copy in the other layout (made by a TRANSPOSE or RESHAPE).
     other: HashMap<usize, i32>,
+    /// Program tensor → its DEQUANTIZE to float32 (graph layout).
+    dequant: HashMap<usize, i32>,
     float_nodes: Vec<String>,
 }
 
-fn quant(q: &QParams, dim: i32) -> tfl::QuantizationParametersT {
-    tfl::QuantizationParametersT {
+fn quant(q: &QParams, dim: i32) -> Option<tfl::QuantizationParametersT> {
+    q.ty.is_quantized().then(|| tfl::QuantizationParametersT {
         scale: Some(q.scale.clone()),
         zero_point: Some(q.zero_point.iter().map(|&z| i64::from(z)).collect()),
         quantized_dimension: dim,
         ..Default::default()
-    }
+    })
 }
 
 fn le_bytes(ty: IntType, data: &[i32]) -> Vec<u8> {
     match ty {
         IntType::I8 => data.iter().map(|&v| v as i8 as u8).collect(),
         IntType::I16 => data.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
-        IntType::I32 => data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+        // Float32 values are kept as their bits.
+        IntType::I32 | IntType::F32 => data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+        IntType::Bool => data.iter().map(|&v| u8::from(v != 0)).collect(),
     }
 }
 
@@ -298,7 +310,7 @@ impl Writer<'_> {
         let shape = self.file_shape(t);
         let data = it.data.as_ref().map(|d| le_bytes(it.q.ty, d));
         let dim = it.q.axis.map_or(0, |a| a as i32);
-        let i = self.new_tensor(it.name.clone(), &shape, ttype(it.q.ty), Some(quant(&it.q, dim)), data);
+        let i = self.new_tensor(it.name.clone(), &shape, ttype(it.q.ty), quant(&it.q, dim), data);
         self.map[t] = Some(i);
         i
     }
@@ -393,7 +405,7 @@ impl Writer<'_> {
         let data = transpose(it.data.as_deref().unwrap_or(&[]), &shape, &NCHW_TO_NHWC);
         let bytes = le_bytes(it.q.ty, &data);
         let q = quant(&it.q, 0);
-        self.new_tensor(it.name.clone(), &nhwc(&shape), ttype(it.q.ty), Some(q), Some(bytes))
+        self.new_tensor(it.name.clone(), &nhwc(&shape), ttype(it.q.ty), q, Some(bytes))
     }
 
     fn emit(
@@ -420,7 +432,7 @@ impl Writer<'_> {
 
     /// A hidden activation tensor on `q`.
     fn hidden(&mut self, name: String, shape: &[usize], q: &QParams) -> i32 {
-        self.new_tensor(name, shape, ttype(q.ty), Some(quant(q, 0)), None)
+        self.new_tensor(name, shape, ttype(q.ty), quant(q, 0), None)
     }
 
     /// Explicit padding of `x` (NHWC) with `value` codes on `q`.
@@ -459,7 +471,7 @@ impl Writer<'_> {
                     format!("{name}:pad_value"),
                     &[1],
                     ttype(q.ty),
-                    Some(quant(q, 0)),
+                    quant(q, 0),
                     Some(le_bytes(q.ty, &[v])),
                 );
                 self.emit(
@@ -488,9 +500,88 @@ impl Writer<'_> {
         y
     }
 
-    /// LayerNormalization over the last axis in float32 between DEQUANTIZE and QUANTIZE:
-    /// MEAN, SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT, SUB, MUL, MUL γ, ADD β.
-    fn layer_norm(&mut self, op: &IOp, epsilon: f32, gamma: &[f32], beta: &[f32]) {
+    /// `t` as float32 in the graph's layout: a DEQUANTIZE of its codes (one per tensor), or
+    /// the tensor itself when it is float32 or boolean.
+    fn dequantized(&mut self, t: usize) -> i32 {
+        let x = self.tensor_as(t, false);
+        let it = &self.p.tensors[t];
+        if !it.q.ty.is_quantized() {
+            return x;
+        }
+        if let Some(&f) = self.dequant.get(&t) {
+            return f;
+        }
+        let f = self.f32_hidden(format!("{}:float", it.name), &it.shape.clone());
+        self.emit(
+            tfl::BuiltinOperator::DEQUANTIZE,
+            2,
+            vec![x],
+            vec![f],
+            tfl::BuiltinOptionsT::NONE,
+        );
+        self.dequant.insert(t, f);
+        f
+    }
+
+    /// The float32 tensor a float op writes for program tensor `t` (graph layout), and the
+    /// QUANTIZE (and layout change) to emit after it when `t` holds codes.
+    fn float_output(&mut self, t: usize) -> (i32, Option<(i32, i32, Option<Pending>)>) {
+        let (y, pending) = self.output_as(t, false);
+        let it = &self.p.tensors[t];
+        if !it.q.ty.is_quantized() {
+            return (y, pending.map(|p| (p.from, p.from, Some(p))));
+        }
+        let f = self.f32_hidden(format!("{}:float", it.name), &it.shape.clone());
+        (f, Some((f, y, pending)))
+    }
+
+    fn finish_float(&mut self, after: Option<(i32, i32, Option<Pending>)>) {
+        let Some((f, y, pending)) = after else { return };
+        if f != y {
+            self.emit(
+                tfl::BuiltinOperator::QUANTIZE,
+                2,
+                vec![f],
+                vec![y],
+                tfl::BuiltinOptionsT::QuantizeOptions(Box::default()),
+            );
+        }
+        self.flush(pending);
+    }
+
+    /// A float op with no int8 form: DEQUANTIZE of its integer inputs, the TFLite float
+    /// op(s), QUANTIZE of its output.
+    fn float(&mut self, op: &IOp, fop: &FloatOp) {
+        use tfl::BuiltinOperator as B;
+        let ins: Vec<i32> = op.inputs.iter().map(|&k| self.dequantized(k)).collect();
+        let (y, after) = self.float_output(op.outputs[0]);
+        match fop {
+            FloatOp::LayerNorm { epsilon, gamma, beta } => self.layer_norm(op, ins[0], y, *epsilon, gamma, beta),
+            FloatOp::Div => self.emit(
+                B::DIV,
+                1,
+                ins,
+                vec![y],
+                tfl::BuiltinOptionsT::DivOptions(Box::new(tfl::DivOptionsT::default())),
+            ),
+            FloatOp::Equal => self.emit(B::EQUAL, 1, ins, vec![y], tfl::BuiltinOptionsT::NONE),
+            FloatOp::Where => self.emit(
+                B::SELECT_V2,
+                1,
+                ins,
+                vec![y],
+                tfl::BuiltinOptionsT::SelectV2Options(Box::default()),
+            ),
+        }
+        self.finish_float(after);
+        if !self.float_nodes.contains(&op.node) {
+            self.float_nodes.push(op.node.clone());
+        }
+    }
+
+    /// LayerNormalization over the last axis in float32 (`xf` → `yf`): MEAN,
+    /// SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT, SUB, MUL, MUL γ, ADD β.
+    fn layer_norm(&mut self, op: &IOp, xf: i32, yf: i32, epsilon: f32, gamma: &[f32], beta: &[f32]) {
         use tfl::BuiltinOperator as B;
         let p = self.p;
         let (xt, yt) = (&p.tensors[op.inputs[0]], &p.tensors[op.outputs[0]]);
@@ -499,10 +590,6 @@ impl Writer<'_> {
         let mut reduced = shape.clone();
         reduced[rank - 1] = 1;
         let base = yt.name.clone();
-        let x = self.tensor_as(op.inputs[0], false);
-        let (y, pending) = self.output_as(op.outputs[0], false);
-        let xf = self.f32_hidden(format!("{base}:ln_input"), &shape);
-        self.emit(B::DEQUANTIZE, 2, vec![x], vec![xf], tfl::BuiltinOptionsT::NONE);
         let axis = self.int32_const(format!("{base}:ln_axis"), &[(rank - 1) as i32]);
         let keep = || tfl::BuiltinOptionsT::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims: true }));
         let mean = self.float_op(B::MEAN, vec![xf, axis], format!("{base}:ln_mean"), &reduced, keep());
@@ -534,13 +621,7 @@ impl Writer<'_> {
             )
         };
         let ve = add(self, var, eps, format!("{base}:ln_variance_eps"), &reduced);
-        let r = self.float_op(
-            B::RSQRT,
-            vec![ve],
-            format!("{base}:ln_rstd"),
-            &reduced,
-            tfl::BuiltinOptionsT::NONE,
-        );
+        let r = self.float_op(B::RSQRT, vec![ve], format!("{base}:ln_rstd"), &reduced, tfl::BuiltinOptionsT::NONE);
         let c = self.float_op(
             B::SUB,
             vec![xf, mean],
@@ -553,13 +634,41 @@ impl Writer<'_> {
         let g = self.f32_const(format!("{base}:ln_gamma"), &[width], gamma);
         let scaled = mul(self, normed, g, format!("{base}:ln_scaled"), &shape);
         let b = self.f32_const(format!("{base}:ln_beta"), &[width], beta);
-        let yf = add(self, scaled, b, format!("{base}:ln_output"), &shape);
         self.emit(
-            B::QUANTIZE,
-            2,
+            B::ADD,
+            1,
+            vec![scaled, b],
             vec![yf],
+            tfl::BuiltinOptionsT::AddOptions(Box::new(tfl::AddOptionsT::default())),
+        );
+    }
+
+    /// MEAN, REDUCE_MAX or REDUCE_MIN over `axes`, in the input's layout when the kept
+    /// axes keep their order there.
+    fn reduce(&mut self, op: &IOp, code: tfl::BuiltinOperator, axes: &[usize]) {
+        let p = self.p;
+        let (xt, yt) = (&p.tensors[op.inputs[0]], &p.tensors[op.outputs[0]]);
+        let rank = xt.shape.len();
+        let keep = yt.shape.len() == rank;
+        let mut in_nhwc = self.nhwc[op.inputs[0]];
+        if in_nhwc && !keep {
+            // The kept axes must stay in the graph's order.
+            let kept: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).collect();
+            let mut in_file = kept.clone();
+            in_file.sort_by_key(|&d| file_axis(true, d));
+            in_nhwc = kept == in_file;
+        }
+        let mut ax: Vec<i32> = axes.iter().map(|&a| file_axis(in_nhwc, a) as i32).collect();
+        ax.sort_unstable();
+        let x = self.tensor_as(op.inputs[0], in_nhwc);
+        let a = self.int32_const(format!("{}:axes", yt.name), &ax);
+        let (y, pending) = self.output_as(op.outputs[0], in_nhwc && keep);
+        self.emit(
+            code,
+            2,
+            vec![x, a],
             vec![y],
-            tfl::BuiltinOptionsT::QuantizeOptions(Box::default()),
+            tfl::BuiltinOptionsT::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims: keep })),
         );
         self.flush(pending);
     }
@@ -614,7 +723,7 @@ impl Writer<'_> {
                     wt.name.clone(),
                     &wshape,
                     tfl::TensorType::INT8,
-                    Some(quant(&wt.q, dim)),
+                    quant(&wt.q, dim),
                     Some(le_bytes(IntType::I8, &wdata)),
                 );
                 let b = self.tensor(op.inputs[2]);
@@ -662,7 +771,7 @@ impl Writer<'_> {
                     wt.name.clone(),
                     &nhwc(&wt.shape),
                     tfl::TensorType::INT8,
-                    Some(quant(&wt.q, 0)),
+                    quant(&wt.q, 0),
                     Some(le_bytes(IntType::I8, &transpose(w_data, &wt.shape, &NCHW_TO_NHWC))),
                 );
                 let b = self.tensor(op.inputs[2]);
@@ -760,31 +869,9 @@ impl Writer<'_> {
                 self.emit(code, 2, vec![a, b], vec![y], opts);
                 self.flush(pending);
             }
-            OpKind::Mean { axes } => {
-                let rank = xt.shape.len();
-                let keep = yt.shape.len() == rank;
-                let mut in_nhwc = self.nhwc[op.inputs[0]];
-                if in_nhwc && !keep {
-                    // The kept axes must stay in the graph's order.
-                    let kept: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).collect();
-                    let mut in_file = kept.clone();
-                    in_file.sort_by_key(|&d| file_axis(true, d));
-                    in_nhwc = kept == in_file;
-                }
-                let mut ax: Vec<i32> = axes.iter().map(|&a| file_axis(in_nhwc, a) as i32).collect();
-                ax.sort_unstable();
-                let x = self.tensor_as(op.inputs[0], in_nhwc);
-                let a = self.int32_const(format!("{}:axes", yt.name), &ax);
-                let (y, pending) = self.output_as(op.outputs[0], in_nhwc && keep);
-                self.emit(
-                    tfl::BuiltinOperator::MEAN,
-                    2,
-                    vec![x, a],
-                    vec![y],
-                    tfl::BuiltinOptionsT::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims: keep })),
-                );
-                self.flush(pending);
-            }
+            OpKind::Mean { axes } => self.reduce(op, tfl::BuiltinOperator::MEAN, axes),
+            OpKind::ReduceMax { axes } => self.reduce(op, tfl::BuiltinOperator::REDUCE_MAX, axes),
+            OpKind::ReduceMin { axes } => self.reduce(op, tfl::BuiltinOperator::REDUCE_MIN, axes),
             OpKind::MaxPool {
                 kernel,
                 strides,
@@ -935,7 +1022,8 @@ impl Writer<'_> {
                 let layout = self.nhwc[op.outputs[0]];
                 let rank = xt.shape.len();
                 let mut begin = vec![0i32; rank];
-                let mut end: Vec<i32> = xt.shape.iter().map(|&d| d as i32).collect();
+                let file_in = if layout && rank == 4 { nhwc(&xt.shape) } else { xt.shape.clone() };
+                let mut end: Vec<i32> = file_in.iter().map(|&d| d as i32).collect();
                 let mut strides = vec![1i32; rank];
                 let mut end_mask = 0i32;
                 for a in axes {
@@ -985,11 +1073,72 @@ impl Writer<'_> {
                 );
                 self.flush(pending);
             }
-            OpKind::LayerNorm { epsilon, gamma, beta } => {
-                self.layer_norm(op, *epsilon, gamma, beta);
-                if !self.float_nodes.contains(&op.node) {
-                    self.float_nodes.push(op.node.clone());
+            OpKind::Float { op: fop } => self.float(op, fop),
+            OpKind::Pad { pads, mode } => {
+                let layout = self.nhwc[op.outputs[0]];
+                let rank = pads.len();
+                let mut paddings = vec![0i32; 2 * rank];
+                for (d, p) in pads.iter().enumerate() {
+                    let f = file_axis(layout && rank == 4, d);
+                    paddings[2 * f] = p[0] as i32;
+                    paddings[2 * f + 1] = p[1] as i32;
                 }
+                let x = self.tensor_as(op.inputs[0], layout);
+                let (y, pending) = self.output_as(op.outputs[0], layout);
+                let pt = self.new_tensor(
+                    format!("{}:paddings", yt.name),
+                    &[rank, 2],
+                    tfl::TensorType::INT32,
+                    None,
+                    Some(le_bytes(IntType::I32, &paddings)),
+                );
+                match mode {
+                    PadMode::Constant(c) if *c == yt.q.zp() => self.emit(
+                        tfl::BuiltinOperator::PAD,
+                        2,
+                        vec![x, pt],
+                        vec![y],
+                        tfl::BuiltinOptionsT::PadOptions(Box::default()),
+                    ),
+                    PadMode::Constant(c) => {
+                        let v = self.new_tensor(
+                            format!("{}:pad_value", yt.name),
+                            &[1],
+                            ttype(yt.q.ty),
+                            quant(&yt.q, 0),
+                            Some(le_bytes(yt.q.ty, &[*c])),
+                        );
+                        self.emit(
+                            tfl::BuiltinOperator::PADV2,
+                            2,
+                            vec![x, pt, v],
+                            vec![y],
+                            tfl::BuiltinOptionsT::PadV2Options(Box::default()),
+                        );
+                    }
+                    PadMode::Reflect => self.emit(
+                        tfl::BuiltinOperator::MIRROR_PAD,
+                        2,
+                        vec![x, pt],
+                        vec![y],
+                        tfl::BuiltinOptionsT::MirrorPadOptions(Box::new(tfl::MirrorPadOptionsT {
+                            mode: tfl::MirrorPadMode::REFLECT,
+                        })),
+                    ),
+                }
+                self.flush(pending);
+            }
+            OpKind::Sqrt | OpKind::Log | OpKind::Exp => {
+                let layout = self.nhwc[op.outputs[0]];
+                let x = self.tensor_as(op.inputs[0], layout);
+                let (y, pending) = self.output_as(op.outputs[0], layout);
+                let code = match op.kind {
+                    OpKind::Sqrt => tfl::BuiltinOperator::SQRT,
+                    OpKind::Log => tfl::BuiltinOperator::LOG,
+                    _ => tfl::BuiltinOperator::EXP,
+                };
+                self.emit(code, 2, vec![x], vec![y], tfl::BuiltinOptionsT::NONE);
+                self.flush(pending);
             }
         }
         Ok(())
@@ -1007,6 +1156,7 @@ pub fn write(p: &Program, io: Io) -> Result<Written, TfliteError> {
         map: vec![None; p.tensors.len()],
         nhwc: layouts(p),
         other: HashMap::new(),
+        dequant: HashMap::new(),
         float_nodes: Vec::new(),
     };
     let mut inputs = Vec::new();

@@ -493,11 +493,7 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                     let r = x.len() + ax.len();
                     let ax: Vec<usize> = ax
                         .iter()
-                        .filter_map(|&a| {
-                            axis(a, r.saturating_sub(1))
-                                .or(Some(r - 1))
-                                .filter(|_| a >= -(r as i64))
-                        })
+                        .filter_map(|&a| axis(a, r).filter(|&v| v < r))
                         .collect();
                     let mut src = x.into_iter();
                     Some(
@@ -595,7 +591,7 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             let s = i0.1.clone().and_then(|x| {
                 let r = x.len();
                 let ax: Vec<usize> = match &axes {
-                    Some(a) => a.iter().filter_map(|&v| axis(v, r.saturating_sub(1))).collect(),
+                    Some(a) => a.iter().filter_map(|&v| axis(v, r).filter(|&a| a < r)).collect(),
                     None if ins.len() < 2 => (0..r).collect(),
                     None => return None,
                 };
@@ -613,6 +609,44 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                 )
             });
             vec![(d, s)]
+        }
+        "Pad" => {
+            let Some(x) = i0.1.clone() else {
+                return vec![(i0.0, None)];
+            };
+            let rank = x.len();
+            let pads = node
+                .attr_ints("pads")
+                .map(<[i64]>::to_vec)
+                .or_else(|| known(1).and_then(Tensor::as_i64_vec));
+            let axes: Option<Vec<usize>> = match known(3).and_then(Tensor::as_i64_vec) {
+                Some(a) => a
+                    .iter()
+                    .map(|&v| usize::try_from(if v < 0 { v + rank as i64 } else { v }).ok().filter(|&v| v < rank))
+                    .collect(),
+                None if node.input(3).is_some() => None,
+                None => Some((0..rank).collect()),
+            };
+            let (Some(pads), Some(axes)) = (pads, axes) else {
+                return vec![(i0.0, None)];
+            };
+            if pads.len() != 2 * axes.len() {
+                return vec![(i0.0, None)];
+            }
+            let mut out = x;
+            for (i, &a) in axes.iter().enumerate() {
+                out[a] = match &out[a] {
+                    Dim::Fixed(d) => {
+                        let v = *d as i64 + pads[i] + pads[i + axes.len()];
+                        if v < 0 {
+                            return vec![(i0.0, None)];
+                        }
+                        Dim::Fixed(v as usize)
+                    }
+                    Dim::Sym(_) => sym(),
+                };
+            }
+            vec![(i0.0, Some(out))]
         }
         "Slice" => {
             let Some(x) = i0.1.clone() else {

@@ -18,6 +18,8 @@ use std::collections::HashMap;
 
 /// Ops whose integer kernel copies codes: their output shares the input's grid.
 const SAME_GRID: &[&str] = &[
+    "ReduceMax",
+    "ReduceMin",
     "MaxPool",
     "AveragePool",
     "GlobalMaxPool",
@@ -110,14 +112,65 @@ pub enum OpKind {
     /// Inputs: a (`[.., M, K]`), b (`[.., K, N]`), both activations; batch dims broadcast.
     /// TFLite's BATCH_MATMUL: int32 accumulator, the multiplier of f32(s_a·s_b)/s_out.
     BatchMatMul,
-    /// LayerNormalization over the last axis, in float32 between a DEQUANTIZE and a
-    /// QUANTIZE, as the TFLite float ops MEAN, SQUARED_DIFFERENCE, MEAN, ADD, RSQRT, SUB,
-    /// MUL, MUL, ADD compute it (no int8 TFLite op normalizes).
+    /// Padding per axis (before, after): a constant (its code on the input's grid) or a
+    /// reflection. Output on the input's grid.
+    Pad {
+        pads: Vec<[usize; 2]>,
+        mode: PadMode,
+    },
+    /// The raw maximum (minimum) over `axes`; output on the input's grid.
+    ReduceMax {
+        axes: Vec<usize>,
+    },
+    ReduceMin {
+        axes: Vec<usize>,
+    },
+    /// TFLite's int8 SQRT: `(int)(sqrtf(s_in·(x − zp_in)) / s_out) + zp_out`, truncating.
+    Sqrt,
+    /// TFLite's int8 LOG and EXP: 256-entry float32 look-up tables.
+    Log,
+    Exp,
+    /// An op with no integer form, run in float32 between TFLite's DEQUANTIZE of its
+    /// integer inputs and QUANTIZE of its output (a boolean output is not quantized).
+    Float {
+        op: FloatOp,
+    },
+}
+
+/// How [`OpKind::Pad`] fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PadMode {
+    Constant(i32),
+    Reflect,
+}
+
+/// The float32 ops of [`OpKind::Float`], each as LiteRT's float reference kernels compute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FloatOp {
+    /// LayerNormalization over the last axis, as the TFLite float ops MEAN,
+    /// SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT, SUB, MUL, MUL γ, ADD β compute it.
     LayerNorm {
         epsilon: f32,
         gamma: Vec<f32>,
         beta: Vec<f32>,
     },
+    /// DIV with broadcasting.
+    Div,
+    /// EQUAL with broadcasting; a boolean output.
+    Equal,
+    /// SELECT_V2 (inputs: condition, then, else) with broadcasting.
+    Where,
+}
+
+impl FloatOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::LayerNorm { .. } => "LayerNorm",
+            Self::Div => "Div",
+            Self::Equal => "Equal",
+            Self::Where => "Where",
+        }
+    }
 }
 
 /// One axis of a [`OpKind::Slice`].
@@ -152,13 +205,19 @@ impl OpKind {
             Self::Requantize => "Requantize",
             Self::Slice { .. } => "Slice",
             Self::BatchMatMul => "BatchMatMul",
-            Self::LayerNorm { .. } => "LayerNorm",
+            Self::Pad { .. } => "Pad",
+            Self::ReduceMax { .. } => "ReduceMax",
+            Self::ReduceMin { .. } => "ReduceMin",
+            Self::Sqrt => "Sqrt",
+            Self::Log => "Log",
+            Self::Exp => "Exp",
+            Self::Float { op } => op.name(),
         }
     }
 
     /// Runs in float32 between a dequantization and a quantization (no int8 form).
     pub fn is_float(&self) -> bool {
-        matches!(self, Self::LayerNorm { .. })
+        matches!(self, Self::Float { .. })
     }
 }
 
@@ -398,7 +457,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         }
         let g = self.g();
         let producer = g.values[v].producer.map(|p| &g.nodes[p]);
-        let fixed = match producer.map(|n| n.op.as_str()) {
+        // A fused Sigmoid or Tanh ends in the same look-up as a standalone one.
+        let op = producer.map(|n| match (n.op.as_str(), n.attr_s("activation")) {
+            ("FusedConv" | "FusedGemm", Some(a)) => a,
+            (op, _) => op,
+        });
+        let fixed = match op {
             Some("Sigmoid" | "Softmax") => Some(QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128)),
             Some("Tanh") => Some(QParams::per_tensor(IntType::I8, 1.0 / 128.0, 0)),
             _ => None,
@@ -828,7 +892,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let epsilon = node.attr_f("epsilon").unwrap_or(1e-5);
                 let xi = self.act(x)?;
                 let y = self.act(out)?;
-                self.op(node, OpKind::LayerNorm { epsilon, gamma, beta }, vec![xi], vec![y]);
+                self.op(
+                    node,
+                    OpKind::Float {
+                        op: FloatOp::LayerNorm { epsilon, gamma, beta },
+                    },
+                    vec![xi],
+                    vec![y],
+                );
                 Ok(())
             }
             "Add" | "Sub" | "Mul" | "Div" => {
@@ -857,9 +928,13 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     return Ok(());
                 }
                 if node.op == "Div" {
-                    // x / c as x · (1/c): TFLite's int8 DIV loses small quotients.
+                    // x / c as x · (1/c); a division by a tensor in float32 (TFLite's int8
+                    // DIV loses small quotients).
                     let Some((1, c)) = scalar.filter(|&(_, c)| c != 0.0) else {
-                        return Err("a division by an activation has no integer form yet".into());
+                        let ins = vec![self.float_operand(node, 0)?, self.float_operand(node, 1)?];
+                        let y = self.act(out)?;
+                        self.op(node, OpKind::Float { op: FloatOp::Div }, ins, vec![y]);
+                        return Ok(());
                     };
                     let a = self.act(x)?;
                     let v = node.input(1).ok_or("no divisor")?;
@@ -969,6 +1044,120 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let xi = self.act(x)?;
                 self.silu_tail(node, xi, out)
             }
+            "Neg" => {
+                // −x as MUL by −1: TFLite's NEG negates codes and ignores the grids.
+                let xi = self.act(x)?;
+                let (codes, q) = int8_operand(&[-1.0]);
+                let b = self.push(ITensor {
+                    name: format!("{}:minus_one", node.name),
+                    shape: vec![1],
+                    q,
+                    data: Some(codes),
+                });
+                let y = self.act(out)?;
+                self.op(node, OpKind::Mul { act: Act::None }, vec![xi, b], vec![y]);
+                Ok(())
+            }
+            "Sqrt" | "Log" | "Exp" => {
+                let xi = self.act(x)?;
+                let xq = self.program.tensors[xi].q.clone();
+                if node.op == "Sqrt" && xq.zp() > xq.ty.range().0 {
+                    return Err(format!(
+                        "its input's grid reaches below 0 (zero point {}), where TFLite's SQRT fails",
+                        xq.zp()
+                    ));
+                }
+                let y = self.act(out)?;
+                let kind = match node.op.as_str() {
+                    "Sqrt" => OpKind::Sqrt,
+                    "Log" => OpKind::Log,
+                    _ => OpKind::Exp,
+                };
+                self.op(node, kind, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Pad" => {
+                let rank = self.shape(x).map_err(|e| e.to_string())?.len();
+                let mode = node.attr_s("mode").unwrap_or("constant");
+                let raw: Vec<i64> = match node.attr_ints("pads") {
+                    Some(p) => p.to_vec(),
+                    None => node
+                        .input(1)
+                        .and_then(|v| self.known(v))
+                        .and_then(Tensor::as_i64_vec)
+                        .ok_or("its pads are not constant")?,
+                };
+                if node.input(3).is_some() || raw.len() != 2 * rank || raw.iter().any(|&v| v < 0) {
+                    return Err("only non-negative pads over every axis have an integer form".into());
+                }
+                let pads: Vec<[usize; 2]> = (0..rank).map(|d| [raw[d] as usize, raw[d + rank] as usize]).collect();
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                let yq = self.program.tensors[y].q.clone();
+                let mode = match mode {
+                    "constant" => {
+                        let value = node
+                            .attr_f("value")
+                            .or_else(|| {
+                                node.input(2)
+                                    .and_then(|v| self.constant_f32(v))
+                                    .and_then(|(_, d)| d.first().copied())
+                            })
+                            .unwrap_or(0.0);
+                        PadMode::Constant(quantize_code(value, &yq))
+                    }
+                    "reflect" => PadMode::Reflect,
+                    m => return Err(format!("{m} padding has no integer form")),
+                };
+                self.op(node, OpKind::Pad { pads, mode }, vec![xi], vec![y]);
+                Ok(())
+            }
+            "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+                let shape = self.shape(x).map_err(|e| e.to_string())?;
+                let axes = self.reduce_axes(node, shape.len())?;
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                if node.op == "ReduceSum" {
+                    // SUM's reference kernel reads int8 as uint8: a MEAN on the grid of
+                    // s_out/n, whose codes are the sum's on s_out (a RESHAPE reinterprets).
+                    let n: usize = axes.iter().map(|&a| shape[a]).product();
+                    let mut q = self.program.tensors[y].q.clone();
+                    q.scale = q.scale.iter().map(|s| s / n.max(1) as f32).collect();
+                    let mean = self.push(ITensor {
+                        name: format!("{}:mean", self.name(out)),
+                        shape: self.program.tensors[y].shape.clone(),
+                        q,
+                        data: None,
+                    });
+                    self.op(node, OpKind::Mean { axes }, vec![xi], vec![mean]);
+                    self.op(node, OpKind::Reshape, vec![mean], vec![y]);
+                } else if node.op == "ReduceMax" {
+                    self.op(node, OpKind::ReduceMax { axes }, vec![xi], vec![y]);
+                } else {
+                    self.op(node, OpKind::ReduceMin { axes }, vec![xi], vec![y]);
+                }
+                Ok(())
+            }
+            "Equal" | "Where" => {
+                let ins = (0..node.inputs.len())
+                    .map(|k| self.float_operand(node, k))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let (op, y) = if node.op == "Equal" {
+                    let shape = self.shape(out).map_err(|e| e.to_string())?;
+                    let y = self.push(ITensor {
+                        name: self.name(out),
+                        shape,
+                        q: QParams::boolean(),
+                        data: None,
+                    });
+                    self.ids.insert(out, y);
+                    (FloatOp::Equal, y)
+                } else {
+                    (FloatOp::Where, self.act(out)?)
+                };
+                self.op(node, OpKind::Float { op }, ins, vec![y]);
+                Ok(())
+            }
             "Sigmoid" | "Tanh" | "HardSwish" => {
                 let xi = self.act(x)?;
                 let y = self.act(out)?;
@@ -1058,6 +1247,62 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             inputs,
             outputs,
         });
+    }
+
+    /// A value known at legalization time (a constant or shape arithmetic).
+    fn known(&self, v: ValueId) -> Option<&Tensor> {
+        self.statics
+            .get(&v)
+            .or_else(|| self.g().values[v].constant.as_ref().map(crate::ir::Constant::tensor))
+    }
+
+    /// The reduced axes of a Reduce* node (attribute before opset 18, else input), sorted.
+    fn reduce_axes(&self, node: &Node, rank: usize) -> Result<Vec<usize>, String> {
+        let raw = match node.attr_ints("axes") {
+            Some(a) => Some(a.to_vec()),
+            None => node.input(1).map(|v| self.known(v).and_then(Tensor::as_i64_vec).ok_or("its axes are not constant")).transpose()?,
+        };
+        let mut axes: Vec<usize> = match raw {
+            Some(a) if !a.is_empty() => a
+                .iter()
+                .map(|&a| if a < 0 { (a + rank as i64) as usize } else { a as usize })
+                .collect(),
+            _ if node.attr_i("noop_with_empty_axes").unwrap_or(0) != 0 => {
+                return Err("a reduction over no axes is an identity: optimize the model first".into());
+            }
+            _ => (0..rank).collect(),
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        Ok(axes)
+    }
+
+    /// An operand of a float op: an activation (dequantized by the op), a boolean made by
+    /// another float op, or a constant as float32.
+    fn float_operand(&mut self, node: &Node, k: usize) -> Result<usize, String> {
+        let v = node.input(k).ok_or("missing operand")?;
+        if let Some(&t) = self.ids.get(&v) {
+            return Ok(t);
+        }
+        if let Some(c) = self.known(v) {
+            let shape = c.shape().to_vec();
+            let (q, data) = if c.dtype() == crate::ir::DType::Bool {
+                let b = c.to_f32();
+                (QParams::boolean(), b.iter().map(|&x| i32::from(x != 0.0)).collect())
+            } else {
+                (
+                    QParams::float32(),
+                    c.to_f32().iter().map(|x| x.to_bits() as i32).collect(),
+                )
+            };
+            return Ok(self.push(ITensor {
+                name: self.name(v),
+                shape,
+                q,
+                data: Some(data),
+            }));
+        }
+        self.act(v)
     }
 
     /// An element-wise operand: an activation, or a constant on its own int8 grid.

@@ -8,12 +8,16 @@ use super::scheme::{ActFormat, Affine, WEIGHT_SCALE_FLOOR};
 use crate::ir::{Attr, Model};
 use serde::{Deserialize, Serialize};
 
-/// Storage type of an integer tensor.
+/// Storage type of a program tensor: integer codes, or (between a DEQUANTIZE and a
+/// QUANTIZE, where an op has no integer form) float32 values and booleans. A run keeps
+/// every tensor as `i32`s: float32 values as their bits, booleans as 0 and 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum IntType {
     I8,
     I16,
     I32,
+    F32,
+    Bool,
 }
 
 impl IntType {
@@ -22,8 +26,14 @@ impl IntType {
         match self {
             Self::I8 => (-128, 127),
             Self::I16 => (-32768, 32767),
-            Self::I32 => (i32::MIN, i32::MAX),
+            Self::I32 | Self::F32 => (i32::MIN, i32::MAX),
+            Self::Bool => (0, 1),
         }
+    }
+
+    /// Codes on a grid (not float32 values or booleans).
+    pub fn is_quantized(self) -> bool {
+        matches!(self, Self::I8 | Self::I16 | Self::I32)
     }
 
     pub fn name(self) -> &'static str {
@@ -31,6 +41,8 @@ impl IntType {
             Self::I8 => "int8",
             Self::I16 => "int16",
             Self::I32 => "int32",
+            Self::F32 => "float32",
+            Self::Bool => "bool",
         }
     }
 }
@@ -86,9 +98,24 @@ impl QParams {
         }
     }
 
-    /// Dequantizes one code.
+    /// Dequantizes one code as TFLite's DEQUANTIZE does (`(float)((double)s·(q − zp))`); a
+    /// float32 tensor's value from its bits, a boolean as 0 or 1.
     pub fn real(&self, code: i32) -> f32 {
-        ((f64::from(self.s())) * f64::from(code - self.zp())) as f32
+        match self.ty {
+            IntType::F32 => f32::from_bits(code as u32),
+            IntType::Bool => code as f32,
+            _ => ((f64::from(self.s())) * f64::from(code - self.zp())) as f32,
+        }
+    }
+
+    /// A float32 tensor's grid-less parameters.
+    pub fn float32() -> Self {
+        Self::per_tensor(IntType::F32, 1.0, 0)
+    }
+
+    /// A boolean tensor's parameters.
+    pub fn boolean() -> Self {
+        Self::per_tensor(IntType::Bool, 1.0, 0)
     }
 }
 

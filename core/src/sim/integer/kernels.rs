@@ -5,7 +5,7 @@ use super::fixed::{
     downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, quantize_multiplier, rdbpot, rdbpot16, sat_shl16,
     sdhm16, srdhm, srdhm16,
 };
-use crate::quant::legalize::Act;
+use crate::quant::legalize::{Act, FloatOp, PadMode};
 use crate::quant::params::QParams;
 use rayon::prelude::*;
 
@@ -356,13 +356,22 @@ impl HardSwish {
 
 /// LOGISTIC / TANH int8 table (`LUTPopulateInt8`, float32 with libm's expf/tanhf).
 pub fn lut_int8(x: &QParams, y: &QParams, tanh: bool) -> [i32; 256] {
+    if tanh {
+        lut_int8_with(x, y, f32::tanh)
+    } else {
+        lut_int8_with(x, y, |d| 1.0f32 / (1.0f32 + (-d).exp()))
+    }
+}
+
+/// `LUTPopulateInt8` for any function: for each code, `f(s_in·(v − zp_in))` in float32,
+/// `roundf(f · (1/s_out)) + zp_out`, saturated.
+pub fn lut_int8_with(x: &QParams, y: &QParams, f: impl Fn(f32) -> f32) -> [i32; 256] {
     let inv = 1.0f32 / y.s();
     let mut t = [0i32; 256];
     for (i, slot) in t.iter_mut().enumerate() {
         let v = i as i32 - 128;
         let d = x.s() * (v - x.zp()) as f32;
-        let f = if tanh { d.tanh() } else { 1.0f32 / (1.0f32 + (-d).exp()) };
-        let r = (f * inv).round();
+        let r = (f(d) * inv).round();
         *slot = ((r + y.zp() as f32) as i32).clamp(-128, 127);
     }
     t
@@ -612,44 +621,141 @@ pub fn slice(x: &[i32], shape: &[usize], axes: &[crate::quant::legalize::SliceAx
         .collect()
 }
 
+/// The flat input index of each output element under NumPy broadcasting.
+fn broadcast_map(shape: &[usize], out: &[usize]) -> Result<Vec<usize>, String> {
+    if shape.len() > out.len() {
+        return Err(format!("cannot broadcast {shape:?} to {out:?}"));
+    }
+    for (i, &d) in shape.iter().enumerate() {
+        let o = out[out.len() - shape.len() + i];
+        if d != o && d != 1 {
+            return Err(format!("cannot broadcast {shape:?} to {out:?}"));
+        }
+    }
+    let st = broadcast_strides(shape, out);
+    let total: usize = out.iter().product();
+    Ok((0..total)
+        .map(|i| {
+            let (mut r, mut src) = (i, 0);
+            for d in (0..out.len()).rev() {
+                src += (r % out[d]) * st[d];
+                r /= out[d];
+            }
+            src
+        })
+        .collect())
+}
+
+/// A float op of [`OpKind::Float`] on its dequantized inputs, in float32 as LiteRT's float
+/// reference kernels compute (booleans as 0 and 1).
+pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Result<Vec<f32>, String> {
+    let arg = |k: usize| ins.get(k).ok_or_else(|| format!("{} needs input {k}", op.name()));
+    let spread = |k: usize| -> Result<Vec<f32>, String> {
+        let (data, shape) = arg(k)?;
+        Ok(broadcast_map(shape, out)?.into_iter().map(|i| data[i]).collect())
+    };
+    Ok(match op {
+        FloatOp::LayerNorm { epsilon, gamma, beta } => {
+            let (x, shape) = arg(0)?;
+            let width = *shape.last().unwrap_or(&1);
+            if gamma.len() != width || beta.len() != width {
+                return Err(format!("scale and bias of {} values over a last axis of {width}", gamma.len()));
+            }
+            layer_norm_f32(x, width, *epsilon, gamma, beta)
+        }
+        FloatOp::Div => {
+            let (a, b) = (spread(0)?, spread(1)?);
+            a.iter().zip(&b).map(|(x, y)| x / y).collect()
+        }
+        FloatOp::Equal => {
+            let (a, b) = (spread(0)?, spread(1)?);
+            a.iter().zip(&b).map(|(x, y)| f32::from(u8::from(x == y))).collect()
+        }
+        FloatOp::Where => {
+            let (c, a, b) = (spread(0)?, spread(1)?, spread(2)?);
+            c.iter()
+                .zip(a.iter().zip(&b))
+                .map(|(&c, (&a, &b))| if c != 0.0 { a } else { b })
+                .collect()
+        }
+    })
+}
+
 /// LayerNormalization over the last axis as LiteRT's float reference kernels compute the
-/// TFLite decomposition: DEQUANTIZE (`(float)((double)s·(q − zp))`), MEAN (a float32 sum in
-/// order, divided by the count), SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT (`1 / sqrtf`), SUB,
-/// MUL, MUL γ, ADD β, QUANTIZE (`roundf(y / s) + zp`, saturated).
-pub fn layer_norm_f32(
-    x: &[i32],
-    width: usize,
-    xq: &QParams,
-    yq: &QParams,
-    eps: f32,
-    gamma: &[f32],
-    beta: &[f32],
-) -> Vec<i32> {
+/// TFLite decomposition: MEAN (a float32 sum in order, divided by the count),
+/// SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT (`1 / sqrtf`), SUB, MUL, MUL γ, ADD β.
+pub fn layer_norm_f32(x: &[f32], width: usize, eps: f32, gamma: &[f32], beta: &[f32]) -> Vec<f32> {
     let width = width.max(1);
-    let (lo, hi) = yq.ty.range();
     let n = width as f32;
     x.par_chunks(width)
         .flat_map_iter(|row| {
-            let xf: Vec<f32> = row.iter().map(|&c| xq.real(c)).collect();
             let mut sum = 0f32;
-            for &v in &xf {
+            for &v in row {
                 sum += v;
             }
             let mean = sum / n;
             let mut var = 0f32;
-            for &v in &xf {
+            for &v in row {
                 let d = v - mean;
                 var += d * d;
             }
             let var = var / n;
             let r = 1.0f32 / (var + eps).sqrt();
-            xf.into_iter()
+            row.iter()
                 .enumerate()
-                .map(move |(i, v)| {
-                    let y = (v - mean) * r * gamma[i] + beta[i];
-                    ((y / yq.s()).round() as i32).saturating_add(yq.zp()).clamp(lo, hi)
-                })
+                .map(move |(i, &v)| (v - mean) * r * gamma[i] + beta[i])
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// PAD / PADV2 (a constant code) and MIRROR_PAD (REFLECT): `pads` per axis (before, after).
+pub fn pad(x: &[i32], shape: &[usize], pads: &[[usize; 2]], mode: PadMode) -> Vec<i32> {
+    let rank = shape.len();
+    let out: Vec<usize> = (0..rank).map(|d| shape[d] + pads[d][0] + pads[d][1]).collect();
+    let mut st = vec![1usize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1];
+    }
+    let total: usize = out.iter().product();
+    (0..total)
+        .map(|i| {
+            let (mut r, mut src) = (i, 0usize);
+            for d in (0..rank).rev() {
+                let o = (r % out[d]) as isize;
+                r /= out[d];
+                let mut k = o - pads[d][0] as isize;
+                let n = shape[d] as isize;
+                if k < 0 || k >= n {
+                    match mode {
+                        PadMode::Constant(c) => return c,
+                        PadMode::Reflect => {
+                            k = if k < 0 { -k } else { 2 * (n - 1) - k };
+                        }
+                    }
+                }
+                src += k as usize * st[d];
+            }
+            x[src]
+        })
+        .collect()
+}
+
+/// REDUCE_MAX / REDUCE_MIN: the raw extreme over `axes` (output shape with or without the
+/// reduced dims has the same order).
+pub fn reduce_extreme(x: &[i32], shape: &[usize], axes: &[usize], max: bool) -> Vec<i32> {
+    let rank = shape.len();
+    let kept: Vec<usize> = (0..rank).map(|d| if axes.contains(&d) { 1 } else { shape[d] }).collect();
+    let total_out: usize = kept.iter().product();
+    let mut out = vec![if max { i32::MIN } else { i32::MAX }; total_out];
+    let ost = broadcast_strides(&kept, shape);
+    for (i, &v) in x.iter().enumerate() {
+        let (mut r, mut oi) = (i, 0);
+        for d in (0..rank).rev() {
+            oi += (r % shape[d]) * ost[d];
+            r /= shape[d];
+        }
+        out[oi] = if max { out[oi].max(v) } else { out[oi].min(v) };
+    }
+    out
 }

@@ -9,7 +9,7 @@ pub mod fixed;
 pub mod kernels;
 
 use crate::quant::legalize::{IOp, OpKind, Program, quantize_code};
-use crate::quant::params::QParams;
+use crate::quant::params::{IntType, QParams};
 use rayon::prelude::*;
 
 /// Every tensor's codes after a run (`None`: not computed).
@@ -241,15 +241,42 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             }
             out
         }
-        OpKind::LayerNorm { epsilon, gamma, beta } => {
-            let width = *t(0).shape.last().unwrap_or(&1);
-            if gamma.len() != width || beta.len() != width {
-                return Err(format!(
-                    "scale and bias of {} values over a last axis of {width}",
-                    gamma.len()
-                ));
+        OpKind::Pad { pads, mode } => kernels::pad(v(0)?, &t(0).shape, pads, *mode),
+        OpKind::ReduceMax { axes } | OpKind::ReduceMin { axes } => {
+            kernels::reduce_extreme(v(0)?, &t(0).shape, axes, matches!(op.kind, OpKind::ReduceMax { .. }))
+        }
+        OpKind::Sqrt => {
+            let (lo, hi) = yq.ty.range();
+            v(0)?
+                .iter()
+                .map(|&a| {
+                    let d = xq.s() * (a - xq.zp()) as f32;
+                    if d < 0.0 {
+                        return Err(format!("input code {a} is below 0, where TFLite's SQRT fails"));
+                    }
+                    Ok(((d.sqrt() / yq.s()) as i32).saturating_add(yq.zp()).clamp(lo, hi))
+                })
+                .collect::<Result<_, String>>()?
+        }
+        OpKind::Log | OpKind::Exp => {
+            let table = if matches!(op.kind, OpKind::Log) {
+                let floor = (-128 - yq.zp()) as f32 * yq.s();
+                kernels::lut_int8_with(xq, yq, |d| if d <= 0.0 { floor } else { d.ln() })
+            } else {
+                kernels::lut_int8_with(xq, yq, f32::exp)
+            };
+            v(0)?.iter().map(|&a| table[(a + 128).clamp(0, 255) as usize]).collect()
+        }
+        OpKind::Float { op: fop } => {
+            let ins: Vec<(Vec<f32>, &[usize])> = (0..op.inputs.len())
+                .map(|k| Ok((v(k)?.iter().map(|&c| t(k).q.real(c)).collect(), t(k).shape.as_slice())))
+                .collect::<Result<_, String>>()?;
+            let out = kernels::float_op(fop, &ins, &y.shape)?;
+            match y.q.ty {
+                IntType::F32 => out.iter().map(|x| x.to_bits() as i32).collect(),
+                IntType::Bool => out.iter().map(|&x| i32::from(x != 0.0)).collect(),
+                _ => out.iter().map(|&x| quantize_code(x, yq)).collect(),
             }
-            kernels::layer_norm_f32(v(0)?, width, xq, yq, *epsilon, gamma, beta)
         }
         OpKind::Requantize => {
             let (q, s) = fixed::quantize_multiplier(f64::from(xq.s()) / f64::from(yq.s()));

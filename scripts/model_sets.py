@@ -1,0 +1,70 @@
+"""What the integer, QDQ and LiteRT checks share: the models, their calibration and
+evaluation sets (never the same sample), and running the CLI.
+
+PP-OCR cls calibrates on the eight crops (data/crops8, `bench/make_crops.py 8 data/crops8`)
+and is evaluated on the six full photos; det, rec and the YOLOX detector calibrate on three
+photos and are evaluated on the other three; Basic Pitch calibrates on two windows of the
+house loop and one effect, and is evaluated on the third window and the two other effects.
+All inputs are written by fetch_models.py into data/inputs.
+"""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHOTOS = ("astronaut", "chelsea", "coffee", "page", "rocket", "text")
+PREPROCESS = {"cls": "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5"}
+
+# name -> (model file, calibration inputs, evaluation inputs); paths relative to the root.
+MODELS = {
+    "cls": ("data/models/ppocr_cls.onnx", None, ["data/inputs/cls_%s.npy" % n for n in PHOTOS]),
+    "det": (
+        "data/models/ppocr_det.onnx",
+        ["data/inputs/det_%s.npy" % n for n in PHOTOS[:3]],
+        ["data/inputs/det_%s.npy" % n for n in PHOTOS[3:]],
+    ),
+    "rec": (
+        "data/models/ppocr_rec.onnx",
+        ["data/inputs/rec_%s.npy" % n for n in PHOTOS[:3]],
+        ["data/inputs/rec_%s.npy" % n for n in PHOTOS[3:]],
+    ),
+    "yolox": (
+        "data/models/yolox_ddddocr.onnx",
+        ["data/inputs/yolox_%s.npy" % n for n in PHOTOS[:3]],
+        ["data/inputs/yolox_%s.npy" % n for n in PHOTOS[3:]],
+    ),
+    "pitch": (
+        "data/models/basic_pitch.onnx",
+        ["data/inputs/pitch_%s.npy" % n for n in ("house0", "house1", "boom")],
+        ["data/inputs/pitch_%s.npy" % n for n in ("house2", "punch", "car_door")],
+    ),
+}
+
+
+def model_path(model):
+    return MODELS[model][0]
+
+
+def sets(model, tmp):
+    """(calibration folder, evaluation .npy files) for a model of MODELS."""
+    _, calib, evals = MODELS[model]
+    if calib is None:
+        return os.path.join(ROOT, "data/crops8"), evals
+    return linked_folder(tmp, "calib", calib), evals
+
+
+def linked_folder(tmp, name, files):
+    """A folder of links to `files` (paths relative to the repository)."""
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    for f in files:
+        os.symlink(os.path.join(ROOT, f), os.path.join(d, os.path.basename(f)))
+    return d
+
+
+def run(cmd):
+    """Runs a command in the repository; exits with its output when it fails."""
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
