@@ -226,6 +226,8 @@ def magika(per_set=6):
     for k in range(len(x) // per_set):
         batch = x[k * per_set : (k + 1) * per_set]
         save_case(case, k, [batch], sess.run(None, {"bytes": batch}))
+        # The same batches as int32 .npy files, for calibration and the integer checks.
+        np.save(os.path.join(DATA, "inputs", f"magika_{k}.npy"), batch)
     return case
 
 

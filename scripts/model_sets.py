@@ -4,7 +4,9 @@ evaluation sets (never the same sample), and running the CLI.
 PP-OCR cls calibrates on the eight crops (data/crops8, `bench/make_crops.py 8 data/crops8`)
 and is evaluated on the six full photos; det, rec and the YOLOX detector calibrate on three
 photos and are evaluated on the other three; Basic Pitch calibrates on two windows of the
-house loop and one effect, and is evaluated on the third window and the two other effects.
+house loop and one effect, and is evaluated on the third window and the two other effects;
+Magika (int32 byte values) calibrates on three batches of six files and is evaluated on
+three other batches.
 All inputs are written by fetch_models.py into data/inputs.
 """
 import os
@@ -37,6 +39,11 @@ MODELS = {
         "data/models/basic_pitch.onnx",
         ["data/inputs/pitch_%s.npy" % n for n in ("house0", "house1", "boom")],
         ["data/inputs/pitch_%s.npy" % n for n in ("house2", "punch", "car_door")],
+    ),
+    "magika": (
+        "data/real/magika_standard_v3_3/model.onnx",
+        ["data/inputs/magika_%d.npy" % k for k in (0, 1, 2)],
+        ["data/inputs/magika_%d.npy" % k for k in (3, 4, 5)],
     ),
 }
 

@@ -30,7 +30,7 @@ fn codes_tensor(t: &ITensor, codes: &[i32]) -> Result<Tensor> {
             shape,
             codes.iter().map(|&v| v as i16).collect(),
         )?),
-        IntType::I32 => Tensor::I32(ArrayD::from_shape_vec(shape, codes.to_vec())?),
+        IntType::I32 | IntType::Index => Tensor::I32(ArrayD::from_shape_vec(shape, codes.to_vec())?),
         IntType::F32 => Tensor::F32(ArrayD::from_shape_vec(
             shape,
             codes.iter().map(|&v| f32::from_bits(v as u32)).collect(),
@@ -141,15 +141,37 @@ pub fn export(model: &Path, plan: &Path, format: &str, out: &Path, io: &str, sha
         "tflite" => {
             let p = program(model, plan, &shapes)?;
             let w = pipeline::export_tflite(&p, io, out)?;
-            let inputs: Vec<String> = w.inputs.iter().map(|(n, s)| format!("{n} {s:?} (NHWC)")).collect();
+            let inputs: Vec<String> = w
+                .inputs
+                .iter()
+                .map(|(n, s, nhwc)| format!("{n} {s:?}{}", if *nhwc { " (NHWC)" } else { "" }))
+                .collect();
+            let ints: Vec<&str> = p
+                .tensors
+                .iter()
+                .filter(|t| t.data.is_none() && t.q.ty.is_quantized())
+                .map(|t| t.q.ty.name())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
             println!(
-                "wrote {}: {} operators, {} bytes, int8 throughout; inputs {}; {} constraint(s) applied",
+                "wrote {}: {} operators, {} bytes, {} activations; inputs {}; {} constraint(s) applied",
                 out.display(),
                 w.operators,
                 w.bytes.len(),
+                ints.join(" and "),
                 inputs.join(", "),
                 p.constraints.len()
             );
+            if w.float_nodes.is_empty() {
+                println!("every op runs in integer arithmetic");
+            } else {
+                println!(
+                    "{} node(s) with no integer TFLite form run in float32 between DEQUANTIZE and QUANTIZE: {}",
+                    w.float_nodes.len(),
+                    w.float_nodes.join(", ")
+                );
+            }
             for c in &p.constraints {
                 println!("  {} {} ({}): {}", c.rule, c.tensor, c.node, c.detail);
             }

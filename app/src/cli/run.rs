@@ -18,28 +18,7 @@ pub fn parse_shape(spec: &str) -> Result<(String, Vec<usize>)> {
 
 /// Reads an `.npy` file of any supported dtype.
 pub(super) fn read_npy(path: &Path) -> Result<Tensor> {
-    use ndarray_npy::ReadNpyExt;
-    let open = || std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()));
-    macro_rules! try_type {
-        ($t:ty, $v:ident) => {
-            if let Ok(a) = ArrayD::<$t>::read_npy(open()?) {
-                return Ok(Tensor::$v(a));
-            }
-        };
-    }
-    try_type!(f32, F32);
-    try_type!(f64, F64);
-    try_type!(i64, I64);
-    try_type!(i32, I32);
-    try_type!(u8, U8);
-    try_type!(i8, I8);
-    try_type!(i16, I16);
-    try_type!(u16, U16);
-    try_type!(bool, Bool);
-    bail!(
-        "{}: not an .npy file of a supported dtype (f32, f64, i64, i32, u8, i8, i16, u16, bool)",
-        path.display()
-    )
+    npu_core::ir::npy::read(path).with_context(|| path.display().to_string())
 }
 
 pub(super) fn write_npy(path: &Path, t: &Tensor) -> Result<()> {

@@ -33,8 +33,8 @@ pub struct Written {
     pub operators: usize,
     /// Graph nodes left in float (none: every op has an int8 form).
     pub float_nodes: Vec<String>,
-    /// Inputs in the file's layout: (name, NHWC shape).
-    pub inputs: Vec<(String, Vec<usize>)>,
+    /// Inputs as the file has them: (name, shape, NHWC).
+    pub inputs: Vec<(String, Vec<usize>, bool)>,
 }
 
 /// An op the TFLite writer cannot express; names the node.
@@ -78,7 +78,7 @@ fn ttype(t: IntType) -> tfl::TensorType {
     match t {
         IntType::I8 => tfl::TensorType::INT8,
         IntType::I16 => tfl::TensorType::INT16,
-        IntType::I32 => tfl::TensorType::INT32,
+        IntType::I32 | IntType::Index => tfl::TensorType::INT32,
         IntType::F32 => tfl::TensorType::FLOAT32,
         IntType::Bool => tfl::TensorType::BOOL,
     }
@@ -161,7 +161,9 @@ fn layouts(p: &Program) -> Vec<bool> {
             | OpKind::Pad { .. }
             | OpKind::Sqrt
             | OpKind::Log
-            | OpKind::Exp => true,
+            | OpKind::Exp
+            | OpKind::Maximum
+            | OpKind::Minimum => true,
             OpKind::Mean { .. } | OpKind::ReduceMax { .. } | OpKind::ReduceMin { .. } => {
                 p.tensors[op.outputs[0]].shape.len() == 4
             }
@@ -238,7 +240,7 @@ fn le_bytes(ty: IntType, data: &[i32]) -> Vec<u8> {
         IntType::I8 => data.iter().map(|&v| v as i8 as u8).collect(),
         IntType::I16 => data.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
         // Float32 values are kept as their bits.
-        IntType::I32 | IntType::F32 => data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+        IntType::I32 | IntType::F32 | IntType::Index => data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
         IntType::Bool => data.iter().map(|&v| u8::from(v != 0)).collect(),
     }
 }
@@ -565,6 +567,26 @@ impl Writer<'_> {
                 tfl::BuiltinOptionsT::DivOptions(Box::new(tfl::DivOptionsT::default())),
             ),
             FloatOp::Equal => self.emit(B::EQUAL, 1, ins, vec![y], tfl::BuiltinOptionsT::NONE),
+            FloatOp::Reciprocal => {
+                let one = self.f32_const(format!("{}:one", self.p.tensors[op.outputs[0]].name), &[1], &[1.0]);
+                self.emit(
+                    B::DIV,
+                    1,
+                    vec![one, ins[0]],
+                    vec![y],
+                    tfl::BuiltinOptionsT::DivOptions(Box::new(tfl::DivOptionsT::default())),
+                );
+            }
+            FloatOp::Cast => self.emit(
+                B::CAST,
+                1,
+                ins,
+                vec![y],
+                tfl::BuiltinOptionsT::CastOptions(Box::new(tfl::CastOptionsT {
+                    in_data_type: ttype(self.p.tensors[op.inputs[0]].q.ty),
+                    out_data_type: tfl::TensorType::FLOAT32,
+                })),
+            ),
             FloatOp::Where => self.emit(
                 B::SELECT_V2,
                 1,
@@ -621,7 +643,13 @@ impl Writer<'_> {
             )
         };
         let ve = add(self, var, eps, format!("{base}:ln_variance_eps"), &reduced);
-        let r = self.float_op(B::RSQRT, vec![ve], format!("{base}:ln_rstd"), &reduced, tfl::BuiltinOptionsT::NONE);
+        let r = self.float_op(
+            B::RSQRT,
+            vec![ve],
+            format!("{base}:ln_rstd"),
+            &reduced,
+            tfl::BuiltinOptionsT::NONE,
+        );
         let c = self.float_op(
             B::SUB,
             vec![xf, mean],
@@ -1022,7 +1050,11 @@ impl Writer<'_> {
                 let layout = self.nhwc[op.outputs[0]];
                 let rank = xt.shape.len();
                 let mut begin = vec![0i32; rank];
-                let file_in = if layout && rank == 4 { nhwc(&xt.shape) } else { xt.shape.clone() };
+                let file_in = if layout && rank == 4 {
+                    nhwc(&xt.shape)
+                } else {
+                    xt.shape.clone()
+                };
                 let mut end: Vec<i32> = file_in.iter().map(|&d| d as i32).collect();
                 let mut strides = vec![1i32; rank];
                 let mut end_mask = 0i32;
@@ -1074,6 +1106,40 @@ impl Writer<'_> {
                 self.flush(pending);
             }
             OpKind::Float { op: fop } => self.float(op, fop),
+            OpKind::Maximum | OpKind::Minimum => {
+                let layout = self.nhwc[op.outputs[0]];
+                let rank = yt.shape.len();
+                let a = self.operand(op.inputs[0], rank, layout);
+                let b = self.operand(op.inputs[1], rank, layout);
+                let (y, pending) = self.output_as(op.outputs[0], layout);
+                let code = if matches!(op.kind, OpKind::Maximum) {
+                    tfl::BuiltinOperator::MAXIMUM
+                } else {
+                    tfl::BuiltinOperator::MINIMUM
+                };
+                self.emit(
+                    code,
+                    2,
+                    vec![a, b],
+                    vec![y],
+                    tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default()),
+                );
+                self.flush(pending);
+            }
+            OpKind::BroadcastTo => {
+                let x = self.tensor_as(op.inputs[0], false);
+                let (y, pending) = self.output_as(op.outputs[0], false);
+                let shape: Vec<i32> = yt.shape.iter().map(|&d| d as i32).collect();
+                let st = self.int32_const(format!("{}:shape", yt.name), &shape);
+                self.emit(
+                    tfl::BuiltinOperator::BROADCAST_TO,
+                    2,
+                    vec![x, st],
+                    vec![y],
+                    tfl::BuiltinOptionsT::BroadcastToOptions(Box::default()),
+                );
+                self.flush(pending);
+            }
             OpKind::Pad { pads, mode } => {
                 let layout = self.nhwc[op.outputs[0]];
                 let rank = pads.len();
@@ -1164,7 +1230,7 @@ pub fn write(p: &Program, io: Io) -> Result<Written, TfliteError> {
     for &t in &p.inputs {
         let it = &p.tensors[t];
         let shape = w.file_shape(t);
-        written_inputs.push((it.name.clone(), shape.clone()));
+        written_inputs.push((it.name.clone(), shape.clone(), w.nhwc[t]));
         if io == Io::Float {
             let f = w.new_tensor(it.name.clone(), &shape, tfl::TensorType::FLOAT32, None, None);
             let q = w.tensor(t);

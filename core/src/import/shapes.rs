@@ -491,10 +491,7 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             let s = match (i0.1.clone(), axes) {
                 (Some(x), Some(ax)) if op == "Unsqueeze" => {
                     let r = x.len() + ax.len();
-                    let ax: Vec<usize> = ax
-                        .iter()
-                        .filter_map(|&a| axis(a, r).filter(|&v| v < r))
-                        .collect();
+                    let ax: Vec<usize> = ax.iter().filter_map(|&a| axis(a, r).filter(|&v| v < r)).collect();
                     let mut src = x.into_iter();
                     Some(
                         (0..r)
@@ -610,6 +607,26 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             });
             vec![(d, s)]
         }
+        "Expand" => {
+            // NumPy broadcasting of the input's shape and the requested one.
+            let (Some(x), Some(want)) = (i0.1.clone(), known(1).and_then(Tensor::as_i64_vec)) else {
+                return vec![(i0.0, None)];
+            };
+            let rank = x.len().max(want.len());
+            let out = (0..rank)
+                .map(|i| {
+                    let a = (i + x.len()).checked_sub(rank).map(|k| x[k].clone());
+                    let b = (i + want.len()).checked_sub(rank).map(|k| want[k]);
+                    match (a, b) {
+                        (Some(d), None | Some(1)) => d,
+                        (None | Some(Dim::Fixed(1)), Some(w)) => Dim::Fixed(w.max(0) as usize),
+                        (Some(Dim::Fixed(d)), Some(w)) if d as i64 == w => Dim::Fixed(d),
+                        _ => sym(),
+                    }
+                })
+                .collect();
+            vec![(i0.0, Some(out))]
+        }
         "Pad" => {
             let Some(x) = i0.1.clone() else {
                 return vec![(i0.0, None)];
@@ -622,7 +639,11 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             let axes: Option<Vec<usize>> = match known(3).and_then(Tensor::as_i64_vec) {
                 Some(a) => a
                     .iter()
-                    .map(|&v| usize::try_from(if v < 0 { v + rank as i64 } else { v }).ok().filter(|&v| v < rank))
+                    .map(|&v| {
+                        usize::try_from(if v < 0 { v + rank as i64 } else { v })
+                            .ok()
+                            .filter(|&v| v < rank)
+                    })
                     .collect(),
                 None if node.input(3).is_some() => None,
                 None => Some((0..rank).collect()),

@@ -2,6 +2,7 @@
 
 pub mod dtype;
 pub mod model;
+pub mod npy;
 pub mod small;
 pub mod tensor;
 

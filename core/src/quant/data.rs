@@ -370,7 +370,7 @@ impl fmt::Display for SampleProblem {
             Self::Read(m) => f.write_str(m),
             Self::NotNpz(m) => write!(f, "not a readable .npz: {m}"),
             Self::NoArray { input, message } => write!(f, "no float32 array named `{input}`: {message}"),
-            Self::NotNpy(m) => write!(f, "not a float32/float64 .npy file: {m}"),
+            Self::NotNpy(m) => write!(f, "not a usable .npy file: {m}"),
             Self::Image(e) => write!(f, "{e}"),
             Self::NoTensor(input) => write!(f, "no tensor for input `{input}`"),
             Self::Shape { input, expected, found } => {
@@ -485,7 +485,8 @@ fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String
     match ext.as_str() {
         "npy" => {
             let (name, _) = only_input()?;
-            out.insert(name, read_npy(p)?);
+            let dtype = g.inputs.first().and_then(|&i| g.values[i].dtype);
+            out.insert(name, read_npy(p, dtype)?);
         }
         "npz" => {
             use ndarray_npy::NpzReader;
@@ -511,16 +512,26 @@ fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String
     Ok(out)
 }
 
-fn read_npy(p: &Path) -> Result<Tensor, SampleProblem> {
-    use ndarray_npy::ReadNpyExt;
-    let f = || std::fs::File::open(p).map_err(|e| SampleProblem::Read(e.to_string()));
-    if let Ok(a) = ndarray::ArrayD::<f32>::read_npy(f()?) {
-        return Ok(Tensor::F32(a));
+/// An `.npy` sample for `input`: floats become float32 for a float input; integers and
+/// booleans are cast to an integer or boolean input's dtype (token ids, byte values, masks)
+/// and to float32 for a float input (pixels saved as uint8).
+fn read_npy(p: &Path, input: Option<crate::ir::DType>) -> Result<Tensor, SampleProblem> {
+    use crate::ir::DType;
+    let t = crate::ir::npy::read(p).map_err(|e| SampleProblem::NotNpy(e.to_string()))?;
+    let from = t.dtype();
+    let to = match input {
+        Some(d) if !d.is_float() => d,
+        _ => DType::F32,
+    };
+    if from == to {
+        return Ok(t);
     }
-    match ndarray::ArrayD::<f64>::read_npy(f()?) {
-        Ok(a) => Ok(Tensor::F32(a.mapv(|v| v as f32))),
-        Err(e) => Err(SampleProblem::NotNpy(e.to_string())),
+    if from.is_float() && !to.is_float() {
+        return Err(SampleProblem::NotNpy(format!(
+            "the input is {to}, the file holds {from}: save the values as integers"
+        )));
     }
+    crate::sim::cast(&t, to).map_err(|e| SampleProblem::NotNpy(e.to_string()))
 }
 
 /// Checks a sample against the model's declared inputs.

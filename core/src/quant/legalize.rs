@@ -130,6 +130,11 @@ pub enum OpKind {
     /// TFLite's int8 LOG and EXP: 256-entry float32 look-up tables.
     Log,
     Exp,
+    /// MAXIMUM / MINIMUM of raw codes: both inputs and the output on one grid.
+    Maximum,
+    Minimum,
+    /// BROADCAST_TO the output's shape (a copy).
+    BroadcastTo,
     /// An op with no integer form, run in float32 between TFLite's DEQUANTIZE of its
     /// integer inputs and QUANTIZE of its output (a boolean output is not quantized).
     Float {
@@ -160,6 +165,10 @@ pub enum FloatOp {
     Equal,
     /// SELECT_V2 (inputs: condition, then, else) with broadcasting.
     Where,
+    /// `1 / x` (TFLite DIV by the tensor).
+    Reciprocal,
+    /// CAST to float32 (from booleans or int32).
+    Cast,
 }
 
 impl FloatOp {
@@ -169,6 +178,8 @@ impl FloatOp {
             Self::Div => "Div",
             Self::Equal => "Equal",
             Self::Where => "Where",
+            Self::Reciprocal => "Reciprocal",
+            Self::Cast => "Cast",
         }
     }
 }
@@ -211,6 +222,9 @@ impl OpKind {
             Self::Sqrt => "Sqrt",
             Self::Log => "Log",
             Self::Exp => "Exp",
+            Self::Maximum => "Maximum",
+            Self::Minimum => "Minimum",
+            Self::BroadcastTo => "BroadcastTo",
             Self::Float { op } => op.name(),
         }
     }
@@ -327,6 +341,7 @@ pub fn legalize(
         consumers: fixed.graph.consumers(),
         unsupported: Vec::new(),
         downstream: 0,
+        visiting: std::collections::HashSet::new(),
     };
     l.run()?;
     if !l.unsupported.is_empty() {
@@ -366,6 +381,8 @@ struct Lower<'a, 'm> {
     unsupported: Vec<String>,
     /// Nodes not tried because an input has no integer form.
     downstream: usize,
+    /// Values whose grid is being worked out.
+    visiting: std::collections::HashSet<ValueId>,
 }
 
 type R<T> = Result<T, LegalizeError>;
@@ -455,7 +472,31 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         if let Some(p) = self.params.get(&v) {
             return Ok(p.clone());
         }
+        // Grids derived from neighbours (through scalar steps) must not go round in a circle.
+        if !self.visiting.insert(v) {
+            return Err(format!(
+                "tensor {}: no grid of its own and none to derive from its neighbours",
+                self.name(v)
+            ));
+        }
+        let r = self.act_params_uncached(v);
+        self.visiting.remove(&v);
+        r
+    }
+
+    fn act_params_uncached(&mut self, v: ValueId) -> Result<QParams, String> {
         let g = self.g();
+        match g.values[v].dtype {
+            Some(crate::ir::DType::I32) => return Ok(QParams::index()),
+            Some(crate::ir::DType::Bool) => return Ok(QParams::boolean()),
+            Some(d) if !d.is_float() => {
+                return Err(format!(
+                    "{d} tensor {}: only int32 integer tensors have an integer form",
+                    g.values[v].name
+                ));
+            }
+            _ => {}
+        }
         let producer = g.values[v].producer.map(|p| &g.nodes[p]);
         // A fused Sigmoid or Tanh ends in the same look-up as a standalone one.
         let op = producer.map(|n| match (n.op.as_str(), n.attr_s("activation")) {
@@ -512,10 +553,17 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         } else {
             match self.plan_grid(v) {
                 Ok(p) => p,
-                Err(e) => match self.affine_input_grid(v) {
-                    Some(r) => r?,
-                    None => self.affine_output_grid(v).ok_or(e)??,
-                },
+                Err(e) => {
+                    // Derived from a neighbour through a scalar step, else the calibrated
+                    // range the plan keeps for fused tensors.
+                    if let Some(Ok(p)) = self.affine_input_grid(v) {
+                        p
+                    } else if let Some(Ok(p)) = self.affine_output_grid(v) {
+                        p
+                    } else {
+                        self.hidden_grid(v).ok_or(e)?
+                    }
+                }
             }
         };
         self.params.insert(v, p.clone());
@@ -579,9 +627,41 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         Some(Ok(p))
     }
 
+    /// The grid of a tensor the simulator fuses into its consumer, from the calibrated
+    /// range the plan keeps for it.
+    fn hidden_grid(&mut self, v: ValueId) -> Option<QParams> {
+        let name = self.name(v);
+        let r = self.plan.hidden.get(&name)?.int8;
+        let p = QParams::activation(ActFormat::Int8, r)?;
+        let node = self.g().values[v]
+            .producer
+            .map(|n| self.g().nodes[n].name.clone())
+            .unwrap_or_default();
+        self.constraint(
+            &name,
+            &node,
+            "fused-tensor-grid",
+            format!(
+                "grid [{:.4}, {:.4}] (scale {}) from its calibrated range; the simulator fuses it into its consumer and gives it none",
+                r.0,
+                r.1,
+                p.s()
+            ),
+        );
+        Some(p)
+    }
+
     /// A scalar constant operand of an element-wise node: (its input position, value).
     fn scalar_operand(&self, node: &Node) -> Option<(usize, f32)> {
-        if !matches!(node.op.as_str(), "Mul" | "Add" | "Sub" | "Div") || node.inputs.len() != 2 {
+        if !matches!(node.op.as_str(), "Mul" | "Add" | "Sub" | "Div") {
+            return None;
+        }
+        self.scalar_const(node)
+    }
+
+    /// A scalar constant operand of a two-input node: (its input position, value).
+    fn scalar_const(&self, node: &Node) -> Option<(usize, f32)> {
+        if node.inputs.len() != 2 {
             return None;
         }
         (0..2).find_map(|k| {
@@ -1138,6 +1218,92 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 }
                 Ok(())
             }
+            "Expand" => {
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::BroadcastTo, vec![xi], vec![y]);
+                Ok(())
+            }
+            "GlobalMaxPool" => {
+                let rank = self.shape(x).map_err(|e| e.to_string())?.len();
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                self.op(
+                    node,
+                    OpKind::ReduceMax {
+                        axes: (2..rank).collect(),
+                    },
+                    vec![xi],
+                    vec![y],
+                );
+                Ok(())
+            }
+            "Max" | "Min" if node.inputs.len() == 2 => {
+                // Raw codes compared: the output and a constant operand on the activation's
+                // grid (TFLite's MAXIMUM/MINIMUM compare stored values).
+                let (k, c) = match (self.scalar_const(node), node.input(0), node.input(1)) {
+                    (Some((k, _)), _, _) => (1 - k, Some(k)),
+                    (None, Some(a), Some(b)) if self.constant_f32(a).is_none() && self.constant_f32(b).is_none() => {
+                        (0, None)
+                    }
+                    _ => return Err("a Max/Min with a non-scalar constant has no integer form yet".into()),
+                };
+                let a = self.act(node.input(k).ok_or("no input")?)?;
+                let q = self.program.tensors[a].q.clone();
+                let b = match c {
+                    Some(k) => {
+                        let v = node.input(k).ok_or("no operand")?;
+                        let (_, d) = self.constant_f32(v).ok_or("operand is not constant")?;
+                        self.push(ITensor {
+                            name: self.name(v),
+                            shape: vec![1],
+                            q: q.clone(),
+                            data: Some(vec![quantize_code(d[0], &q)]),
+                        })
+                    }
+                    None => self.act_on_grid(node, node.input(1).ok_or("no input")?, &q)?,
+                };
+                if let Ok(c) = self.plan_grid(out)
+                    && !c.same_grid(&q)
+                {
+                    let name = self.name(out);
+                    self.constraint(
+                        &name,
+                        &node.name,
+                        "same-grid-as-input",
+                        format!(
+                            "output on its input's grid, scale {} zero point {} (calibration chose scale {} zero point {})",
+                            q.s(),
+                            q.zp(),
+                            c.s(),
+                            c.zp()
+                        ),
+                    );
+                }
+                self.params.insert(out, q);
+                let y = self.act(out)?;
+                let kind = if node.op == "Max" {
+                    OpKind::Maximum
+                } else {
+                    OpKind::Minimum
+                };
+                self.op(node, kind, vec![a, b], vec![y]);
+                Ok(())
+            }
+            "Reciprocal" | "Cast" => {
+                let ins = vec![self.float_operand(node, 0)?];
+                let y = self.act(out)?;
+                let op = if node.op == "Cast" {
+                    if self.g().values[out].dtype != Some(crate::ir::DType::F32) {
+                        return Err("only a Cast to float32 has an integer form".into());
+                    }
+                    FloatOp::Cast
+                } else {
+                    FloatOp::Reciprocal
+                };
+                self.op(node, OpKind::Float { op }, ins, vec![y]);
+                Ok(())
+            }
             "Equal" | "Where" => {
                 let ins = (0..node.inputs.len())
                     .map(|k| self.float_operand(node, k))
@@ -1249,6 +1415,35 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         });
     }
 
+    /// The activation `v` on grid `q`: itself, or a requantized copy (`<v>:requant`).
+    fn act_on_grid(&mut self, node: &Node, v: ValueId, q: &QParams) -> Result<usize, String> {
+        let t = self.act(v)?;
+        if self.program.tensors[t].q.same_grid(q) {
+            return Ok(t);
+        }
+        let from = self.program.tensors[t].q.clone();
+        let r = self.push(ITensor {
+            name: format!("{}:requant", self.name(v)),
+            shape: self.program.tensors[t].shape.clone(),
+            q: q.clone(),
+            data: None,
+        });
+        self.constraint(
+            &self.program.tensors[r].name.clone(),
+            &node.name,
+            "operand-requantize",
+            format!(
+                "input moved from scale {} zero point {} to scale {} zero point {}",
+                from.s(),
+                from.zp(),
+                q.s(),
+                q.zp()
+            ),
+        );
+        self.op(node, OpKind::Requantize, vec![t], vec![r]);
+        Ok(r)
+    }
+
     /// A value known at legalization time (a constant or shape arithmetic).
     fn known(&self, v: ValueId) -> Option<&Tensor> {
         self.statics
@@ -1260,7 +1455,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     fn reduce_axes(&self, node: &Node, rank: usize) -> Result<Vec<usize>, String> {
         let raw = match node.attr_ints("axes") {
             Some(a) => Some(a.to_vec()),
-            None => node.input(1).map(|v| self.known(v).and_then(Tensor::as_i64_vec).ok_or("its axes are not constant")).transpose()?,
+            None => node
+                .input(1)
+                .map(|v| {
+                    self.known(v)
+                        .and_then(Tensor::as_i64_vec)
+                        .ok_or("its axes are not constant")
+                })
+                .transpose()?,
         };
         let mut axes: Vec<usize> = match raw {
             Some(a) if !a.is_empty() => a
@@ -1289,6 +1491,8 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             let (q, data) = if c.dtype() == crate::ir::DType::Bool {
                 let b = c.to_f32();
                 (QParams::boolean(), b.iter().map(|&x| i32::from(x != 0.0)).collect())
+            } else if let Some(ints) = c.to_i64().filter(|_| !c.dtype().is_float()) {
+                (QParams::index(), ints.iter().map(|&x| x as i32).collect())
             } else {
                 (
                     QParams::float32(),

@@ -194,6 +194,11 @@ pub struct QuantPlan {
     /// dims to unless told otherwise).
     #[serde(default)]
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// Calibrated ranges of the tensors the simulator fuses into their consumer (an
+    /// element-wise chain before a look-up table): no quantizer in the simulation, but an
+    /// integer device needs a grid there, and legalization takes it from here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hidden: BTreeMap<String, Ranges>,
 }
 
 impl QuantPlan {
@@ -378,6 +383,17 @@ impl<'m> Quantizer<'m> {
         &self.model.graph
     }
 
+    /// Float values a node makes that the simulation does not quantize because they are
+    /// fused into their consumer (see [`QuantPlan::hidden`]).
+    pub fn hidden_points(&self) -> Vec<ValueId> {
+        let g = self.graph();
+        self.order
+            .iter()
+            .flat_map(|&n| g.nodes[n].outputs.iter().flatten().copied())
+            .filter(|&v| self.source[v].is_none() && is_float(g, v) && g.values[v].constant.is_none())
+            .collect()
+    }
+
     /// Binds a sample's named inputs to graph input ids.
     fn bind(&self, sample: &HashMap<String, Tensor>) -> Result<Vec<(ValueId, Tensor)>, QuantError> {
         let g = self.graph();
@@ -485,7 +501,12 @@ impl<'m> Quantizer<'m> {
         progress: &dyn Progress,
     ) -> Result<Stats, QuantError> {
         let g = self.graph();
-        let mut obs: HashMap<ValueId, Observer> = self.quant_points.iter().map(|&v| (v, Observer::new())).collect();
+        let mut obs: HashMap<ValueId, Observer> = self
+            .quant_points
+            .iter()
+            .chain(&self.hidden_points())
+            .map(|&v| (v, Observer::new()))
+            .collect();
         let mut n = 0;
         let mut input_shapes = BTreeMap::new();
         for s in samples {
@@ -547,7 +568,20 @@ impl<'m> Quantizer<'m> {
                 Ok((g.values[*v].name.clone(), r))
             })
             .collect::<Result<_, QuantError>>()?;
+        let hidden = self
+            .hidden_points()
+            .iter()
+            .filter_map(|v| {
+                let o = stats.observers.get(v)?;
+                let r = Ranges {
+                    int8: o.range(method, 255.0, false),
+                    int16: o.range(method, 65535.0, false),
+                };
+                Some((g.values[*v].name.clone(), r))
+            })
+            .collect();
         Ok(QuantPlan {
+            hidden,
             version: 1,
             preset: preset_name.into(),
             calibration: method,

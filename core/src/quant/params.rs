@@ -18,6 +18,9 @@ pub enum IntType {
     I32,
     F32,
     Bool,
+    /// int32 values that are integers by construction (token ids, byte values, indices):
+    /// never quantized.
+    Index,
 }
 
 impl IntType {
@@ -26,7 +29,7 @@ impl IntType {
         match self {
             Self::I8 => (-128, 127),
             Self::I16 => (-32768, 32767),
-            Self::I32 | Self::F32 => (i32::MIN, i32::MAX),
+            Self::I32 | Self::F32 | Self::Index => (i32::MIN, i32::MAX),
             Self::Bool => (0, 1),
         }
     }
@@ -43,6 +46,7 @@ impl IntType {
             Self::I32 => "int32",
             Self::F32 => "float32",
             Self::Bool => "bool",
+            Self::Index => "int32",
         }
     }
 }
@@ -103,7 +107,7 @@ impl QParams {
     pub fn real(&self, code: i32) -> f32 {
         match self.ty {
             IntType::F32 => f32::from_bits(code as u32),
-            IntType::Bool => code as f32,
+            IntType::Bool | IntType::Index => code as f32,
             _ => ((f64::from(self.s())) * f64::from(code - self.zp())) as f32,
         }
     }
@@ -111,6 +115,11 @@ impl QParams {
     /// A float32 tensor's grid-less parameters.
     pub fn float32() -> Self {
         Self::per_tensor(IntType::F32, 1.0, 0)
+    }
+
+    /// An index tensor's parameters (raw int32 values).
+    pub fn index() -> Self {
+        Self::per_tensor(IntType::Index, 1.0, 0)
     }
 
     /// A boolean tensor's parameters.

@@ -659,7 +659,10 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
             let (x, shape) = arg(0)?;
             let width = *shape.last().unwrap_or(&1);
             if gamma.len() != width || beta.len() != width {
-                return Err(format!("scale and bias of {} values over a last axis of {width}", gamma.len()));
+                return Err(format!(
+                    "scale and bias of {} values over a last axis of {width}",
+                    gamma.len()
+                ));
             }
             layer_norm_f32(x, width, *epsilon, gamma, beta)
         }
@@ -671,6 +674,8 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
             let (a, b) = (spread(0)?, spread(1)?);
             a.iter().zip(&b).map(|(x, y)| f32::from(u8::from(x == y))).collect()
         }
+        FloatOp::Reciprocal => spread(0)?.iter().map(|x| 1.0f32 / x).collect(),
+        FloatOp::Cast => spread(0)?,
         FloatOp::Where => {
             let (c, a, b) = (spread(0)?, spread(1)?, spread(2)?);
             c.iter()
@@ -745,7 +750,9 @@ pub fn pad(x: &[i32], shape: &[usize], pads: &[[usize; 2]], mode: PadMode) -> Ve
 /// reduced dims has the same order).
 pub fn reduce_extreme(x: &[i32], shape: &[usize], axes: &[usize], max: bool) -> Vec<i32> {
     let rank = shape.len();
-    let kept: Vec<usize> = (0..rank).map(|d| if axes.contains(&d) { 1 } else { shape[d] }).collect();
+    let kept: Vec<usize> = (0..rank)
+        .map(|d| if axes.contains(&d) { 1 } else { shape[d] })
+        .collect();
     let total_out: usize = kept.iter().product();
     let mut out = vec![if max { i32::MIN } else { i32::MAX }; total_out];
     let ost = broadcast_strides(&kept, shape);

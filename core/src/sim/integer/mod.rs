@@ -267,6 +267,16 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             };
             v(0)?.iter().map(|&a| table[(a + 128).clamp(0, 255) as usize]).collect()
         }
+        OpKind::Maximum | OpKind::Minimum => {
+            let max = matches!(op.kind, OpKind::Maximum);
+            kernels::broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
+                if max { a.max(b) } else { a.min(b) }
+            })?
+        }
+        OpKind::BroadcastTo => {
+            let x = v(0)?;
+            kernels::broadcast2(x, &t(0).shape, &[0], &[1], &y.shape, |a, _| a)?
+        }
         OpKind::Float { op: fop } => {
             let ins: Vec<(Vec<f32>, &[usize])> = (0..op.inputs.len())
                 .map(|k| Ok((v(k)?.iter().map(|&c| t(k).q.real(c)).collect(), t(k).shape.as_slice())))
@@ -275,6 +285,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             match y.q.ty {
                 IntType::F32 => out.iter().map(|x| x.to_bits() as i32).collect(),
                 IntType::Bool => out.iter().map(|&x| i32::from(x != 0.0)).collect(),
+                IntType::Index => out.iter().map(|&x| x as i32).collect(),
                 _ => out.iter().map(|&x| quantize_code(x, yq)).collect(),
             }
         }
