@@ -10,7 +10,7 @@ intermediate tensor LiteRT exposes (`experimental_preserve_all_tensors=True`) is
 compared with ours too. Exits non-zero on any mismatch, naming the tensor, the count of
 differing elements and the largest difference.
 
-Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls]
+Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16]
 """
 import argparse
 import json
@@ -38,9 +38,11 @@ def roundf(x):
     return np.sign(x) * np.floor(np.abs(x) + np.float32(0.5))
 
 
-def quantize(x, scale, zp):
+def quantize(x, scale, zp, dtype=np.int8):
+    """TFLite's QUANTIZE of float inputs: roundf(x / s) + zp, saturated to the type."""
     q = roundf((x.astype(np.float32) / np.float32(scale)).astype(np.float32)) + zp
-    return np.clip(q, -128, 127).astype(np.int8)
+    info = np.iinfo(dtype)
+    return np.clip(q, info.min, info.max).astype(dtype)
 
 
 def to_file_layout(a, shape=None):
@@ -66,6 +68,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/npu-studio"))
     ap.add_argument("--models", default="cls,det")
     ap.add_argument("--all-tensors", default="cls")
+    ap.add_argument("--preset", default="w8a8", help="the quantize preset of the plans (w8a8, w8a16, ...)")
     args = ap.parse_args()
     from ai_edge_litert import interpreter as litert
 
@@ -77,7 +80,7 @@ def main():
         plan = os.path.join(tmp, "plan.ron")
         tfl = os.path.join(tmp, "model.tflite")
         calib, evals = sets(m, tmp)
-        cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan]
+        cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan, "--preset", args.preset]
         if m in PREPROCESS:
             cmd += ["--preprocess", PREPROCESS[m]]
         run(cmd)
@@ -96,7 +99,7 @@ def main():
         for path in evals:
             x = np.load(os.path.join(ROOT, path))
             # Float inputs quantized to the input's grid (graph layout); integer ones as they are.
-            codes = x.astype(inp["dtype"]) if np.issubdtype(x.dtype, np.integer) else quantize(x, scale, zp)
+            codes = x.astype(inp["dtype"]) if np.issubdtype(x.dtype, np.integer) else quantize(x, scale, zp, inp["dtype"])
             it.set_tensor(inp["index"], to_file_layout(codes, inp["shape"]))
             it.invoke()
             cpath = os.path.join(tmp, "x.npy")

@@ -31,6 +31,10 @@ fn codes_tensor(t: &ITensor, codes: &[i32]) -> Result<Tensor> {
             codes.iter().map(|&v| v as i16).collect(),
         )?),
         IntType::I32 | IntType::Index => Tensor::I32(ArrayD::from_shape_vec(shape, codes.to_vec())?),
+        IntType::I64 => Tensor::I64(ArrayD::from_shape_vec(
+            shape,
+            codes.iter().map(|&v| i64::from(v)).collect(),
+        )?),
         IntType::F32 => Tensor::F32(ArrayD::from_shape_vec(
             shape,
             codes.iter().map(|&v| f32::from_bits(v as u32)).collect(),

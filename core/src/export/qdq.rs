@@ -7,7 +7,7 @@
 //! the pairs use onnxruntime's `com.microsoft` domain, which takes `axis` at any opset.
 
 use crate::ir::{Attr, Constant, DType, Model, Node, Tensor, Value, ValueId};
-use crate::quant::params::{QParams, bias_codes, int8_operand, int8_weight_codes};
+use crate::quant::params::{IntType, QParams, bias_codes, int8_operand, int8_weight_codes};
 use crate::quant::scheme::{ActFormat, Affine, WeightFormat};
 use crate::quant::{QuantPlan, Quantizer, is_bias, is_data_operand, weight_axis};
 use ndarray::{ArrayD, IxDyn};
@@ -181,7 +181,10 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
                         *x -= d;
                     }
                 }
-                let codes = bias_codes(&bias, xq.s(), &s_w);
+                let codes: Vec<i32> = bias_codes(&bias, xq.s(), &s_w, IntType::I32)
+                    .into_iter()
+                    .map(|c| c as i32)
+                    .collect();
                 let s: Vec<f32> = s_w.iter().map(|&w| (f64::from(xq.s()) * f64::from(w)) as f32).collect();
                 let zp = Tensor::I32(ArrayD::zeros(IxDyn(&[s.len()])));
                 let codes = Tensor::I32(ArrayD::from_shape_vec(IxDyn(&c.shape), codes).unwrap_or_default());

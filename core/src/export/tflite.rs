@@ -79,6 +79,7 @@ fn ttype(t: IntType) -> tfl::TensorType {
         IntType::I8 => tfl::TensorType::INT8,
         IntType::I16 => tfl::TensorType::INT16,
         IntType::I32 | IntType::Index => tfl::TensorType::INT32,
+        IntType::I64 => tfl::TensorType::INT64,
         IntType::F32 => tfl::TensorType::FLOAT32,
         IntType::Bool => tfl::TensorType::BOOL,
     }
@@ -235,14 +236,19 @@ fn quant(q: &QParams, dim: i32) -> Option<tfl::QuantizationParametersT> {
     })
 }
 
-fn le_bytes(ty: IntType, data: &[i32]) -> Vec<u8> {
+fn le_bytes(ty: IntType, data: &[i64]) -> Vec<u8> {
     match ty {
         IntType::I8 => data.iter().map(|&v| v as i8 as u8).collect(),
         IntType::I16 => data.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
         // Float32 values are kept as their bits.
-        IntType::I32 | IntType::F32 | IntType::Index => data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+        IntType::I32 | IntType::F32 | IntType::Index => data.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+        IntType::I64 => data.iter().flat_map(|&v| v.to_le_bytes()).collect(),
         IntType::Bool => data.iter().map(|&v| u8::from(v != 0)).collect(),
     }
+}
+
+fn i32_bytes(data: &[i32]) -> Vec<u8> {
+    data.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 fn f32_bytes(data: &[f32]) -> Vec<u8> {
@@ -285,7 +291,7 @@ impl Writer<'_> {
     }
 
     fn int32_const(&mut self, name: String, values: &[i32]) -> i32 {
-        let bytes = le_bytes(IntType::I32, values);
+        let bytes = i32_bytes(values);
         self.new_tensor(name, &[values.len()], tfl::TensorType::INT32, None, Some(bytes))
     }
 
@@ -454,10 +460,7 @@ impl Writer<'_> {
             &[4, 2],
             tfl::TensorType::INT32,
             None,
-            Some(le_bytes(
-                IntType::I32,
-                &[0, 0, t as i32, b as i32, l as i32, r as i32, 0, 0],
-            )),
+            Some(i32_bytes(&[0, 0, t as i32, b as i32, l as i32, r as i32, 0, 0])),
         );
         let y = self.hidden(format!("{name}:padded"), &out, q);
         match value {
@@ -474,7 +477,7 @@ impl Writer<'_> {
                     &[1],
                     ttype(q.ty),
                     quant(q, 0),
-                    Some(le_bytes(q.ty, &[v])),
+                    Some(le_bytes(q.ty, &[i64::from(v)])),
                 );
                 self.emit(
                     tfl::BuiltinOperator::PADV2,
@@ -567,6 +570,13 @@ impl Writer<'_> {
                 tfl::BuiltinOptionsT::DivOptions(Box::new(tfl::DivOptionsT::default())),
             ),
             FloatOp::Equal => self.emit(B::EQUAL, 1, ins, vec![y], tfl::BuiltinOptionsT::NONE),
+            FloatOp::HardSwish => self.emit(
+                B::HARD_SWISH,
+                1,
+                ins,
+                vec![y],
+                tfl::BuiltinOptionsT::HardSwishOptions(Box::default()),
+            ),
             FloatOp::Reciprocal => {
                 let one = self.f32_const(format!("{}:one", self.p.tensors[op.outputs[0]].name), &[1], &[1.0]);
                 self.emit(
@@ -1156,7 +1166,7 @@ impl Writer<'_> {
                     &[rank, 2],
                     tfl::TensorType::INT32,
                     None,
-                    Some(le_bytes(IntType::I32, &paddings)),
+                    Some(i32_bytes(&paddings)),
                 );
                 match mode {
                     PadMode::Constant(c) if *c == yt.q.zp() => self.emit(
@@ -1172,7 +1182,7 @@ impl Writer<'_> {
                             &[1],
                             ttype(yt.q.ty),
                             quant(&yt.q, 0),
-                            Some(le_bytes(yt.q.ty, &[*c])),
+                            Some(le_bytes(yt.q.ty, &[i64::from(*c)])),
                         );
                         self.emit(
                             tfl::BuiltinOperator::PADV2,

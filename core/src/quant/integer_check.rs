@@ -115,7 +115,7 @@ impl IntegerCheck {
                     }
                     let t = &p.tensors[i];
                     vals[i] = match (&t.data, &refs[i]) {
-                        (Some(d), _) => Some(d.clone()),
+                        (Some(d), _) => Some(d.iter().map(|&c| c as i32).collect()),
                         (None, Some(rf)) => Some(rf.iter().map(|&x| quantize_code(x, &t.q)).collect()),
                         // A hidden input (a requantized Concat input): the integer run's.
                         (None, None) => r.values[i].clone(),

@@ -9,7 +9,7 @@
 //! input grid a HardSwish look-up needs when its producer is fused, Concat inputs moved to
 //! the output's grid, a HardSigmoid folded into its convolution.
 
-use super::params::{IntType, QParams, bias_codes, check_graph, int8_operand, int8_weight_codes};
+use super::params::{IntType, QParams, bias_codes, check_graph, int8_weight_codes, operand_codes};
 use super::scheme::ActFormat;
 use super::{QuantError, QuantPlan, Quantizer};
 use crate::ir::{Model, Node, NodeId, Tensor, ValueId, concrete};
@@ -169,6 +169,8 @@ pub enum FloatOp {
     Reciprocal,
     /// CAST to float32 (from booleans or int32).
     Cast,
+    /// HARD_SWISH in float32 (no int16 kernel).
+    HardSwish,
 }
 
 impl FloatOp {
@@ -180,6 +182,7 @@ impl FloatOp {
             Self::Where => "Where",
             Self::Reciprocal => "Reciprocal",
             Self::Cast => "Cast",
+            Self::HardSwish => "HardSwish",
         }
     }
 }
@@ -243,8 +246,8 @@ pub struct ITensor {
     pub name: String,
     pub shape: Vec<usize>,
     pub q: QParams,
-    /// Constant codes.
-    pub data: Option<Vec<i32>>,
+    /// Constant codes (float32 constants as their bits).
+    pub data: Option<Vec<i64>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -342,6 +345,7 @@ pub fn legalize(
         unsupported: Vec::new(),
         downstream: 0,
         visiting: std::collections::HashSet::new(),
+        retyped: HashMap::new(),
     };
     l.run()?;
     if !l.unsupported.is_empty() {
@@ -383,6 +387,8 @@ struct Lower<'a, 'm> {
     downstream: usize,
     /// Values whose grid is being worked out.
     visiting: std::collections::HashSet<ValueId>,
+    /// Tensors requantized to the other integer width: (tensor, width) → copy.
+    retyped: HashMap<(usize, IntType), usize>,
 }
 
 type R<T> = Result<T, LegalizeError>;
@@ -452,13 +458,13 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         self.unsupported.push(format!("{} ({}): {why}", node.label(), node.op));
     }
 
-    /// The grid the plan gives `v` (int8 only for now).
+    /// The grid the plan gives `v`: int8, or int16 symmetric (TFLite's 16×8 scheme).
     fn plan_grid(&self, v: ValueId) -> Result<QParams, String> {
         match self.q.grid(self.plan, v) {
-            Some((ActFormat::Int8, r)) => QParams::activation(ActFormat::Int8, r).ok_or_else(|| "no grid".into()),
-            Some((f, _)) => Err(format!(
-                "{f:?} activations have no integer form yet (only int8 is legalized)"
-            )),
+            Some((f @ (ActFormat::Int8 | ActFormat::Int16), r)) => {
+                QParams::activation(f, r).ok_or_else(|| "no grid".into())
+            }
+            Some((f, _)) => Err(format!("{f:?} activations have no integer form (int8 and int16 have)")),
             None => Err(format!(
                 "tensor {}: the plan gives it no grid (float, or fused into its consumer)",
                 self.g().values[v].name
@@ -503,9 +509,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             ("FusedConv" | "FusedGemm", Some(a)) => a,
             (op, _) => op,
         });
-        let fixed = match op {
-            Some("Sigmoid" | "Softmax") => Some(QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128)),
-            Some("Tanh") => Some(QParams::per_tensor(IntType::I8, 1.0 / 128.0, 0)),
+        let wide = self.format_of(v) == ActFormat::Int16;
+        let fixed = match (op, wide) {
+            (Some("Sigmoid" | "Softmax"), false) => Some(QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128)),
+            (Some("Tanh"), false) => Some(QParams::per_tensor(IntType::I8, 1.0 / 128.0, 0)),
+            (Some("Sigmoid" | "Softmax" | "Tanh"), true) => Some(QParams::per_tensor(IntType::I16, 1.0 / 32768.0, 0)),
             _ => None,
         };
         let p = if let Some(f) = fixed {
@@ -552,7 +560,24 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             p
         } else {
             match self.plan_grid(v) {
-                Ok(p) => p,
+                Ok(p) => {
+                    if p.ty == IntType::I16
+                        && let Some((_, (lo, hi))) = self.q.grid(self.plan, v)
+                        && (lo + hi).abs() > 1e-6 * (hi - lo)
+                    {
+                        self.constraint(
+                            &self.name(v),
+                            &self.producer_name(v),
+                            "int16-symmetric",
+                            format!(
+                                "int16 symmetric around 0 (TFLite's 16×8 scheme): scale {} for the calibrated range [{lo:.4}, {hi:.4}], whose asymmetric 16-bit grid had step {:.3e}",
+                                p.s(),
+                                (hi - lo) / 65535.0
+                            ),
+                        );
+                    }
+                    p
+                }
                 Err(e) => {
                     // Derived from a neighbour through a scalar step, else the calibrated
                     // range the plan keeps for fused tensors.
@@ -610,7 +635,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             _ => return None,
         };
         let range = (a.min(b), a.max(b));
-        let p = QParams::activation(ActFormat::Int8, range)?;
+        let format = match self.act_params(out) {
+            Ok(q) => q.format(),
+            Err(e) => return Some(Err(e)),
+        };
+        let p = QParams::activation(format, range)?;
         self.constraint(
             &self.name(v),
             &c.name,
@@ -627,12 +656,102 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         Some(Ok(p))
     }
 
+    /// The integer width the plan gives `v`'s producer (its activations' format).
+    fn format_of(&self, v: ValueId) -> ActFormat {
+        let g = self.g();
+        let f = match g.values[v].producer {
+            Some(p) => self.plan.precision(&g.nodes[p]).activations,
+            None => self.plan.inputs,
+        };
+        if f == ActFormat::Int16 {
+            ActFormat::Int16
+        } else {
+            ActFormat::Int8
+        }
+    }
+
+    fn producer_name(&self, v: ValueId) -> String {
+        let g = self.g();
+        g.values[v]
+            .producer
+            .map(|n| g.nodes[n].name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Program tensor `t` as an input of an op computing in `ty` (int8 or int16): itself,
+    /// or a QUANTIZE to that width on the grid the plan's range of the other width gives
+    /// (`<name>:int8` / `<name>:int16`) where layers of different precision meet.
+    fn conform(&mut self, node: &Node, t: usize, ty: IntType) -> usize {
+        let from = self.program.tensors[t].q.clone();
+        if from.ty == ty
+            || !matches!(from.ty, IntType::I8 | IntType::I16)
+            || !matches!(ty, IntType::I8 | IntType::I16)
+            || self.program.tensors[t].data.is_some()
+        {
+            return t;
+        }
+        if let Some(&r) = self.retyped.get(&(t, ty)) {
+            return r;
+        }
+        let format = if ty == IntType::I16 {
+            ActFormat::Int16
+        } else {
+            ActFormat::Int8
+        };
+        let name = self.program.tensors[t].name.clone();
+        let range = self
+            .g()
+            .values
+            .iter()
+            .position(|v| v.name == name)
+            .and_then(|v| self.plan.ranges.get(&self.name(v)).map(|r| r.for_format(format)))
+            .unwrap_or_else(|| {
+                let (lo, hi) = from.ty.range();
+                (f64::from(from.real(lo)), f64::from(from.real(hi)))
+            });
+        let q = QParams::activation(format, range).unwrap_or_else(|| from.clone());
+        let r = self.push(ITensor {
+            name: format!("{name}:{}", ty.name()),
+            shape: self.program.tensors[t].shape.clone(),
+            q: q.clone(),
+            data: None,
+        });
+        self.constraint(
+            &self.program.tensors[r].name.clone(),
+            &node.name,
+            "precision-boundary",
+            format!(
+                "{} (scale {}) requantized to {} (scale {} zero point {}) where layers of different precision meet",
+                from.ty.name(),
+                from.s(),
+                ty.name(),
+                q.s(),
+                q.zp()
+            ),
+        );
+        self.op(node, OpKind::Requantize, vec![t], vec![r]);
+        self.retyped.insert((t, ty), r);
+        r
+    }
+
+    /// The program tensor of activation `v` as an input of an op computing in `ty`.
+    fn input(&mut self, node: &Node, v: ValueId, ty: IntType) -> Result<usize, String> {
+        let t = self.act(v)?;
+        Ok(self.conform(node, t, ty))
+    }
+
+    /// The storage type of `v`'s grid.
+    fn ty_of(&mut self, v: ValueId) -> Result<IntType, String> {
+        Ok(self.act_params(v)?.ty)
+    }
+
     /// The grid of a tensor the simulator fuses into its consumer, from the calibrated
     /// range the plan keeps for it.
     fn hidden_grid(&mut self, v: ValueId) -> Option<QParams> {
         let name = self.name(v);
-        let r = self.plan.hidden.get(&name)?.int8;
-        let p = QParams::activation(ActFormat::Int8, r)?;
+        let format = self.format_of(v);
+        let r = self.plan.hidden.get(&name)?.for_format(format);
+        let p = QParams::activation(format, r)?;
         let node = self.g().values[v]
             .producer
             .map(|n| self.g().nodes[n].name.clone())
@@ -707,7 +826,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 "Sub" => (lo - c, hi - c),
                 _ => return None,
             };
-            QParams::activation(ActFormat::Int8, (a.min(b), a.max(b)))?
+            QParams::activation(xq.format(), (a.min(b), a.max(b)))?
         };
         self.constraint(
             &self.name(v),
@@ -910,8 +1029,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 if sa.len() < 2 || sb.len() < 2 {
                     return Err("a MatMul of vectors has no integer form yet".into());
                 }
-                let ai = self.act(x)?;
-                let bi = self.act(b)?;
+                let ty = self.ty_of(out)?;
+                let ai = self.input(node, x, ty)?;
+                let bi = self.input(node, b, ty)?;
                 let y = self.act(out)?;
                 self.op(node, OpKind::BatchMatMul, vec![ai, bi], vec![y]);
                 Ok(())
@@ -1016,9 +1136,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                         self.op(node, OpKind::Float { op: FloatOp::Div }, ins, vec![y]);
                         return Ok(());
                     };
-                    let a = self.act(x)?;
+                    let ty = self.ty_of(out)?;
+                    let a = self.input(node, x, ty)?;
                     let v = node.input(1).ok_or("no divisor")?;
-                    let (codes, q) = int8_operand(&[1.0 / c]);
+                    let (codes, q) = operand_codes(&[1.0 / c], ty);
                     let b = self.push(ITensor {
                         name: format!("{}:reciprocal", self.name(v)),
                         shape: vec![1],
@@ -1029,8 +1150,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     self.op(node, OpKind::Mul { act }, vec![a, b], vec![y]);
                     return Ok(());
                 }
-                let a = self.operand(node, 0)?;
-                let b = self.operand(node, 1)?;
+                let ty = self.ty_of(out)?;
+                let a = self.operand(node, 0, ty)?;
+                let b = self.operand(node, 1, ty)?;
                 let y = self.act(out)?;
                 let kind = match node.op.as_str() {
                     "Add" => OpKind::Add { act },
@@ -1062,7 +1184,8 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                         .map(|&a| if a < 0 { (a + rank as i64) as usize } else { a as usize })
                         .collect()
                 };
-                let xi = self.act(x)?;
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
                 let y = self.act(out)?;
                 self.op(node, OpKind::Mean { axes }, vec![xi], vec![y]);
                 Ok(())
@@ -1115,19 +1238,22 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 if axis != rank - 1 {
                     return Err("softmax over an axis other than the last has no integer form yet".into());
                 }
-                let xi = self.act(x)?;
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
                 let y = self.act(out)?;
                 self.op(node, OpKind::Softmax { beta: 1.0 }, vec![xi], vec![y]);
                 Ok(())
             }
             "QuickGelu" if node.attr_f("alpha").unwrap_or(1.702) == 1.0 => {
-                let xi = self.act(x)?;
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
                 self.silu_tail(node, xi, out)
             }
             "Neg" => {
                 // −x as MUL by −1: TFLite's NEG negates codes and ignores the grids.
-                let xi = self.act(x)?;
-                let (codes, q) = int8_operand(&[-1.0]);
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
+                let (codes, q) = operand_codes(&[-1.0], ty);
                 let b = self.push(ITensor {
                     name: format!("{}:minus_one", node.name),
                     shape: vec![1],
@@ -1139,14 +1265,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 Ok(())
             }
             "Sqrt" | "Log" | "Exp" => {
-                let xi = self.act(x)?;
-                let xq = self.program.tensors[xi].q.clone();
-                if node.op == "Sqrt" && xq.zp() > xq.ty.range().0 {
-                    return Err(format!(
-                        "its input's grid reaches below 0 (zero point {}), where TFLite's SQRT fails",
-                        xq.zp()
-                    ));
-                }
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
+                // TFLite's SQRT fails on a negative input value at run time (the integer
+                // reference too, naming the node); sums of squares never are.
                 let y = self.act(out)?;
                 let kind = match node.op.as_str() {
                     "Sqrt" => OpKind::Sqrt,
@@ -1195,7 +1317,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             "ReduceSum" | "ReduceMax" | "ReduceMin" => {
                 let shape = self.shape(x).map_err(|e| e.to_string())?;
                 let axes = self.reduce_axes(node, shape.len())?;
-                let xi = self.act(x)?;
+                let xi = if node.op == "ReduceSum" {
+                    let ty = self.ty_of(out)?;
+                    self.input(node, x, ty)?
+                } else {
+                    self.act(x)?
+                };
                 let y = self.act(out)?;
                 if node.op == "ReduceSum" {
                     // SUM's reference kernel reads int8 as uint8: a MEAN on the grid of
@@ -1258,7 +1385,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                             name: self.name(v),
                             shape: vec![1],
                             q: q.clone(),
-                            data: Some(vec![quantize_code(d[0], &q)]),
+                            data: Some(vec![i64::from(quantize_code(d[0], &q))]),
                         })
                     }
                     None => self.act_on_grid(node, node.input(1).ok_or("no input")?, &q)?,
@@ -1325,11 +1452,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 Ok(())
             }
             "Sigmoid" | "Tanh" | "HardSwish" => {
-                let xi = self.act(x)?;
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
                 let y = self.act(out)?;
                 let kind = match node.op.as_str() {
                     "Sigmoid" => OpKind::Logistic,
                     "Tanh" => OpKind::Tanh,
+                    // TFLite's HARD_SWISH has no int16 kernel.
+                    _ if ty == IntType::I16 => OpKind::Float { op: FloatOp::HardSwish },
                     _ => OpKind::HardSwish,
                 };
                 self.op(node, kind, vec![xi], vec![y]);
@@ -1361,7 +1491,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 for k in 0..node.inputs.len() {
                     let Some(v) = node.input(k) else { continue };
                     if let Some((shape, data)) = self.constant_f32(v) {
-                        let codes = data.iter().map(|&f| quantize_code(f, &yq)).collect();
+                        let codes = data.iter().map(|&f| i64::from(quantize_code(f, &yq))).collect();
                         let t = self.push(ITensor {
                             name: self.name(v),
                             shape,
@@ -1490,13 +1620,13 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             let shape = c.shape().to_vec();
             let (q, data) = if c.dtype() == crate::ir::DType::Bool {
                 let b = c.to_f32();
-                (QParams::boolean(), b.iter().map(|&x| i32::from(x != 0.0)).collect())
+                (QParams::boolean(), b.iter().map(|&x| i64::from(x != 0.0)).collect())
             } else if let Some(ints) = c.to_i64().filter(|_| !c.dtype().is_float()) {
-                (QParams::index(), ints.iter().map(|&x| x as i32).collect())
+                (QParams::index(), ints.iter().copied().collect())
             } else {
                 (
                     QParams::float32(),
-                    c.to_f32().iter().map(|x| x.to_bits() as i32).collect(),
+                    c.to_f32().iter().map(|x| i64::from(x.to_bits() as i32)).collect(),
                 )
             };
             return Ok(self.push(ITensor {
@@ -1509,11 +1639,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         self.act(v)
     }
 
-    /// An element-wise operand: an activation, or a constant on its own int8 grid.
-    fn operand(&mut self, node: &Node, k: usize) -> Result<usize, String> {
+    /// An element-wise operand of an op computing in `ty`: an activation, or a constant on
+    /// its own symmetric grid of that width.
+    fn operand(&mut self, node: &Node, k: usize, ty: IntType) -> Result<usize, String> {
         let v = node.input(k).ok_or("missing operand")?;
         if let Some((shape, data)) = self.constant_f32(v) {
-            let (codes, q) = int8_operand(&data);
+            let (codes, q) = operand_codes(&data, ty);
             return Ok(self.push(ITensor {
                 name: self.name(v),
                 shape,
@@ -1521,7 +1652,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 data: Some(codes),
             }));
         }
-        self.act(v)
+        self.input(node, v, ty)
     }
 
     /// The activation fused into a FusedConv.
@@ -1625,10 +1756,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         scales: &[f64],
         bias: &[f32],
         s_in: f32,
+        bias_ty: IntType,
     ) -> (usize, usize) {
         let channels = shape[0];
         let s_w: Vec<f32> = scales.iter().map(|&s| s as f32).collect();
-        let bcodes = bias_codes(bias, s_in, &s_w);
+        let bcodes = bias_codes(bias, s_in, &s_w, bias_ty);
         let bname = node
             .input(2)
             .map_or_else(|| format!("{}:bias", node.name), |b| self.name(b));
@@ -1641,13 +1773,13 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 zero_point: vec![0; channels],
                 axis: Some(0),
             },
-            data: Some(codes),
+            data: Some(codes.into_iter().map(i64::from).collect()),
         });
         let bt = self.push(ITensor {
             name: bname,
             shape: vec![channels],
             q: QParams {
-                ty: IntType::I32,
+                ty: bias_ty,
                 scale: s_w.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
                 zero_point: vec![0; channels],
                 axis: Some(0),
@@ -1674,7 +1806,16 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 self.op(node, kind(act), inputs, vec![yi]);
                 return Ok(());
             }
-            Epilogue::HardSwish => (self.hard_swish_input(node, y)?, OpKind::HardSwish),
+            Epilogue::HardSwish => {
+                let pre = self.hard_swish_input(node, y)?;
+                let lut = if self.program.tensors[pre].q.ty == IntType::I16 {
+                    // TFLite's HARD_SWISH has no int16 kernel.
+                    OpKind::Float { op: FloatOp::HardSwish }
+                } else {
+                    OpKind::HardSwish
+                };
+                (pre, lut)
+            }
             Epilogue::Logistic => (self.logistic_input(node, y)?, OpKind::Logistic),
             Epilogue::HardSigmoid(..) => return Err("a HardSigmoid epilogue must be folded first".into()),
             Epilogue::Silu => {
@@ -1693,10 +1834,15 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     /// then MUL of the two.
     fn silu_tail(&mut self, node: &Node, pre: usize, y: ValueId) -> Result<(), String> {
         let shape = self.program.tensors[pre].shape.clone();
+        let q = if self.program.tensors[pre].q.ty == IntType::I16 {
+            QParams::per_tensor(IntType::I16, 1.0 / 32768.0, 0)
+        } else {
+            QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128)
+        };
         let sig = self.push(ITensor {
             name: format!("{}:sigmoid", self.name(y)),
             shape,
-            q: QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128),
+            q,
             data: None,
         });
         self.op(node, OpKind::Logistic, vec![pre], vec![sig]);
@@ -1713,7 +1859,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let (lo, hi) = self.range_of(y)?;
         let pre_hi = silu_inverse_right(hi.max(0.0)).max(1e-3);
         let pre_lo = silu_inverse_left(-0.5 * f64::from(yq.s()));
-        let pq = QParams::activation(ActFormat::Int8, (pre_lo, pre_hi)).ok_or("no grid")?;
+        let pq = QParams::activation(yq.format(), (pre_lo, pre_hi)).ok_or("no grid")?;
         let detail = format!(
             "SiLU input grid [{pre_lo:.4}, {pre_hi:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}] (scale {}); the fused pre-activation had none",
             pq.s(),
@@ -1728,7 +1874,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let yq = self.act_params(y)?;
         let (lo, hi) = self.range_of(y)?;
         let pre_hi = hard_swish_inverse(hi);
-        let pq = QParams::activation(ActFormat::Int8, (-3.0, pre_hi)).ok_or("no grid")?;
+        let pq = QParams::activation(yq.format(), (-3.0, pre_hi)).ok_or("no grid")?;
         let detail = format!(
             "HardSwish input grid [-3, {pre_hi:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}] (scale {}); the fused pre-activation had none",
             pq.s(),
@@ -1758,9 +1904,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             None => (0.0, 1.0),
         };
         let logit = |p: f64| (p / (1.0 - p)).ln();
-        let eps = 0.5 / 256.0;
+        let format = self.format_of(y);
+        let eps = if format == ActFormat::Int16 {
+            0.5 / 32768.0
+        } else {
+            0.5 / 256.0
+        };
         let range = (logit(lo.clamp(eps, 1.0 - eps)), logit(hi.clamp(eps, 1.0 - eps)));
-        let pq = QParams::activation(ActFormat::Int8, range).ok_or("no grid")?;
+        let pq = QParams::activation(format, range).ok_or("no grid")?;
         let detail = format!(
             "Sigmoid input grid [{:.4}, {:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}]; the fused pre-activation had none",
             range.0,
@@ -1782,10 +1933,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let mut bias = self.layer_bias(node, wshape[0])?;
         let w = int8_weight_codes(&wdata, &wshape, 0);
         let mut scales = w.scales;
-        let xi = self.act(x)?;
+        let ty = self.ty_of(y)?;
+        let xi = self.input(node, x, ty)?;
         let s_in = self.program.tensors[xi].q.s();
+        let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
-        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in);
+        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in, bias_ty);
         let (strides, dilations, pads) = (attr2(node, "strides", 1), attr2(node, "dilations", 1), pads4(node));
         let groups = node.attr_i("group").unwrap_or(1).max(1) as usize;
         let kind = |act| OpKind::Conv {
@@ -1829,10 +1982,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let w = int8_weight_codes(&t, &wshape, 0);
         let mut scales = w.scales;
         let mut bias = self.layer_bias(node, co)?;
-        let xi = self.act(x)?;
+        let ty = self.ty_of(y)?;
+        let xi = self.input(node, x, ty)?;
         let s_in = self.program.tensors[xi].q.s();
+        let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
-        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in);
+        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in, bias_ty);
         let strides = attr2(node, "strides", 1);
         self.emit_with_epilogue(
             node,
@@ -1863,10 +2018,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let mut scales = w.scales;
         // MatMul has no bias input: a zero bias (what FULLY_CONNECTED adds).
         let mut bias = vec![0.0; n];
-        let xi = self.act(x)?;
+        let ty = self.ty_of(y)?;
+        let xi = self.input(node, x, ty)?;
         let s_in = self.program.tensors[xi].q.s();
+        let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
-        let (wt, bt) = self.weight_and_bias(node, wv, vec![n, k], codes, &scales, &bias, s_in);
+        let (wt, bt) = self.weight_and_bias(node, wv, vec![n, k], codes, &scales, &bias, s_in, bias_ty);
         self.emit_with_epilogue(node, |act| OpKind::FullyConnected { act }, vec![xi, wt, bt], y, epi)
     }
 }

@@ -16,6 +16,8 @@ pub enum IntType {
     I8,
     I16,
     I32,
+    /// Biases under 16-bit activations (TFLite's 16×8 scheme).
+    I64,
     F32,
     Bool,
     /// int32 values that are integers by construction (token ids, byte values, indices):
@@ -29,14 +31,14 @@ impl IntType {
         match self {
             Self::I8 => (-128, 127),
             Self::I16 => (-32768, 32767),
-            Self::I32 | Self::F32 | Self::Index => (i32::MIN, i32::MAX),
+            Self::I32 | Self::I64 | Self::F32 | Self::Index => (i32::MIN, i32::MAX),
             Self::Bool => (0, 1),
         }
     }
 
     /// Codes on a grid (not float32 values or booleans).
     pub fn is_quantized(self) -> bool {
-        matches!(self, Self::I8 | Self::I16 | Self::I32)
+        matches!(self, Self::I8 | Self::I16 | Self::I32 | Self::I64)
     }
 
     pub fn name(self) -> &'static str {
@@ -44,6 +46,7 @@ impl IntType {
             Self::I8 => "int8",
             Self::I16 => "int16",
             Self::I32 => "int32",
+            Self::I64 => "int64",
             Self::F32 => "float32",
             Self::Bool => "bool",
             Self::Index => "int32",
@@ -86,8 +89,10 @@ impl QParams {
         self.ty == o.ty && self.scale == o.scale && self.zero_point == o.zero_point
     }
 
-    /// The int8 grid of an activation's fake-quant range: the same steps as the simulator's
-    /// unsigned grid, shifted by 128, with the scale rounded to float32.
+    /// The integer grid of an activation's fake-quant range. int8: the same steps as the
+    /// simulator's unsigned grid, shifted by 128, with the scale rounded to float32. int16:
+    /// TFLite's 16×8 scheme, symmetric with zero point 0 (`max(|lo|, |hi|) / 32767`), which
+    /// the reference kernels require.
     pub fn activation(format: ActFormat, range: (f64, f64)) -> Option<Self> {
         match format {
             ActFormat::Int8 => {
@@ -98,7 +103,21 @@ impl QParams {
                     (a.zero_point - 128) as i32,
                 ))
             }
+            ActFormat::Int16 => {
+                let m = range.0.abs().max(range.1.abs());
+                let s = if m > 0.0 { m / 32767.0 } else { 1.0 };
+                Some(Self::per_tensor(IntType::I16, s as f32, 0))
+            }
             _ => None,
+        }
+    }
+
+    /// The format of an activation grid.
+    pub fn format(&self) -> ActFormat {
+        if self.ty == IntType::I16 {
+            ActFormat::Int16
+        } else {
+            ActFormat::Int8
         }
     }
 
@@ -162,23 +181,37 @@ pub fn int8_weight_codes(data: &[f32], shape: &[usize], axis: usize) -> WeightCo
 }
 
 /// One per-tensor symmetric int8 grid for a constant operand (Add/Mul by a constant).
-pub fn int8_operand(data: &[f32]) -> (Vec<i32>, QParams) {
-    let w = int8_weight_codes(data, &[data.len()], 1);
-    let s = w.scales.first().copied().unwrap_or(1.0) as f32;
-    (w.codes, QParams::per_tensor(IntType::I8, s, 0))
+pub fn int8_operand(data: &[f32]) -> (Vec<i64>, QParams) {
+    operand_codes(data, IntType::I8)
 }
 
-/// Int32 bias codes on the grid `s_in · s_w[c]` (float32 scales widened to f64, as the
-/// converter writes them); saturating.
-pub fn bias_codes(bias: &[f32], s_in: f32, s_w: &[f32]) -> Vec<i32> {
+/// One per-tensor symmetric grid of `ty` (int8: −127..127, int16: −32767..32767) for a
+/// constant operand of an element-wise op.
+pub fn operand_codes(data: &[f32], ty: IntType) -> (Vec<i64>, QParams) {
+    let top = if ty == IntType::I16 { 32767.0 } else { 127.0 };
+    let amax = data.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+    let s = if amax > 0.0 { amax / top } else { 1.0 };
+    let codes = data
+        .iter()
+        .map(|&v| (f64::from(v) / s).round_ties_even().clamp(-top, top) as i64)
+        .collect();
+    (codes, QParams::per_tensor(ty, s as f32, 0))
+}
+
+/// Bias codes on the grid `s_in · s_w[c]` (float32 scales widened to f64, as the converter
+/// writes them), saturated to int32 (or int64, under 16-bit activations).
+pub fn bias_codes(bias: &[f32], s_in: f32, s_w: &[f32], ty: IntType) -> Vec<i64> {
+    let (lo, hi) = if ty == IntType::I64 {
+        (i64::MIN as f64, i64::MAX as f64)
+    } else {
+        (f64::from(i32::MIN), f64::from(i32::MAX))
+    };
     bias.iter()
         .enumerate()
         .map(|(c, &b)| {
             let s = f64::from(s_in) * f64::from(s_w.get(c % s_w.len().max(1)).copied().unwrap_or(1.0));
             if s > 0.0 {
-                (f64::from(b) / s)
-                    .round_ties_even()
-                    .clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32
+                (f64::from(b) / s).round_ties_even().clamp(lo, hi) as i64
             } else {
                 0
             }

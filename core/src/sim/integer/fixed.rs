@@ -61,6 +61,19 @@ pub fn mbqm(x: i32, q: i32, shift: i32) -> i32 {
     rdbpot(srdhm(x.wrapping_mul(1 << left), q), right)
 }
 
+/// `MultiplyByQuantizedMultiplier(int64 x, q, shift)` of 16×8 kernels with an int64
+/// accumulator: the multiplier cut to 16 bits (`(q + 2^15) >> 16`, at most 0x7FFF), then
+/// `(x·r + 2^(t−1)) >> t` with `t = 15 − shift` (round half up), truncated to int32.
+#[inline]
+pub fn mbqm64(x: i64, q: i32, shift: i32) -> i32 {
+    let r = if q < 0x7FFF_0000 { (q + (1 << 15)) >> 16 } else { 0x7FFF };
+    let t = 15 - shift;
+    if t <= 0 {
+        return x.wrapping_mul(i64::from(r)).wrapping_shl((-t) as u32) as i32;
+    }
+    ((x.wrapping_mul(i64::from(r)) + (1i64 << (t - 1))) >> t) as i32
+}
+
 /// gemmlowp `SaturatingRoundingDoublingHighMul` (int16).
 #[inline]
 pub fn srdhm16(a: i16, b: i16) -> i16 {

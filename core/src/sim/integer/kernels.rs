@@ -2,8 +2,8 @@
 //! (`tflite/kernels/internal/reference/...`), in the graph's layout (NCHW).
 
 use super::fixed::{
-    downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, quantize_multiplier, rdbpot, rdbpot16, sat_shl16,
-    sdhm16, srdhm, srdhm16,
+    downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, mbqm64, quantize_multiplier, rdbpot, rdbpot16,
+    sat_shl16, sdhm16, srdhm, srdhm16,
 };
 use crate::quant::legalize::{Act, FloatOp, PadMode};
 use crate::quant::params::QParams;
@@ -34,14 +34,16 @@ pub struct ConvGeom {
     pub groups: usize,
 }
 
-/// CONV_2D / DEPTHWISE_CONV_2D int8 (per-channel): `acc = Σ w·(x − zp_in) + bias`,
-/// `M(acc) + zp_out`, clamped. Depthwise is the grouped form with one group per input
-/// channel (its filter zero point is 0, so both read the same).
+/// CONV_2D / DEPTHWISE_CONV_2D int8 (per-channel): `acc = Σ w·(x − zp_in) + bias` in
+/// wrapping int32, `M(acc) + zp_out`, clamped. Depthwise is the grouped form with one group
+/// per input channel (its filter zero point is 0, so both read the same). With `wide` (16×8:
+/// int16 inputs, int64 bias) the accumulator is int64 and requantization the int64 `M`.
 pub fn conv2d(
     g: &ConvGeom,
     x: &[i32],
     w: &[i32],
-    bias: &[i32],
+    bias: &[i64],
+    wide: bool,
     zp_in: i32,
     zp_out: i32,
     mults: &[(i32, i32)],
@@ -61,7 +63,7 @@ pub fn conv2d(
         let wbase = oc * cg * kh * kw;
         for oy in 0..oh {
             for ox in 0..ow {
-                let mut acc: i32 = 0;
+                let mut acc: i64 = 0;
                 for ic in 0..cg {
                     let chan = group * cg + ic;
                     if chan >= c {
@@ -79,24 +81,36 @@ pub fn conv2d(
                                 continue;
                             }
                             let xv = x[xbase + iy as usize * wd + ix as usize] - zp_in;
-                            acc = acc.wrapping_add(w[wbase + (ic * kh + ky) * kw + kx].wrapping_mul(xv));
+                            acc += i64::from(w[wbase + (ic * kh + ky) * kw + kx]) * i64::from(xv);
                         }
                     }
                 }
-                acc = acc.wrapping_add(bias.get(oc).copied().unwrap_or(0));
-                out[oy * ow + ox] = (mbqm(acc, q, s).wrapping_add(zp_out)).clamp(lo, hi);
+                let b = bias.get(oc).copied().unwrap_or(0);
+                out[oy * ow + ox] = requant_acc(acc, b, wide, q, s).wrapping_add(zp_out).clamp(lo, hi);
             }
         }
     });
     y
 }
 
-/// FULLY_CONNECTED int8 (reference kernel): int32 accumulator, then requantization in
-/// double, `round(acc · s_in·s_w/s_out)` half away from zero.
+/// `M(acc + bias)`: int32 wrapping and the int32 `M` (int8), or int64 and the int64 `M`
+/// (16×8).
+#[inline]
+fn requant_acc(acc: i64, bias: i64, wide: bool, q: i32, s: i32) -> i32 {
+    if wide {
+        mbqm64(acc + bias, q, s)
+    } else {
+        mbqm((acc as i32).wrapping_add(bias as i32), q, s)
+    }
+}
+
+/// FULLY_CONNECTED (reference kernel): the accumulator (int32 wrapping; int64 under 16×8),
+/// then requantization in double, `round(acc · s_in·s_w/s_out)` half away from zero.
 pub fn fully_connected(
     x: &[i32],
     w: &[i32],
-    bias: &[i32],
+    bias: &[i64],
+    wide: bool,
     n: usize,
     k: usize,
     zp_in: i32,
@@ -110,15 +124,18 @@ pub fn fully_connected(
         let row = &x[bi * k..(bi + 1) * k];
         for (j, o) in out.iter_mut().enumerate() {
             let wr = &w[j * k..(j + 1) * k];
-            let mut acc: i32 = 0;
+            let mut acc: i64 = 0;
             for (a, b) in row.iter().zip(wr) {
-                acc = acc.wrapping_add(b.wrapping_mul(a - zp_in));
+                acc += i64::from(*b) * i64::from(a - zp_in);
             }
-            acc = acc.wrapping_add(bias.get(j).copied().unwrap_or(0));
+            let b = bias.get(j).copied().unwrap_or(0);
+            let acc = if wide {
+                (acc + b) as f64
+            } else {
+                f64::from((acc as i32).wrapping_add(b as i32))
+            };
             let e = eff[j % eff.len()];
-            let v = (f64::from(acc) * e)
-                .round()
-                .clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32;
+            let v = (acc * e).round().clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32;
             *o = v.saturating_add(zp_out).clamp(lo, hi);
         }
     });
@@ -134,14 +151,21 @@ pub struct AddParams {
     qb: (i32, i32),
     qy: (i32, i32),
     range: (i32, i32),
+    shift: i32,
 }
 
 impl AddParams {
+    /// `add.cc`'s Prepare: left shift 20 for int8, 15 for int16's general path.
     pub fn new(a: &QParams, b: &QParams, y: &QParams, range: (i32, i32)) -> Self {
+        let shift = if y.ty == crate::quant::params::IntType::I16 {
+            15
+        } else {
+            20
+        };
         let twice_max = 2.0 * a.s().max(b.s());
         let ra = f64::from(a.s()) / f64::from(twice_max);
         let rb = f64::from(b.s()) / f64::from(twice_max);
-        let ry = f64::from(twice_max) / f64::from((1 << 20) as f32 * y.s());
+        let ry = f64::from(twice_max) / f64::from((1 << shift) as f32 * y.s());
         Self {
             za: a.zp(),
             zb: b.zp(),
@@ -150,13 +174,14 @@ impl AddParams {
             qb: quantize_multiplier(rb),
             qy: quantize_multiplier(ry),
             range,
+            shift,
         }
     }
 
     #[inline]
     pub fn apply(&self, a: i32, b: i32, sub: bool) -> i32 {
-        let sa = mbqm((a - self.za) << 20, self.qa.0, self.qa.1);
-        let sb = mbqm((b - self.zb) << 20, self.qb.0, self.qb.1);
+        let sa = mbqm((a - self.za) << self.shift, self.qa.0, self.qa.1);
+        let sb = mbqm((b - self.zb) << self.shift, self.qb.0, self.qb.1);
         let raw = if sub { sa - sb } else { sa + sb };
         (mbqm(raw, self.qy.0, self.qy.1) + self.zy).clamp(self.range.0, self.range.1)
     }
@@ -280,7 +305,7 @@ pub fn pool(
                     }
                 }
                 out[oy * ow + ox] = if max {
-                    m.max(-128).clamp(lo, hi)
+                    m.clamp(lo, hi)
                 } else if cnt == 0 {
                     0
                 } else {
@@ -415,7 +440,7 @@ pub fn softmax(x: &[i32], depth: usize, beta: f32, in_scale: f32) -> Vec<i32> {
 }
 
 /// Row-major transpose.
-pub fn transpose(x: &[i32], shape: &[usize], perm: &[usize]) -> Vec<i32> {
+pub fn transpose<T: Copy>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
     let rank = shape.len();
     let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let mut st = vec![1usize; rank];
@@ -456,7 +481,8 @@ pub fn transpose_conv(
     xs: [usize; 4],
     w: &[i32],
     ws: [usize; 4],
-    bias: &[i32],
+    bias: &[i64],
+    wide: bool,
     ys: [usize; 2],
     strides: [usize; 2],
     zp_in: i32,
@@ -470,7 +496,7 @@ pub fn transpose_conv(
     let mut y = vec![0i32; n * co * oh * ow];
     y.par_chunks_mut(oh * ow).enumerate().for_each(|(bo, out)| {
         let (b, oc) = (bo / co, bo % co);
-        let mut acc = vec![0i32; oh * ow];
+        let mut acc = vec![0i64; oh * ow];
         for ic in 0..ci {
             let xp = &x[(b * ci + ic) * h * wd..(b * ci + ic + 1) * h * wd];
             let wp = &w[(oc * ci + ic) * kh * kw..(oc * ci + ic + 1) * kh * kw];
@@ -485,8 +511,7 @@ pub fn transpose_conv(
                         for kx in 0..kw {
                             let ox = ix * strides[1] + kx;
                             if ox < ow {
-                                let a = &mut acc[oy * ow + ox];
-                                *a = a.wrapping_add(xv.wrapping_mul(wp[ky * kw + kx]));
+                                acc[oy * ow + ox] += i64::from(xv) * i64::from(wp[ky * kw + kx]);
                             }
                         }
                     }
@@ -496,7 +521,7 @@ pub fn transpose_conv(
         let (q, s) = mults[oc % mults.len()];
         let bv = bias.get(oc).copied().unwrap_or(0);
         for (o, a) in out.iter_mut().zip(acc) {
-            *o = (mbqm(a.wrapping_add(bv), q, s).wrapping_add(zp_out)).clamp(lo, hi);
+            *o = requant_acc(a, bv, wide, q, s).wrapping_add(zp_out).clamp(lo, hi);
         }
     });
     y
@@ -531,6 +556,7 @@ pub fn batch_matmul(
     zps: (i32, i32, i32),
     (q, s): (i32, i32),
     (lo, hi): (i32, i32),
+    wide: bool,
 ) -> Result<(Vec<i32>, Vec<usize>), String> {
     let (ra, rb) = (sa.len(), sb.len());
     if ra < 2 || rb < 2 {
@@ -578,11 +604,11 @@ pub fn batch_matmul(
         let bm = &b[ib * k * n..(ib + 1) * k * n];
         for i in 0..m {
             for j in 0..n {
-                let mut acc: i32 = 0;
+                let mut acc: i64 = 0;
                 for t in 0..k {
-                    acc = acc.wrapping_add((am[i * k + t] - za).wrapping_mul(bm[t * n + j] - zb));
+                    acc += i64::from(am[i * k + t] - za) * i64::from(bm[t * n + j] - zb);
                 }
-                out[i * n + j] = mbqm(acc, q, s).wrapping_add(zy).clamp(lo, hi);
+                out[i * n + j] = requant_acc(acc, 0, wide, q, s).wrapping_add(zy).clamp(lo, hi);
             }
         }
     });
@@ -675,6 +701,11 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
             a.iter().zip(&b).map(|(x, y)| f32::from(u8::from(x == y))).collect()
         }
         FloatOp::Reciprocal => spread(0)?.iter().map(|x| 1.0f32 / x).collect(),
+        // reference_ops::HardSwish<float>: in · min(6, max(0, in + 3)) / 6.
+        FloatOp::HardSwish => spread(0)?
+            .iter()
+            .map(|&x| x * (x + 3.0).max(0.0).min(6.0) / 6.0)
+            .collect(),
         FloatOp::Cast => spread(0)?,
         FloatOp::Where => {
             let (c, a, b) = (spread(0)?, spread(1)?, spread(2)?);
@@ -765,4 +796,180 @@ pub fn reduce_extreme(x: &[i32], shape: &[usize], axes: &[usize], max: bool) -> 
         out[oi] = if max { out[oi].max(v) } else { out[oi].min(v) };
     }
     out
+}
+
+/// The 16-bit look-up table of `LUTPopulateInt16<float>` (513 entries over the input
+/// grid's span, interpolation error halved), for RSQRT/LOG/EXP int16.
+pub fn lut_int16(x: &QParams, y: &QParams, f: impl Fn(f32) -> f32) -> Vec<i32> {
+    let in_min = x.s() * (-32768 - x.zp()) as f32;
+    let in_max = x.s() * (32767 - x.zp()) as f32;
+    let out_min = y.s() * (-32768 - y.zp()) as f32;
+    let out_max = y.s() * (32767 - y.zp()) as f32;
+    lut_int16_over(in_min, in_max, out_min, out_max, f)
+}
+
+fn lut_int16_over(in_min: f32, in_max: f32, out_min: f32, out_max: f32, f: impl Fn(f32) -> f32) -> Vec<i32> {
+    let step = (in_max - in_min) / 512.0;
+    let half = step / 2.0;
+    let inv = 65536.0f32 / (out_max - out_min);
+    let mut t = vec![0i32; 513];
+    for (i, slot) in t.iter_mut().enumerate().take(512) {
+        let a = in_min + i as f32 * step;
+        let v = f(a);
+        let vm = f(a + half);
+        let vn = f(in_min + (i + 1) as f32 * step);
+        let interp = ((vn * inv + (v * inv).round()) / 2.0).round();
+        let err = interp - (vm * inv).round();
+        *slot = ((v * inv).round() - (err / 2.0).round()).clamp(-32768.0, 32767.0) as i32;
+    }
+    t[512] = (f(in_max) * inv).round().clamp(-32768.0, 32767.0) as i32;
+    t
+}
+
+/// `LUTLookup` of an int16 value in a 513-entry table.
+#[inline]
+pub fn lut16_lookup(x: i32, lut: &[i32]) -> i32 {
+    let idx = (256 + (x >> 7)) as usize;
+    let off = x & 0x7F;
+    let base = lut[idx];
+    let slope = (lut[idx + 1] - base) as i16;
+    i32::from((base + ((i32::from(slope) * off + 64) >> 7)) as i16)
+}
+
+/// `sigmoid_table_uint16`: sigmoid(i/24) in 0.16 fixed point (`internal/common.h`).
+const SIGMOID_TABLE: [u32; 256] = [
+    32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
+    43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,
+    51865, 52311, 52745, 53169, 53581, 53983, 54374, 54755, 55125, 55485, 55834, 56174, 56503, 56823, 57133, 57433,
+    57724, 58007, 58280, 58544, 58800, 59048, 59288, 59519, 59743, 59959, 60168, 60370, 60565, 60753, 60935, 61110,
+    61279, 61441, 61599, 61750, 61896, 62036, 62172, 62302, 62428, 62549, 62666, 62778, 62886, 62990, 63090, 63186,
+    63279, 63368, 63454, 63536, 63615, 63691, 63765, 63835, 63903, 63968, 64030, 64090, 64148, 64204, 64257, 64308,
+    64357, 64405, 64450, 64494, 64536, 64576, 64614, 64652, 64687, 64721, 64754, 64786, 64816, 64845, 64873, 64900,
+    64926, 64950, 64974, 64997, 65019, 65039, 65060, 65079, 65097, 65115, 65132, 65149, 65164, 65179, 65194, 65208,
+    65221, 65234, 65246, 65258, 65269, 65280, 65291, 65301, 65310, 65319, 65328, 65337, 65345, 65352, 65360, 65367,
+    65374, 65381, 65387, 65393, 65399, 65404, 65410, 65415, 65420, 65425, 65429, 65433, 65438, 65442, 65445, 65449,
+    65453, 65456, 65459, 65462, 65465, 65468, 65471, 65474, 65476, 65479, 65481, 65483, 65485, 65488, 65489, 65491,
+    65493, 65495, 65497, 65498, 65500, 65501, 65503, 65504, 65505, 65507, 65508, 65509, 65510, 65511, 65512, 65513,
+    65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
+    65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
+    65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535,
+];
+
+/// `CheckedLog2`: the rounded log2 of `x` and whether `x` is that power of two
+/// (`|frac| < 1e-3`, computed as `logf(x) · (1 / logf(2))`).
+fn checked_log2(x: f32) -> (i32, bool) {
+    let l = x.ln() * (1.0f32 / 2.0f32.ln());
+    let r = l.round();
+    (r as i32, (l - r).abs() < 1e-3)
+}
+
+/// LOGISTIC / TANH int16 (`reference_integer_ops::Logistic/Tanh`): the input rescaled to
+/// Q3.12 (a power-of-two scale by a multiplier of 3 << shift, else a truncated multiplier
+/// and a rounding shift), then the 256-entry sigmoid table with linear interpolation;
+/// outputs on 2^−15.
+pub fn logistic_tanh_int16(x: &[i32], xs: f32, tanh: bool) -> Vec<i32> {
+    let (lg, pot) = checked_log2(xs);
+    let mut ls = 12 + lg;
+    let is_pot = pot && if tanh { ls == 0 || ls == 1 } else { ls == 0 };
+    let mult: i32 = if is_pot {
+        let m = 3 << ls;
+        ls = 0;
+        m
+    } else {
+        let mut m = f64::from(xs) * 4096.0 * 3.0;
+        ls = 0;
+        while m <= 16383.5 && ls <= 30 {
+            ls += 1;
+            m *= 2.0;
+        }
+        m as i32
+    };
+    let round = if ls > 0 { 1i32 << (ls - 1) } else { 0 };
+    x.iter()
+        .map(|&v| {
+            let d = v.wrapping_mul(mult).wrapping_add(round) >> ls;
+            let a = d.unsigned_abs();
+            if tanh {
+                let uh = (a >> 8) as usize;
+                let r: i32 = if uh >= 255 {
+                    0xFFFF << 8
+                } else {
+                    let (t0, t1) = (SIGMOID_TABLE[uh] as i32, SIGMOID_TABLE[uh + 1] as i32);
+                    (t0 << 8) + (a & 0xFF) as i32 * (t1 - t0)
+                };
+                let r = if d >= 0 {
+                    r - (1 << 23) + (1 << 7)
+                } else {
+                    -r + (1 << 23) + (1 << 7) - 1
+                };
+                i32::from((r >> 8) as i16)
+            } else {
+                let uh = (a >> 9) as usize;
+                let r: u32 = if uh >= 255 {
+                    0x7FFF << 10
+                } else {
+                    let (t0, t1) = (SIGMOID_TABLE[uh], SIGMOID_TABLE[uh + 1]);
+                    (t0 << 9).wrapping_add((a & 0x1FF).wrapping_mul(t1.wrapping_sub(t0)))
+                };
+                let r = if d >= 0 { r + 512 } else { (1u32 << 25) - r + 511 };
+                i32::from((r >> 10) as i16)
+            }
+        })
+        .collect()
+}
+
+/// SOFTMAX int16 (`reference_ops::SoftmaxInt16`): exp and 1/(1+x) as 513-entry tables built
+/// in double, rows over the last axis, outputs on 2^−15.
+pub fn softmax_int16(x: &[i32], depth: usize, beta: f32, in_scale: f32) -> Vec<i32> {
+    let exp_lut = lut_int16_f64(10.0 / 65535.0, 32767, 2.0 / 65535.0, 0, f64::exp);
+    let rec_lut = lut_int16_f64(1.0 / 65535.0, -32768, 2.0 / 65535.0, 0, |v| 1.0 / (1.0 + v));
+    let real = f64::from(in_scale * beta) / (10.0 / 65535.0);
+    let (q, sh) = quantize_multiplier(real);
+    x.par_chunks(depth.max(1))
+        .flat_map_iter(|row| {
+            let mx = row.iter().copied().max().unwrap_or(0);
+            let exps: Vec<i32> = row
+                .iter()
+                .map(|&v| {
+                    let z = (mbqm(v - mx, q, sh) + 32767).clamp(-32768, 32767);
+                    lut16_lookup(z, &exp_lut)
+                })
+                .collect();
+            let sum: i32 = exps.iter().sum();
+            let h = sum.leading_zeros() as i32;
+            let shifted = ((i64::from(sum) << (h - 1)) + (1 << 13)) >> 14;
+            let rec = lut16_lookup((shifted - (1 << 15) - (1 << 16)).clamp(-32768, 32767) as i32, &rec_lut);
+            let rs = 31 - h;
+            exps.into_iter()
+                .map(move |e| {
+                    let v = (i64::from(e) * i64::from(rec) + (1i64 << (rs - 1))) >> rs;
+                    v.clamp(0, 32767) as i32
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `LUTPopulateInt16<double>` for given scales and zero points (SOFTMAX int16's tables).
+fn lut_int16_f64(s_in: f64, zp_in: i32, s_out: f64, zp_out: i32, f: impl Fn(f64) -> f64) -> Vec<i32> {
+    let in_min = s_in * f64::from(-32768 - zp_in);
+    let in_max = s_in * f64::from(32767 - zp_in);
+    let out_min = s_out * f64::from(-32768 - zp_out);
+    let out_max = s_out * f64::from(32767 - zp_out);
+    let step = (in_max - in_min) / 512.0;
+    let half = step / 2.0;
+    let inv = 65536.0 / (out_max - out_min);
+    let mut t = vec![0i32; 513];
+    for (i, slot) in t.iter_mut().enumerate().take(512) {
+        let a = in_min + i as f64 * step;
+        let v = f(a);
+        let vm = f(a + half);
+        let vn = f(in_min + (i + 1) as f64 * step);
+        let interp = ((vn * inv + (v * inv).round()) / 2.0).round();
+        let err = interp - (vm * inv).round();
+        *slot = ((v * inv).round() - (err / 2.0).round()).clamp(-32768.0, 32767.0) as i32;
+    }
+    t[512] = (f(in_max) * inv).round().clamp(-32768.0, 32767.0) as i32;
+    t
 }

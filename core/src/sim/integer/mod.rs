@@ -51,7 +51,12 @@ pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
             got: inputs.len(),
         });
     }
-    let mut values: Vec<Option<Vec<i32>>> = p.tensors.iter().map(|t| t.data.clone()).collect();
+    // Constants as i32 codes (int64 biases are read from the program by their kernels).
+    let mut values: Vec<Option<Vec<i32>>> = p
+        .tensors
+        .iter()
+        .map(|t| t.data.as_ref().map(|d| d.iter().map(|&c| c as i32).collect()))
+        .collect();
     for (&t, x) in p.inputs.iter().zip(inputs) {
         let info = &p.tensors[t];
         let codes = match x {
@@ -100,6 +105,13 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
     };
     let y = &p.tensors[op.outputs[0]];
     let (xq, yq) = (&t(0).q, &y.q);
+    // A bias as stored (int32, or int64 under 16-bit activations).
+    let bias = |k: usize| -> Result<&[i64], String> {
+        t(k).data
+            .as_deref()
+            .ok_or_else(|| format!("bias {} is not constant", t(k).name))
+    };
+    let wide = xq.ty == IntType::I16;
     Ok(match &op.kind {
         OpKind::Conv {
             strides,
@@ -122,7 +134,8 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                 },
                 v(0)?,
                 v(1)?,
-                v(2)?,
+                bias(2)?,
+                wide,
                 xq.zp(),
                 yq.zp(),
                 &mults,
@@ -137,7 +150,8 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                 [t(0).shape[0], t(0).shape[1], t(0).shape[2], t(0).shape[3]],
                 v(1)?,
                 [w.shape[0], w.shape[1], w.shape[2], w.shape[3]],
-                v(2)?,
+                bias(2)?,
+                wide,
                 [y.shape[2], y.shape[3]],
                 *strides,
                 xq.zp(),
@@ -157,7 +171,8 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             kernels::fully_connected(
                 v(0)?,
                 v(1)?,
-                v(2)?,
+                bias(2)?,
+                wide,
                 w.shape[0],
                 w.shape[1],
                 xq.zp(),
@@ -204,13 +219,21 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             kernels::act_range(*act, yq),
             matches!(op.kind, OpKind::MaxPool { .. }),
         ),
+        OpKind::HardSwish if wide => return Err("TFLite's HARD_SWISH has no int16 kernel".into()),
         OpKind::HardSwish => {
             let hs = kernels::HardSwish::new(xq, yq)?;
             v(0)?.par_iter().map(|&a| hs.apply(a)).collect()
         }
+        OpKind::Logistic | OpKind::Tanh if wide => {
+            kernels::logistic_tanh_int16(v(0)?, xq.s(), matches!(op.kind, OpKind::Tanh))
+        }
         OpKind::Logistic | OpKind::Tanh => {
             let table = kernels::lut_int8(xq, yq, matches!(op.kind, OpKind::Tanh));
             v(0)?.iter().map(|&a| table[(a + 128).clamp(0, 255) as usize]).collect()
+        }
+        OpKind::Softmax { beta } if wide => {
+            let depth = *t(0).shape.last().unwrap_or(&1);
+            kernels::softmax_int16(v(0)?, depth.max(1), *beta, xq.s())
         }
         OpKind::Softmax { beta } => {
             let depth = *t(0).shape.last().unwrap_or(&1);
@@ -235,6 +258,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                 (xq.zp(), t(1).q.zp(), yq.zp()),
                 fixed::quantize_multiplier(real),
                 yq.ty.range(),
+                wide,
             )?;
             if shape != y.shape {
                 return Err(format!("output shape {shape:?}, expected {:?}", y.shape));
@@ -257,6 +281,15 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                     Ok(((d.sqrt() / yq.s()) as i32).saturating_add(yq.zp()).clamp(lo, hi))
                 })
                 .collect::<Result<_, String>>()?
+        }
+        OpKind::Log | OpKind::Exp if wide => {
+            let table = if matches!(op.kind, OpKind::Log) {
+                let floor = -32768.0 * yq.s();
+                kernels::lut_int16(xq, yq, |d| if d <= 0.0 { floor } else { d.ln() })
+            } else {
+                kernels::lut_int16(xq, yq, f32::exp)
+            };
+            v(0)?.iter().map(|&a| kernels::lut16_lookup(a, &table)).collect()
         }
         OpKind::Log | OpKind::Exp => {
             let table = if matches!(op.kind, OpKind::Log) {
