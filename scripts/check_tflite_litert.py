@@ -69,6 +69,10 @@ def main():
     ap.add_argument("--models", default="cls,det")
     ap.add_argument("--all-tensors", default="cls")
     ap.add_argument("--preset", default="w8a8", help="the quantize preset of the plans (w8a8, w8a16, ...)")
+    ap.add_argument(
+        "--target-sqnr",
+        help="mixed precision: promote layers to int16 until the calibration set's output SQNR reaches this (dB)",
+    )
     args = ap.parse_args()
     from ai_edge_litert import interpreter as litert
 
@@ -81,6 +85,8 @@ def main():
         tfl = os.path.join(tmp, "model.tflite")
         calib, evals = sets(m, tmp)
         cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan, "--preset", args.preset]
+        if args.target_sqnr:
+            cmd += ["--eval", calib, "--target-sqnr", args.target_sqnr]
         if m in PREPROCESS:
             cmd += ["--preprocess", PREPROCESS[m]]
         run(cmd)

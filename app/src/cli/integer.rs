@@ -25,7 +25,9 @@ struct QuantJson {
 fn codes_tensor(t: &ITensor, codes: &[i32]) -> Result<Tensor> {
     let shape = IxDyn(&t.shape);
     Ok(match t.q.ty {
-        IntType::I8 => Tensor::I8(ArrayD::from_shape_vec(shape, codes.iter().map(|&v| v as i8).collect())?),
+        IntType::I8 | IntType::I4 => {
+            Tensor::I8(ArrayD::from_shape_vec(shape, codes.iter().map(|&v| v as i8).collect())?)
+        }
         IntType::I16 => Tensor::I16(ArrayD::from_shape_vec(
             shape,
             codes.iter().map(|&v| v as i16).collect(),

@@ -76,6 +76,7 @@ fn act_fn(a: Act) -> tfl::ActivationFunctionType {
 
 fn ttype(t: IntType) -> tfl::TensorType {
     match t {
+        IntType::I4 => tfl::TensorType::INT4,
         IntType::I8 => tfl::TensorType::INT8,
         IntType::I16 => tfl::TensorType::INT16,
         IntType::I32 | IntType::Index => tfl::TensorType::INT32,
@@ -238,6 +239,11 @@ fn quant(q: &QParams, dim: i32) -> Option<tfl::QuantizationParametersT> {
 
 fn le_bytes(ty: IntType, data: &[i64]) -> Vec<u8> {
     match ty {
+        // Two per byte over the flattened tensor, low nibble first.
+        IntType::I4 => data
+            .chunks(2)
+            .map(|p| (p[0] as u8 & 0x0F) | ((p.get(1).copied().unwrap_or(0) as u8 & 0x0F) << 4))
+            .collect(),
         IntType::I8 => data.iter().map(|&v| v as i8 as u8).collect(),
         IntType::I16 => data.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
         // Float32 values are kept as their bits.
@@ -760,9 +766,9 @@ impl Writer<'_> {
                 let w = self.new_tensor(
                     wt.name.clone(),
                     &wshape,
-                    tfl::TensorType::INT8,
+                    ttype(wt.q.ty),
                     quant(&wt.q, dim),
-                    Some(le_bytes(IntType::I8, &wdata)),
+                    Some(le_bytes(wt.q.ty, &wdata)),
                 );
                 let b = self.tensor(op.inputs[2]);
                 let (y, pending) = self.output_as(op.outputs[0], true);

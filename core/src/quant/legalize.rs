@@ -9,8 +9,9 @@
 //! input grid a HardSwish look-up needs when its producer is fused, Concat inputs moved to
 //! the output's grid, a HardSigmoid folded into its convolution.
 
-use super::params::{IntType, QParams, bias_codes, check_graph, int8_weight_codes, operand_codes};
+use super::params::{IntType, QParams, bias_codes, check_graph, int8_weight_codes, operand_codes, weight_codes};
 use super::scheme::ActFormat;
+use super::scheme::WeightFormat;
 use super::{QuantError, QuantPlan, Quantizer};
 use crate::ir::{Model, Node, NodeId, Tensor, ValueId, concrete};
 use serde::{Deserialize, Serialize};
@@ -1698,6 +1699,47 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         Ok((e, out))
     }
 
+    /// A layer's weights as per-output-channel codes (`axis`): int8, or int4 where the plan
+    /// says 4-bit weights and the TFLite kernel takes them (`int4_ok`). The plan's groups of
+    /// 4-bit weights become one scale per output channel, TFLite's only int4 scheme.
+    fn layer_weights(
+        &mut self,
+        node: &Node,
+        data: &[f32],
+        shape: &[usize],
+        axis: usize,
+        int4_ok: bool,
+    ) -> (super::params::WeightCodes, IntType) {
+        let WeightFormat::Int4 { group } = self.plan.precision(node).weights else {
+            return (int8_weight_codes(data, shape, axis), IntType::I8);
+        };
+        let per_channel = data.len() / shape.get(axis).copied().unwrap_or(1).max(1);
+        let name = node.input(1).map(|v| self.name(v)).unwrap_or_default();
+        if !int4_ok {
+            self.constraint(
+                &name,
+                &node.name,
+                "int4-weights-as-int8",
+                format!(
+                    "4-bit weights stored as int8: TFLite's {} kernel has no int4 filter here",
+                    node.op
+                ),
+            );
+            return (int8_weight_codes(data, shape, axis), IntType::I8);
+        }
+        if group < per_channel {
+            self.constraint(
+                &name,
+                &node.name,
+                "int4-per-channel",
+                format!(
+                    "int4 with one scale per output channel ({per_channel} weights each), TFLite's only int4 scheme; the plan has one per group of {group}"
+                ),
+            );
+        }
+        (weight_codes(data, shape, axis, 7.0), IntType::I4)
+    }
+
     /// A layer's float bias (zeros without one) less the plan's bias correction.
     fn layer_bias(&self, node: &Node, channels: usize) -> Result<Vec<f32>, String> {
         let mut bias: Vec<f32> = match node.input(2) {
@@ -1752,7 +1794,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         node: &Node,
         wv: ValueId,
         shape: Vec<usize>,
-        codes: Vec<i32>,
+        (codes, wty): (Vec<i32>, IntType),
         scales: &[f64],
         bias: &[f32],
         s_in: f32,
@@ -1768,7 +1810,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             name: self.name(wv),
             shape,
             q: QParams {
-                ty: IntType::I8,
+                ty: wty,
                 scale: s_w.clone(),
                 zero_point: vec![0; channels],
                 axis: Some(0),
@@ -1931,16 +1973,18 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             return Err("auto_pad convolution: optimize the model first".into());
         }
         let mut bias = self.layer_bias(node, wshape[0])?;
-        let w = int8_weight_codes(&wdata, &wshape, 0);
+        let groups = node.attr_i("group").unwrap_or(1).max(1) as usize;
+        // TFLite's depthwise kernel reads int4 filters as int8 under int16 inputs.
+        let int4_ok = groups == 1 || groups != self.shape(x).map_err(|e| e.to_string())?[1];
+        let (w, wty) = self.layer_weights(node, &wdata, &wshape, 0, int4_ok);
         let mut scales = w.scales;
         let ty = self.ty_of(y)?;
         let xi = self.input(node, x, ty)?;
         let s_in = self.program.tensors[xi].q.s();
         let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
-        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in, bias_ty);
+        let (wt, bt) = self.weight_and_bias(node, wv, wshape, (w.codes, wty), &scales, &bias, s_in, bias_ty);
         let (strides, dilations, pads) = (attr2(node, "strides", 1), attr2(node, "dilations", 1), pads4(node));
-        let groups = node.attr_i("group").unwrap_or(1).max(1) as usize;
         let kind = |act| OpKind::Conv {
             strides,
             dilations,
@@ -1979,7 +2023,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             }
         }
         let wshape = vec![co, ci, kh, kw];
-        let w = int8_weight_codes(&t, &wshape, 0);
+        let (w, wty) = self.layer_weights(node, &t, &wshape, 0, false);
         let mut scales = w.scales;
         let mut bias = self.layer_bias(node, co)?;
         let ty = self.ty_of(y)?;
@@ -1987,7 +2031,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let s_in = self.program.tensors[xi].q.s();
         let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
-        let (wt, bt) = self.weight_and_bias(node, wv, wshape, w.codes, &scales, &bias, s_in, bias_ty);
+        let (wt, bt) = self.weight_and_bias(node, wv, wshape, (w.codes, wty), &scales, &bias, s_in, bias_ty);
         let strides = attr2(node, "strides", 1);
         self.emit_with_epilogue(
             node,
@@ -2007,7 +2051,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             return Err("only 2-D constant MatMul weights have an integer form".into());
         }
         let (k, n) = (wshape[0], wshape[1]);
-        let w = int8_weight_codes(&wdata, &wshape, 1);
+        let (w, wty) = self.layer_weights(node, &wdata, &wshape, 1, true);
         // [K, N] → [N, K].
         let mut codes = vec![0; k * n];
         for i in 0..k {
@@ -2023,7 +2067,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let s_in = self.program.tensors[xi].q.s();
         let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
-        let (wt, bt) = self.weight_and_bias(node, wv, vec![n, k], codes, &scales, &bias, s_in, bias_ty);
+        let (wt, bt) = self.weight_and_bias(node, wv, vec![n, k], (codes, wty), &scales, &bias, s_in, bias_ty);
         self.emit_with_epilogue(node, |act| OpKind::FullyConnected { act }, vec![xi, wt, bt], y, epi)
     }
 }

@@ -18,6 +18,8 @@ pub enum IntType {
     I32,
     /// Biases under 16-bit activations (TFLite's 16×8 scheme).
     I64,
+    /// 4-bit weights (−7..7), stored two per byte, low nibble first.
+    I4,
     F32,
     Bool,
     /// int32 values that are integers by construction (token ids, byte values, indices):
@@ -29,6 +31,7 @@ impl IntType {
     /// The type's code range.
     pub fn range(self) -> (i32, i32) {
         match self {
+            Self::I4 => (-8, 7),
             Self::I8 => (-128, 127),
             Self::I16 => (-32768, 32767),
             Self::I32 | Self::I64 | Self::F32 | Self::Index => (i32::MIN, i32::MAX),
@@ -38,11 +41,12 @@ impl IntType {
 
     /// Codes on a grid (not float32 values or booleans).
     pub fn is_quantized(self) -> bool {
-        matches!(self, Self::I8 | Self::I16 | Self::I32 | Self::I64)
+        matches!(self, Self::I4 | Self::I8 | Self::I16 | Self::I32 | Self::I64)
     }
 
     pub fn name(self) -> &'static str {
         match self {
+            Self::I4 => "int4",
             Self::I8 => "int8",
             Self::I16 => "int16",
             Self::I32 => "int32",
@@ -157,6 +161,11 @@ pub struct WeightCodes {
 
 /// Per-channel symmetric int8 codes of `data` (`shape`, channels on `axis`).
 pub fn int8_weight_codes(data: &[f32], shape: &[usize], axis: usize) -> WeightCodes {
+    weight_codes(data, shape, axis, 127.0)
+}
+
+/// Per-channel symmetric codes in `−top..=top` (127 for int8, 7 for int4).
+pub fn weight_codes(data: &[f32], shape: &[usize], axis: usize, top: f64) -> WeightCodes {
     let channels = shape.get(axis).copied().unwrap_or(1).max(1);
     let inner: usize = shape.get(axis + 1..).map_or(1, |s| s.iter().product::<usize>().max(1));
     let mut amax = vec![0f64; channels];
@@ -168,13 +177,13 @@ pub fn int8_weight_codes(data: &[f32], shape: &[usize], axis: usize) -> WeightCo
     for m in &mut amax {
         *m = m.max(floor);
     }
-    let scales: Vec<f64> = amax.iter().map(|m| if *m > 0.0 { m / 127.0 } else { 1.0 }).collect();
+    let scales: Vec<f64> = amax.iter().map(|m| if *m > 0.0 { m / top } else { 1.0 }).collect();
     let codes = data
         .iter()
         .enumerate()
         .map(|(i, &v)| {
             let s = scales[(i / inner) % channels];
-            (f64::from(v) / s).round_ties_even().clamp(-127.0, 127.0) as i32
+            (f64::from(v) / s).round_ties_even().clamp(-top, top) as i32
         })
         .collect();
     WeightCodes { codes, scales }
