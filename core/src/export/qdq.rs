@@ -1,14 +1,16 @@
 //! QDQ ONNX export: the optimized graph with a QuantizeLinear/DequantizeLinear pair after
-//! every activation the plan quantizes (on the plan's grid, as signed int8 — the same
-//! steps as the simulator's unsigned grid — or uint16 for 16-bit layers), and weights,
-//! biases and constant operands stored as integer codes behind a DequantizeLinear
-//! (int8 per output channel, int32 biases on input scale × weight scale, int8 per tensor).
+//! every activation the plan quantizes, with the legalized parameters (int8: the plan's
+//! grid, the same steps as the simulator's unsigned grid; int16: symmetric with zero point
+//! 0, TFLite's 16×8 scheme), and weights, biases and constant operands stored as integer
+//! codes behind a DequantizeLinear (int8 per output channel — 4-bit layers' codes in −7..7
+//! with one scale per output channel, as the TFLite export has them, in int8 storage —
+//! int32 biases on input scale × weight scale, int8 per tensor).
 //! Per-channel (axis) Q/DQ needs opset 13; below it, and for 16-bit codes below opset 21,
 //! the pairs use onnxruntime's `com.microsoft` domain, which takes `axis` at any opset.
 
 use crate::ir::{Attr, Constant, DType, Model, Node, Tensor, Value, ValueId};
-use crate::quant::params::{IntType, QParams, bias_codes, int8_operand, int8_weight_codes};
-use crate::quant::scheme::{ActFormat, Affine, WeightFormat};
+use crate::quant::params::{IntType, QParams, bias_codes, int8_operand, weight_codes};
+use crate::quant::scheme::{ActFormat, WeightFormat};
 use crate::quant::{QuantPlan, Quantizer, is_bias, is_data_operand, weight_axis};
 use ndarray::{ArrayD, IxDyn};
 
@@ -169,10 +171,16 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
                 ) else {
                     continue;
                 };
-                let w = int8_weight_codes(
+                let top = if matches!(prec.weights, WeightFormat::Int4 { .. }) {
+                    7.0
+                } else {
+                    127.0
+                };
+                let w = weight_codes(
                     &wc.tensor().to_f32().iter().copied().collect::<Vec<_>>(),
                     &wc.shape,
                     axis,
+                    top,
                 );
                 let s_w: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
                 let mut bias = data.clone();
@@ -190,7 +198,12 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
                 let codes = Tensor::I32(ArrayD::from_shape_vec(IxDyn(&c.shape), codes).unwrap_or_default());
                 b.dequantized(g, &name, &codes, &s, &zp, Some(0))
             } else if let Some(axis) = weight_axis(&original, node, k) {
-                let w = int8_weight_codes(&data, &c.shape, axis);
+                let top = if matches!(prec.weights, WeightFormat::Int4 { .. }) {
+                    7.0
+                } else {
+                    127.0
+                };
+                let w = weight_codes(&data, &c.shape, axis, top);
                 let s: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
                 let codes = Tensor::I8(
                     ArrayD::from_shape_vec(IxDyn(&c.shape), w.codes.iter().map(|&v| v as i8).collect())
@@ -239,11 +252,13 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
                 )
             }
             ActFormat::Int16 => {
-                let a = Affine::from_range(range.0, range.1, 65535.0);
+                let Some(p) = QParams::activation(format, range) else {
+                    continue;
+                };
                 (
-                    DType::U16,
-                    a.scale as f32,
-                    Tensor::U16(ArrayD::from_elem(IxDyn(&[]), a.zero_point as u16)),
+                    DType::I16,
+                    p.s(),
+                    Tensor::I16(ArrayD::from_elem(IxDyn(&[]), 0)),
                     b.domain16.clone(),
                 )
             }

@@ -282,7 +282,9 @@ pub(crate) fn weight_axis(g: &Graph, node: &Node, input: usize) -> Option<usize>
 /// such as Resize's scales, Clip's bounds or a shape.
 pub(crate) fn is_data_operand(node: &Node, input: usize) -> bool {
     match node.op.as_str() {
-        "Add" | "Sub" | "Mul" | "Div" | "PRelu" | "Concat" | "Max" | "Min" => true,
+        // Max/Min constants are bounds compared on the activation's own grid (a −∞ bound
+        // has no grid of its own).
+        "Add" | "Sub" | "Mul" | "Div" | "PRelu" | "Concat" => true,
         "MatMul" => input == 0,
         "LayerNormalization" | "InstanceNormalization" => input >= 1,
         _ => false,

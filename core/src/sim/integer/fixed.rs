@@ -242,6 +242,23 @@ mod tests {
     }
 
     #[test]
+    fn the_int64_multiply_rounds_half_up_with_a_16_bit_multiplier() {
+        // 0.5 as (2^30, 0): ±1.5 rounds up (to 2 and −1), where the int32 form rounds
+        // away from zero (2 and −2).
+        let (q, s) = quantize_multiplier(0.5);
+        assert_eq!(mbqm64(3, q, s), 2);
+        assert_eq!(mbqm64(-3, q, s), -1);
+        assert_eq!(mbqm(-3, q, s), -2);
+        // The multiplier keeps 16 bits: 0.3 becomes 19661 / 2^16, so 10^6 · 0.3 reads
+        // 300_003, not 300_000.
+        let (q, s) = quantize_multiplier(0.3);
+        assert_eq!(mbqm64(1_000_000, q, s), 300_003);
+        assert_eq!(mbqm(1_000_000, q, s), 300_000);
+        // Accumulators beyond int32 (int16 inputs, int64 biases) stay exact.
+        assert_eq!(mbqm64(1i64 << 40, 1 << 30, -20), 1 << 19);
+    }
+
+    #[test]
     fn gemmlowp_exp_and_reciprocal_match_the_reference_emulation() {
         // Values of the numpy emulation of gemmlowp that was checked against LiteRT's
         // reference softmax (`exp_on_negative_values`, `one_over_one_plus_x_for_x_in_0_1`,
