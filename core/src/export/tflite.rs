@@ -125,8 +125,6 @@ fn padding(
 /// dims). Every other tensor keeps the graph's layout, so attention maps, sequences and
 /// other rank-4 tensors that are not images keep their axes.
 fn layouts(p: &Program) -> Vec<bool> {
-    let n = p.tensors.len();
-    let mut parent: Vec<usize> = (0..n).collect();
     fn find(parent: &mut [usize], mut i: usize) -> usize {
         while parent[i] != i {
             parent[i] = parent[parent[i]];
@@ -134,6 +132,8 @@ fn layouts(p: &Program) -> Vec<bool> {
         }
         i
     }
+    let n = p.tensors.len();
+    let mut parent: Vec<usize> = (0..n).collect();
     let mut forced = vec![false; n];
     let rank4 = |t: usize| p.tensors[t].shape.len() == 4 && p.tensors[t].data.is_none();
     for op in &p.ops {
@@ -187,8 +187,8 @@ fn layouts(p: &Program) -> Vec<bool> {
         }
     }
     let mut group_nhwc = vec![false; n];
-    for t in 0..n {
-        if forced[t] {
+    for (t, &f) in forced.iter().enumerate() {
+        if f {
             let r = find(&mut parent, t);
             group_nhwc[r] = true;
         }
@@ -573,7 +573,7 @@ impl Writer<'_> {
                 1,
                 ins,
                 vec![y],
-                tfl::BuiltinOptionsT::DivOptions(Box::new(tfl::DivOptionsT::default())),
+                tfl::BuiltinOptionsT::DivOptions(Box::default()),
             ),
             FloatOp::Equal => self.emit(B::EQUAL, 1, ins, vec![y], tfl::BuiltinOptionsT::NONE),
             FloatOp::HardSwish => self.emit(
@@ -590,7 +590,7 @@ impl Writer<'_> {
                     1,
                     vec![one, ins[0]],
                     vec![y],
-                    tfl::BuiltinOptionsT::DivOptions(Box::new(tfl::DivOptionsT::default())),
+                    tfl::BuiltinOptionsT::DivOptions(Box::default()),
                 );
             }
             FloatOp::Cast => self.emit(
@@ -646,7 +646,7 @@ impl Writer<'_> {
                 vec![a, b],
                 name,
                 shape,
-                tfl::BuiltinOptionsT::AddOptions(Box::new(tfl::AddOptionsT::default())),
+                tfl::BuiltinOptionsT::AddOptions(Box::default()),
             )
         };
         let mul = |w: &mut Self, a: i32, b: i32, name: String, shape: &[usize]| {
@@ -655,7 +655,7 @@ impl Writer<'_> {
                 vec![a, b],
                 name,
                 shape,
-                tfl::BuiltinOptionsT::MulOptions(Box::new(tfl::MulOptionsT::default())),
+                tfl::BuiltinOptionsT::MulOptions(Box::default()),
             )
         };
         let ve = add(self, var, eps, format!("{base}:ln_variance_eps"), &reduced);
@@ -671,7 +671,7 @@ impl Writer<'_> {
             vec![xf, mean],
             format!("{base}:ln_centered"),
             &shape,
-            tfl::BuiltinOptionsT::SubOptions(Box::new(tfl::SubOptionsT::default())),
+            tfl::BuiltinOptionsT::SubOptions(Box::default()),
         );
         let normed = mul(self, c, r, format!("{base}:ln_normalized"), &shape);
         let width = shape[rank - 1];
@@ -683,7 +683,7 @@ impl Writer<'_> {
             1,
             vec![scaled, b],
             vec![yf],
-            tfl::BuiltinOptionsT::AddOptions(Box::new(tfl::AddOptionsT::default())),
+            tfl::BuiltinOptionsT::AddOptions(Box::default()),
         );
     }
 

@@ -670,11 +670,11 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             vec![(i0.0, Some(out))]
         }
         "Slice" => {
+            // Symbolic dims stand in as a large size: an axis sliced there stays symbolic.
+            const UNKNOWN: usize = 1 << 40;
             let Some(x) = i0.1.clone() else {
                 return vec![(i0.0, None)];
             };
-            // Symbolic dims stand in as a large size: an axis sliced there stays symbolic.
-            const UNKNOWN: usize = 1 << 40;
             let fake: Vec<usize> = x
                 .iter()
                 .map(|d| if let Dim::Fixed(v) = d { *v } else { UNKNOWN })

@@ -49,11 +49,10 @@ impl IntType {
             Self::I4 => "int4",
             Self::I8 => "int8",
             Self::I16 => "int16",
-            Self::I32 => "int32",
+            Self::I32 | Self::Index => "int32",
             Self::I64 => "int64",
             Self::F32 => "float32",
             Self::Bool => "bool",
-            Self::Index => "int32",
         }
     }
 }

@@ -702,19 +702,22 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
         }
         FloatOp::Reciprocal => spread(0)?.iter().map(|x| 1.0f32 / x).collect(),
         // reference_ops::HardSwish<float>: in · min(6, max(0, in + 3)) / 6.
-        FloatOp::HardSwish => spread(0)?
-            .iter()
-            .map(|&x| x * (x + 3.0).max(0.0).min(6.0) / 6.0)
-            .collect(),
+        FloatOp::HardSwish => spread(0)?.iter().map(|&x| hard_swish_f32(x)).collect(),
         FloatOp::Cast => spread(0)?,
         FloatOp::Where => {
             let (c, a, b) = (spread(0)?, spread(1)?, spread(2)?);
             c.iter()
                 .zip(a.iter().zip(&b))
-                .map(|(&c, (&a, &b))| if c != 0.0 { a } else { b })
+                .map(|(&c, (&a, &b))| if c == 0.0 { b } else { a })
                 .collect()
         }
     })
+}
+
+/// `in · min(6, max(0, in + 3)) / 6` in this order, as the float reference kernel.
+#[expect(clippy::manual_clamp, reason = "max then min, as std::max and std::min in the reference kernel")]
+fn hard_swish_f32(x: f32) -> f32 {
+    x * (x + 3.0).max(0.0).min(6.0) / 6.0
 }
 
 /// LayerNormalization over the last axis as LiteRT's float reference kernels compute the
@@ -808,6 +811,7 @@ pub fn lut_int16(x: &QParams, y: &QParams, f: impl Fn(f32) -> f32) -> Vec<i32> {
     lut_int16_over(in_min, in_max, out_min, out_max, f)
 }
 
+#[expect(clippy::manual_midpoint, reason = "the reference computes (a + b) / 2 in this order")]
 fn lut_int16_over(in_min: f32, in_max: f32, out_min: f32, out_max: f32, f: impl Fn(f32) -> f32) -> Vec<i32> {
     let step = (in_max - in_min) / 512.0;
     let half = step / 2.0;
@@ -952,6 +956,7 @@ pub fn softmax_int16(x: &[i32], depth: usize, beta: f32, in_scale: f32) -> Vec<i
 }
 
 /// `LUTPopulateInt16<double>` for given scales and zero points (SOFTMAX int16's tables).
+#[expect(clippy::manual_midpoint, reason = "the reference computes (a + b) / 2 in this order")]
 fn lut_int16_f64(s_in: f64, zp_in: i32, s_out: f64, zp_out: i32, f: impl Fn(f64) -> f64) -> Vec<i32> {
     let in_min = s_in * f64::from(-32768 - zp_in);
     let in_max = s_in * f64::from(32767 - zp_in);
