@@ -395,7 +395,8 @@ pub fn load_plan(path: &Path) -> Result<QuantPlan, PlanFileError> {
 /// Which deployable files the export stage writes beside the graph, plan and report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BundleFormats {
-    /// `<stem>.int8.tflite` (when the plan has an integer form).
+    /// `<stem>.int8.tflite`, or `<stem>.int16.tflite` when layers have 16-bit activations
+    /// (when the plan has an integer form).
     pub tflite: bool,
     /// `<stem>.qdq.onnx`.
     pub qdq: bool,
@@ -415,12 +416,15 @@ impl Default for BundleFormats {
 pub struct Bundle {
     pub files: Vec<PathBuf>,
     pub skipped: Vec<String>,
+    /// What a user should know of a written file (nodes left in float).
+    pub notes: Vec<String>,
 }
 
 /// The export stage: the optimized graph (`<stem>.optimized.onnx`), the plan
 /// (`<stem>.quant.ron`, what `analyze --plan` reads), its error report
-/// (`<stem>.quant_report.json`) and the chosen deployable files (`<stem>.int8.tflite`,
-/// `<stem>.qdq.onnx`) in `dir`, each written atomically. A TFLite file the plan cannot
+/// (`<stem>.quant_report.json`) and the chosen deployable files (`<stem>.int8.tflite` —
+/// `.int16.tflite` with 16-bit layers — and `<stem>.qdq.onnx`) in `dir`, each written
+/// atomically. A TFLite file the plan cannot
 /// become (no integer form yet) is skipped with the reason; every other failure is an
 /// error.
 pub fn export_bundle(
@@ -453,15 +457,27 @@ pub fn export_bundle(
     let mut bundle = Bundle {
         files: vec![onnx, plan_path, report_path],
         skipped: Vec::new(),
+        notes: Vec::new(),
     };
     let mut step = 3;
     if formats.tflite {
         progress.update(step, steps, "writing the TFLite model");
         step += 1;
-        let path = dir.join(format!("{stem}.int8.tflite"));
         match legalize(optimized, plan, &HashMap::new()) {
             Ok(p) => {
-                export_tflite(&p, crate::export::tflite::Io::Int8, &path)?;
+                let wide = p
+                    .tensors
+                    .iter()
+                    .any(|t| t.data.is_none() && t.q.ty == crate::quant::params::IntType::I16);
+                let path = dir.join(format!("{stem}.{}.tflite", if wide { "int16" } else { "int8" }));
+                let w = export_tflite(&p, crate::export::tflite::Io::Int8, &path)?;
+                if !w.float_nodes.is_empty() {
+                    bundle.notes.push(format!(
+                        "{} node(s) with no integer TFLite form run in float32: {}",
+                        w.float_nodes.len(),
+                        w.float_nodes.join(", ")
+                    ));
+                }
                 bundle.files.push(path);
             }
             Err(e) => bundle.skipped.push(format!("TFLite not written: {e}")),

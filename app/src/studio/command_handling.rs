@@ -31,7 +31,7 @@ pub(super) enum Written {
         generation: u64,
         dir: PathBuf,
         files: usize,
-        /// Chosen files not written, with the reason.
+        /// Chosen files not written, with the reason, and notes on the written ones.
         skipped: Vec<String>,
     },
 }
@@ -434,7 +434,7 @@ impl Studio {
                 generation,
                 dir,
                 files: bundle.files.len(),
-                skipped: bundle.skipped,
+                skipped: bundle.skipped.into_iter().chain(bundle.notes).collect(),
             })
         });
     }

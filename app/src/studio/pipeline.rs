@@ -332,7 +332,7 @@ fn can_run(st: &PipelineCx<'_>, stage: Stage, status: &Status, stale: &Staleness
 fn export_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
     ui.menu_button(egui::RichText::new("Formats").small(), |ui| {
         let mut f = st.formats;
-        ui.checkbox(&mut f.tflite, "TFLite int8 (.int8.tflite)")
+        ui.checkbox(&mut f.tflite, "TFLite (.int8.tflite, .int16.tflite with 16-bit layers)")
             .on_hover_text("A fully quantized int8 TFLite model, when every layer has an integer form");
         ui.checkbox(&mut f.qdq, "QDQ ONNX (.qdq.onnx)")
             .on_hover_text("The optimized graph with QuantizeLinear/DequantizeLinear pairs");

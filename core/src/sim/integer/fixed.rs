@@ -243,12 +243,14 @@ mod tests {
 
     #[test]
     fn the_int64_multiply_rounds_half_up_with_a_16_bit_multiplier() {
-        // 0.5 as (2^30, 0): ±1.5 rounds up (to 2 and −1), where the int32 form rounds
-        // away from zero (2 and −2).
-        let (q, s) = quantize_multiplier(0.5);
-        assert_eq!(mbqm64(3, q, s), 2);
-        assert_eq!(mbqm64(-3, q, s), -1);
-        assert_eq!(mbqm(-3, q, s), -2);
+        // 0.25 as (2^30, −1): ±1.5 rounds up (to 2 and −1), where the int32 form's
+        // final rounding shift rounds away from zero (2 and −2).
+        let (q, s) = quantize_multiplier(0.25);
+        assert_eq!((q, s), (1 << 30, -1));
+        assert_eq!(mbqm64(6, q, s), 2);
+        assert_eq!(mbqm64(-6, q, s), -1);
+        assert_eq!(mbqm(6, q, s), 2);
+        assert_eq!(mbqm(-6, q, s), -2);
         // The multiplier keeps 16 bits: 0.3 becomes 19661 / 2^16, so 10^6 · 0.3 reads
         // 300_003, not 300_000.
         let (q, s) = quantize_multiplier(0.3);
