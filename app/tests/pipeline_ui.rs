@@ -268,7 +268,8 @@ fn pipeline_stages_run_export_and_go_stale() {
     for _ in 0..4 {
         h.step();
     }
-    h.get_by_label("TFLite (.int8.tflite, .int16.tflite with 16-bit layers)").click();
+    h.get_by_label("TFLite (.int8.tflite, .int16.tflite with 16-bit layers)")
+        .click();
     for _ in 0..4 {
         h.step();
     }

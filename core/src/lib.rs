@@ -2,6 +2,7 @@
 //! GUI dependency. The app and the CLI talk to this crate only, through [`pipeline`] for
 //! the stages and the stage modules for the values they return.
 
+pub mod compiler;
 pub mod export;
 pub mod import;
 pub mod ir;
@@ -10,3 +11,4 @@ pub mod pipeline;
 pub mod progress;
 pub mod quant;
 pub mod sim;
+pub mod target;

@@ -521,6 +521,26 @@ pub fn run_integer(
     crate::sim::integer::run(program, inputs)
 }
 
+/// The bundled NPU targets (`plugins/targets/*.ron`).
+pub fn targets() -> Result<Vec<crate::target::Target>, crate::target::TargetError> {
+    crate::target::load_dir(&crate::target::builtin_dir())
+}
+
+/// A bundled target by id, or a target file.
+pub fn target(id_or_path: &str) -> Result<crate::target::Target, crate::target::TargetError> {
+    crate::target::find(id_or_path)
+}
+
+/// The compile stage on a legalized program: NPU/CPU placement with reasons, segments,
+/// activation memory and the per-layer performance estimate for `target`.
+pub fn compile(
+    program: &crate::quant::legalize::Program,
+    target: &crate::target::Target,
+    options: &crate::compiler::Options,
+) -> crate::compiler::Compiled {
+    crate::compiler::compile(program, target, options)
+}
+
 /// The TFLite export of a legalized program, written atomically.
 pub fn export_tflite(
     program: &crate::quant::legalize::Program,

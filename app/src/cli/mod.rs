@@ -1,8 +1,9 @@
 //! Subcommands: `info`, `run`, `bench`, `bench-layout`, `optimize`, `quantize`, `analyze`,
-//! `simulate`, `export`, `bench-quant-edit`; no subcommand opens the studio. Their flags and JSON
+//! `simulate`, `export`, `targets`, `compile`, `bench-quant-edit`; no subcommand opens the studio. Their flags and JSON
 //! fields are a stable contract.
 
 mod benches;
+mod compile;
 mod inspect;
 mod integer;
 mod optimize;
@@ -98,6 +99,42 @@ enum Command {
         /// Fix an input shape (default: the plan's calibration shape), e.g. `x=1x3x48x192`.
         #[arg(long = "shape", value_name = "NAME=DIMS")]
         shapes: Vec<String>,
+    },
+    /// Lists the NPU targets (`plugins/targets/*.ron`): id, MAC rates, clock, SRAM,
+    /// bandwidths, host CPU and the ops each runs on the NPU.
+    Targets {
+        #[arg(long)]
+        json: bool,
+        /// Print the supported-ops document (docs/supported-ops.md) instead.
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+    },
+    /// Partitions a plan's integer program between a target's NPU and its host CPU and
+    /// estimates its cost: placement and reason per op, segments, SRAM peak, per-layer
+    /// cycles (compute against memory), latency with the CPU segments, energy.
+    Compile {
+        model: PathBuf,
+        #[arg(long, value_name = "PLAN.ron")]
+        plan: PathBuf,
+        /// A target id (`npu-studio targets`) or a target file (.ron).
+        #[arg(long, default_value = "ethos-u55-128")]
+        target: String,
+        /// Fix an input shape (default: the plan's calibration shape), e.g. `x=1x3x48x192`.
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shapes: Vec<String>,
+        /// Keep this graph node on the CPU (repeat).
+        #[arg(long = "force-cpu", value_name = "NODE")]
+        force_cpu: Vec<String>,
+        /// The whole result as JSON (`placements`, `segments`, `boundaries`, `layers`,
+        /// `memory`, `totals`), written atomically.
+        #[arg(long, value_name = "FILE.json")]
+        report: Option<PathBuf>,
+        /// The per-layer table as CSV.
+        #[arg(long, value_name = "FILE.csv")]
+        csv: Option<PathBuf>,
+        /// Print the report as JSON instead of the summary.
+        #[arg(long)]
+        json: bool,
     },
     /// Times the graph view: layout, opening with collapsed scopes, expanding a scope and
     /// painting frames while panning, on synthetic DAGs and on the given model files.
@@ -278,6 +315,26 @@ pub fn main() -> Result<()> {
             io,
             shapes,
         }) => integer::export(&model, &plan, &format, &out, &io, &shapes),
+        Some(Command::Targets { json, markdown }) => compile::targets(json, markdown),
+        Some(Command::Compile {
+            model,
+            plan,
+            target,
+            shapes,
+            force_cpu,
+            report,
+            csv,
+            json,
+        }) => compile::compile(&compile::CompileArgs {
+            model: &model,
+            plan: &plan,
+            target: &target,
+            shapes: &shapes,
+            force_cpu: &force_cpu,
+            report: report.as_deref(),
+            csv: csv.as_deref(),
+            json,
+        }),
         Some(Command::BenchLayout {
             models,
             synthetic,

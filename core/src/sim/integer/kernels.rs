@@ -715,7 +715,10 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
 }
 
 /// `in · min(6, max(0, in + 3)) / 6` in this order, as the float reference kernel.
-#[expect(clippy::manual_clamp, reason = "max then min, as std::max and std::min in the reference kernel")]
+#[expect(
+    clippy::manual_clamp,
+    reason = "max then min, as std::max and std::min in the reference kernel"
+)]
 fn hard_swish_f32(x: f32) -> f32 {
     x * (x + 3.0).max(0.0).min(6.0) / 6.0
 }

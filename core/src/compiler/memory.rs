@@ -1,0 +1,194 @@
+//! Activation memory: live ranges in program order (a RESHAPE's output shares its input's
+//! buffer), the peak of bytes alive at once and the sum of all activations beside it.
+
+use crate::quant::legalize::{OpKind, Program};
+use crate::quant::params::IntType;
+use serde::{Deserialize, Serialize};
+
+/// Bytes per element of a stored tensor (int4 packed two per byte, rounded up per tensor).
+pub fn tensor_bytes(ty: IntType, elements: usize) -> u64 {
+    let e = elements as u64;
+    match ty {
+        IntType::I4 => e.div_ceil(2),
+        IntType::I8 | IntType::Bool => e,
+        IntType::I16 => 2 * e,
+        IntType::I32 | IntType::Index | IntType::F32 => 4 * e,
+        IntType::I64 => 8 * e,
+    }
+}
+
+/// One activation buffer and the steps it is alive (program op indices, inclusive;
+/// inputs start at 0, outputs end at the last op).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LiveRange {
+    pub tensor: String,
+    pub bytes: u64,
+    pub first: usize,
+    pub last: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPlan {
+    pub ranges: Vec<LiveRange>,
+    /// Per program tensor, the index of its buffer in `ranges` (RESHAPE outputs share
+    /// their input's; constants have none).
+    pub range_of: Vec<Option<usize>>,
+    /// Bytes alive after each op.
+    pub occupancy: Vec<u64>,
+    pub peak_bytes: u64,
+    /// The op where the peak is reached.
+    pub peak_at: usize,
+    /// Every activation buffer added up (what a planner without reuse would need).
+    pub activation_bytes: u64,
+    /// The packed arena: one offset per range, and its size (at least the peak).
+    pub arena: Arena,
+    /// Buffers placed off-chip because the arena does not fit the target's SRAM (set by
+    /// the compile stage), and the SRAM arena of the others.
+    #[serde(default)]
+    pub spilled: Vec<String>,
+    #[serde(default)]
+    pub sram_arena_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Arena {
+    pub offsets: Vec<u64>,
+    pub size: u64,
+}
+
+/// Which buffers live off-chip so that the rest fits `sram` bytes: the largest go first,
+/// and the arena is packed again after each (empty when everything fits).
+pub fn spill(ranges: &[LiveRange], sram: u64) -> (Vec<bool>, Arena) {
+    let mut off = vec![false; ranges.len()];
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(ranges[i].bytes), i));
+    let mut next = order.into_iter();
+    loop {
+        let kept: Vec<LiveRange> = ranges
+            .iter()
+            .zip(&off)
+            .map(|(r, &o)| {
+                if o {
+                    LiveRange { bytes: 0, ..r.clone() }
+                } else {
+                    r.clone()
+                }
+            })
+            .collect();
+        let a = pack(&kept);
+        if a.size <= sram {
+            return (off, a);
+        }
+        match next.next() {
+            Some(i) => off[i] = true,
+            None => return (off, a),
+        }
+    }
+}
+
+/// Packs live ranges into one arena: largest buffers first, each at the lowest offset
+/// where it overlaps no buffer alive at the same time.
+pub fn pack(ranges: &[LiveRange]) -> Arena {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(ranges[i].bytes), ranges[i].first, i));
+    let mut offsets = vec![0u64; ranges.len()];
+    let mut placed: Vec<usize> = Vec::with_capacity(ranges.len());
+    let mut size = 0;
+    for &i in &order {
+        let r = &ranges[i];
+        // Intervals taken by placed buffers whose lifetimes meet this one's, by offset.
+        let mut taken: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|&&j| ranges[j].first <= r.last && r.first <= ranges[j].last)
+            .map(|&j| (offsets[j], offsets[j] + ranges[j].bytes))
+            .collect();
+        taken.sort_unstable();
+        let mut at = 0u64;
+        for (a, b) in taken {
+            if at + r.bytes <= a {
+                break;
+            }
+            at = at.max(b);
+        }
+        offsets[i] = at;
+        size = size.max(at + r.bytes);
+        placed.push(i);
+    }
+    Arena { offsets, size }
+}
+
+/// Live ranges of every activation buffer of `p`.
+pub fn plan(p: &Program) -> MemoryPlan {
+    let n = p.tensors.len();
+    // A RESHAPE output is a view of its input: both map to one buffer.
+    let mut root: Vec<usize> = (0..n).collect();
+    for op in &p.ops {
+        if matches!(op.kind, OpKind::Reshape)
+            && let (Some(&i), Some(&o)) = (op.inputs.first(), op.outputs.first())
+        {
+            root[o] = root[i];
+        }
+    }
+    let last_op = p.ops.len().saturating_sub(1);
+    let mut first = vec![usize::MAX; n];
+    let mut last = vec![0usize; n];
+    let mut used = vec![false; n];
+    for &i in &p.inputs {
+        let r = root[i];
+        first[r] = 0;
+        used[r] = true;
+    }
+    for (k, op) in p.ops.iter().enumerate() {
+        for &t in op.inputs.iter().chain(&op.outputs) {
+            if p.tensors[t].data.is_some() {
+                continue;
+            }
+            let r = root[t];
+            used[r] = true;
+            first[r] = first[r].min(k);
+            last[r] = last[r].max(k);
+        }
+    }
+    for &o in &p.outputs {
+        last[root[o]] = last_op;
+    }
+    let mut ranges = Vec::new();
+    let mut own = vec![None; n];
+    for t in 0..n {
+        if !used[t] || root[t] != t || p.tensors[t].data.is_some() {
+            continue;
+        }
+        own[t] = Some(ranges.len());
+        let tt = &p.tensors[t];
+        ranges.push(LiveRange {
+            tensor: tt.name.clone(),
+            bytes: tensor_bytes(tt.q.ty, tt.shape.iter().product()),
+            first: first[t].min(last[t]),
+            last: last[t],
+        });
+    }
+    let mut occupancy = vec![0u64; p.ops.len().max(1)];
+    for r in &ranges {
+        for o in &mut occupancy[r.first..=r.last] {
+            *o += r.bytes;
+        }
+    }
+    let (peak_at, peak_bytes) = occupancy
+        .iter()
+        .copied()
+        .enumerate()
+        .max_by_key(|&(i, b)| (b, std::cmp::Reverse(i)))
+        .unwrap_or((0, 0));
+    let range_of = (0..n).map(|t| own[root[t]]).collect();
+    MemoryPlan {
+        range_of,
+        activation_bytes: ranges.iter().map(|r| r.bytes).sum(),
+        arena: pack(&ranges),
+        spilled: Vec::new(),
+        sram_arena_bytes: 0,
+        ranges,
+        occupancy,
+        peak_bytes,
+        peak_at,
+    }
+}
