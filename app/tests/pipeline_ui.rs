@@ -196,7 +196,7 @@ fn pipeline_stages_run_export_and_go_stale() {
     let st = h.state();
     assert!(matches!(st.stage_status(Stage::Import), Status::Done(_)));
     assert!(matches!(st.stage_status(Stage::Calibrate), Status::Waiting(_)));
-    assert!(matches!(st.stage_status(Stage::Compile), Status::Unavailable(_)));
+    assert!(matches!(st.stage_status(Stage::Compile), Status::Waiting(_)));
     assert!(matches!(st.stage_status(Stage::Emulate), Status::Unavailable(_)));
     assert!(h.query_by_label("Run import").is_some());
     // Run the calibration from the pipeline: it shows progress while it runs.
@@ -281,10 +281,70 @@ fn pipeline_stages_run_export_and_go_stale() {
     settle(&mut h);
     assert!(h.state().status.contains("Exported 4 files"), "{}", h.state().status);
     assert!(out2.join("ppocr_cls.qdq.onnx").exists() && !out2.join("ppocr_cls.int8.tflite").exists());
+    // Compile for the default target: PP-OCR cls runs on the NPU whole, and the graph
+    // shows the placement.
+    h.get_by_label("Run compile").click();
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let Status::Done(c) = h.state().stage_status(Stage::Compile) else {
+        panic!("{:?}", h.state().stage_status(Stage::Compile))
+    };
+    assert!(c.starts_with("ethos-u55-128: ") && c.contains("ops on NPU"), "{c}");
+    assert!(
+        h.state().status.starts_with("Compiled for ethos-u55-128"),
+        "{}",
+        h.state().status
+    );
+    assert!(h.state().compile.show_placement);
+    let marks = h.state().compile.card_marks(&h.state().theme.quant);
+    assert!(!marks.is_empty());
+    assert!(marks.values().all(|(_, badge)| badge.starts_with("NPU")), "{marks:?}");
+    // The inspector says where the selected node runs.
+    let placed = *marks.keys().min().expect("a node");
+    h.state_mut().send(Command::Select(Some(Selection::Node(placed))));
+    for _ in 0..3 {
+        h.step();
+    }
+    assert!(h.query_by_label("Placement").is_some());
+    // Another target from the Compile card's menu: the result is stale until run again.
+    h.get_by_label("Target").click();
+    for _ in 0..4 {
+        h.step();
+    }
+    h.get_by_label("phone-npu — Phone NPU, 4 TOPS class").click();
+    for _ in 0..4 {
+        h.step();
+    }
+    assert!(matches!(h.state().stage_status(Stage::Compile), Status::Stale(_)));
+    h.get_by_label("Run compile").click();
+    settle(&mut h);
+    let Status::Done(c) = h.state().stage_status(Stage::Compile) else {
+        panic!("{:?}", h.state().stage_status(Stage::Compile))
+    };
+    assert!(c.starts_with("phone-npu: "), "{c}");
+    // Keep a node on the CPU: stale until compiled again, then on the CPU, saying why.
+    h.state_mut().send(Command::ForceCpu(vec![placed], true));
+    h.step();
+    assert!(matches!(h.state().stage_status(Stage::Compile), Status::Stale(_)));
+    h.get_by_label("Run compile").click();
+    settle(&mut h);
+    let marks = h.state().compile.card_marks(&h.state().theme.quant);
+    assert!(marks[&placed].1.starts_with("CPU"), "{:?}", marks[&placed]);
+    let (_, line) = h
+        .state()
+        .compile
+        .placement_line(Some(Selection::Node(placed)), &h.state().theme.quant)
+        .expect("placed");
+    assert!(line.contains("forced to the CPU by the user"), "{line}");
+    let Status::Done(c) = h.state().stage_status(Stage::Compile) else {
+        panic!("{:?}", h.state().stage_status(Stage::Compile))
+    };
+    assert!(!c.contains(": 0/"), "{c}");
     // A precision edit makes the export stale; the simulation follows it.
     h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
     settle(&mut h);
     assert!(matches!(h.state().stage_status(Stage::Export), Status::Stale(_)));
+    assert!(matches!(h.state().stage_status(Stage::Compile), Status::Stale(_)));
     assert!(matches!(h.state().stage_status(Stage::Simulate), Status::Done(_)));
     // A full re-simulation gives the numbers the incremental one gave.
     let incremental = h

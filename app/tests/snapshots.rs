@@ -151,4 +151,14 @@ fn readme_quantization_heatmap() {
     h.step();
     h.step();
     h.snapshot_options("studio_quantization", &shots);
+    // The placement map: the plan compiled for the Ethos-U55-128-class target, with the
+    // int16 layer kept on the CPU by the user (a CPU segment between two NPU segments).
+    h.state_mut().quant.open = false;
+    h.state_mut().send(Command::ForceCpu(vec![n], true));
+    h.state_mut().send(Command::RunCompile);
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    h.state_mut().send(Command::Reveal(Selection::Node(n)));
+    settle(&mut h);
+    h.snapshot_options("studio_placement", &shots);
 }

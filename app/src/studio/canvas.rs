@@ -70,7 +70,11 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect, out: &mut Vec<Comma
         ..Highlights::default()
     };
     st.optimizer.before_highlights(&doc, &scene, &mut hl);
-    let marks = st.quant.card_marks(&st.theme.quant);
+    let marks = if st.compile.show_placement && st.compile.result.is_some() {
+        st.compile.card_marks(&st.theme.quant)
+    } else {
+        st.quant.card_marks(&st.theme.quant)
+    };
     hl.marks = marks
         .into_iter()
         .filter_map(|(n, m)| Some((own_card_box(&doc, &scene, n)?, m)))
@@ -149,6 +153,22 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect, out: &mut Vec<Comma
                 return;
             };
             quantize::menu::node_menu_ui(ui, &st.quant, &model, n, &st.multi, out);
+            ui.separator();
+            // The override applies to the multi-selection when the node is in it.
+            let nodes: Vec<usize> = if st.multi.contains(&n) {
+                st.multi.iter().copied().collect()
+            } else {
+                vec![n]
+            };
+            let mut on = nodes.iter().all(|m| st.compile.force_cpu.contains(m));
+            if ui
+                .checkbox(&mut on, "Keep on the CPU")
+                .on_hover_text("The compile places these nodes on the host CPU")
+                .changed()
+            {
+                out.push(Command::ForceCpu(nodes, on));
+                ui.close();
+            }
         });
     }
     graph_view::minimap_ui(ui, rect, &scene, &mut st.view, &st.theme);

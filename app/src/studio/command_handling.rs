@@ -201,6 +201,30 @@ impl Studio {
                 }
             }
             Command::ExportPlan => self.export_plan(),
+            Command::RunCompile => match &self.quant.session {
+                Some(s) => {
+                    if let Err(e) = self.compile.start(s, self.ctx.as_ref()) {
+                        self.error = Some(format!("Compile failed: {e}"));
+                    }
+                }
+                None => self.error = Some("Compile failed: nothing to compile: run the calibration first".into()),
+            },
+            Command::CancelCompile => self.compile.cancel(),
+            Command::SetTarget(id) => {
+                self.compile.target = id;
+                self.quant.dirty = true;
+            }
+            Command::ForceCpu(nodes, on) => {
+                for n in nodes {
+                    if on {
+                        self.compile.force_cpu.insert(n);
+                    } else {
+                        self.compile.force_cpu.remove(&n);
+                    }
+                }
+                self.quant.dirty = true;
+            }
+            Command::ShowPlacement(on) => self.compile.show_placement = on,
             Command::SetExportDir(d) => {
                 self.status = format!("Export writes to {}", d.display());
                 self.pipeline.export_dir = Some(d);
@@ -337,6 +361,20 @@ impl Studio {
         }
     }
 
+    /// The Compile stage's choices, with node names of the open model.
+    fn compile_choice(&self) -> super::project::CompileChoice {
+        let names = self.loaded.as_ref().map(|l| &l.model.graph.nodes);
+        super::project::CompileChoice {
+            target: Some(self.compile.target.clone()).filter(|t| !t.is_empty()),
+            force_cpu: self
+                .compile
+                .force_cpu
+                .iter()
+                .filter_map(|&n| names.and_then(|g| g.get(n)).map(|x| x.name.clone()))
+                .collect(),
+        }
+    }
+
     /// The project as it stands: the model, the setup the plan was calibrated with, the
     /// edits and the rules.
     fn project_parts(
@@ -365,8 +403,10 @@ impl Studio {
             self.start_dialog(Dialog::SaveProject);
             return;
         };
+        let choice = self.compile_choice();
         self.writes.spawn("save-project", self.ctx.as_ref(), move |_| {
             let project = Project::new(&model, &setup, &edits, &rules)
+                .map(|p| p.with_compile(choice))
                 .and_then(|p| {
                     p.save(&path)?;
                     Ok(p)
@@ -391,8 +431,9 @@ impl Studio {
         let Some((model, setup, edits, rules)) = self.project_parts() else {
             return;
         };
+        let choice = self.compile_choice();
         self.writes.spawn("autosave", self.ctx.as_ref(), move |_| {
-            let r = Project::new(&model, &setup, &edits, &rules).and_then(|p| p.save(&side));
+            let r = Project::new(&model, &setup, &edits, &rules).and_then(|p| p.with_compile(choice).save(&side));
             Ok(Written::Autosave(r))
         });
     }
@@ -456,6 +497,11 @@ impl Studio {
         }
         self.poll_document_jobs();
         self.inspector.poll();
+        match self.compile.poll() {
+            Some(Ok(line)) => self.status = line,
+            Some(Err(e)) => self.error = Some(e),
+            None => {}
+        }
         match take_finished(&mut self.dialog_job) {
             Some(Ok((dialog, picked))) => self.dialog_closed(dialog, picked),
             Some(Err(e)) => self.error = Some(e.to_string()),

@@ -171,6 +171,15 @@ pub enum Command {
     DiscardRecovery,
     /// Write the optimized graph, the plan and its report (the pipeline's Export stage).
     ExportPlan,
+    /// Compile the current plan for the chosen target (the pipeline's Compile stage).
+    RunCompile,
+    CancelCompile,
+    /// Choose the Compile stage's target (an id of `plugins/targets`).
+    SetTarget(String),
+    /// Keep these nodes on the CPU in the compile (or let the partitioner place them).
+    ForceCpu(Vec<NodeId>, bool),
+    /// Paint the placement on the graph, or the quantization overlay.
+    ShowPlacement(bool),
     /// Where the pipeline's Export stage writes.
     SetExportDir(PathBuf),
     /// Which deployable files it writes.

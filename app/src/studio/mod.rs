@@ -16,6 +16,7 @@ pub mod app;
 pub mod canvas;
 mod command_handling;
 pub mod commands;
+pub mod compile;
 pub mod dialogs;
 pub mod document;
 pub mod export;
@@ -67,6 +68,8 @@ pub struct Studio {
     pub optimizer: optimize::OptimizerState,
     pub quant: quantize::QuantView,
     pub pipeline: pipeline::PipelineState,
+    /// The Compile stage: target, last compile, placement overlay.
+    pub compile: compile::CompileState,
     /// The project file, once saved or opened.
     pub project_path: Option<PathBuf>,
     /// The project as last saved or opened.
@@ -118,6 +121,7 @@ impl Studio {
                 export_dir: None,
                 formats: npu_core::pipeline::BundleFormats::default(),
             },
+            compile: compile::CompileState::default(),
             project_path: None,
             saved_project: None,
             recovery: None,
@@ -154,6 +158,7 @@ impl Studio {
             || self.optimizer.busy()
             || self.quant.busy()
             || self.inspector.busy()
+            || self.compile.busy()
     }
 
     /// What the pipeline row reads.
@@ -166,6 +171,7 @@ impl Studio {
             exporting: self.writes.running("export-plan"),
             export_dir: self.pipeline.export_dir(self.loaded.as_ref()),
             formats: self.pipeline.formats,
+            compile: &self.compile,
         }
     }
 
@@ -212,6 +218,7 @@ impl Studio {
                 let calib_shapes = self.quant.preview.as_ref().map(|p| p.shapes.clone());
                 let quant = &mut self.quant;
                 let theme = &self.theme;
+                let placement = self.compile.placement_line(self.selection, &self.theme.quant);
                 inspector::inspector_ui(
                     ui,
                     &mut self.inspector,
@@ -219,7 +226,14 @@ impl Studio {
                     self.selection,
                     calib_shapes.as_deref(),
                     &mut out,
-                    |ui, n, out| quantize::inspector::section_ui(ui, quant, n, theme, out),
+                    |ui, n, out| {
+                        quantize::inspector::section_ui(ui, quant, n, theme, out);
+                        if let Some((colour, line)) = placement {
+                            ui.separator();
+                            ui.strong("Placement");
+                            ui.colored_label(colour, line);
+                        }
+                    },
                 );
             });
         if self.optimizer.open {

@@ -83,6 +83,7 @@ impl Studio {
         self.optimizer.reset();
         // The plan belongs to the previous model; the setup form stays.
         self.quant.reset();
+        self.compile.reset();
         self.recovery = None;
         self.menu_node = None;
         if let Some(p) = self.pending_project.take() {
@@ -100,6 +101,7 @@ impl Studio {
                     .start(o.model.clone(), self.optimizer.enabled(), self.ctx.clone());
             }
             self.quant.pending_layers = Some(p.edits());
+            self.compile.apply_choice(&p.compile, &o.model);
             self.quant.dirty = false;
             self.saved_project = Some(p);
         } else {

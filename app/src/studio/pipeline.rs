@@ -110,6 +110,7 @@ pub struct PipelineCx<'a> {
     /// Where Export writes and what.
     pub export_dir: Option<PathBuf>,
     pub formats: npu_core::pipeline::BundleFormats,
+    pub compile: &'a super::compile::CompileState,
 }
 
 /// Why stages are stale, worked out once per frame (one look at the model file).
@@ -245,7 +246,36 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
             }
             None => Status::Waiting("needs calibration".into()),
         },
-        Stage::Compile => Status::Unavailable("no NPU compiler in this build yet".into()),
+        Stage::Compile => {
+            let c = st.compile;
+            if let Err(e) = &c.targets {
+                return Status::Unavailable(format!("no targets: {e}"));
+            }
+            if let Some(p) = c.progress() {
+                let (f, what) = p.fraction();
+                return Status::Running(f, what);
+            }
+            let now = session.and_then(|s| s.result.as_ref().map(|r| r.generation));
+            match (&c.result, now) {
+                (Some(r), Some(g)) => {
+                    if r.generation != g || stale.calibration.is_some() {
+                        Status::Stale("the plan changed since the compile".into())
+                    } else if r.target != c.target {
+                        Status::Stale(format!("the target is now {}", c.target))
+                    } else if r.forced != c.force_cpu {
+                        Status::Stale("the nodes kept on the CPU changed".into())
+                    } else {
+                        let t = &r.compiled.totals;
+                        Status::Done(format!(
+                            "{}: {}/{} ops on NPU, {:.3} ms",
+                            r.target, t.ops_on_npu, t.ops_total, t.latency_ms
+                        ))
+                    }
+                }
+                (None, Some(_)) => Status::Waiting(format!("ready ({})", c.target)),
+                _ => Status::Waiting("needs a simulated plan".into()),
+            }
+        }
         Stage::Emulate => Status::Unavailable("needs a compiled NPU binary".into()),
         Stage::Export => {
             if let Some(p) = st.exporting {
@@ -280,7 +310,8 @@ fn run(st: &PipelineCx<'_>, stage: Stage) -> Option<Command> {
         Stage::Calibrate if st.quant.setup.data.is_empty() => Command::Dialog(Dialog::Samples { then_calibrate: true }),
         Stage::Calibrate => Command::StartQuantization,
         Stage::Simulate => Command::Resimulate,
-        Stage::Compile | Stage::Emulate => return None,
+        Stage::Compile => Command::RunCompile,
+        Stage::Emulate => return None,
         Stage::Export => Command::ExportPlan,
     })
 }
@@ -295,7 +326,8 @@ fn cancel(st: &PipelineCx<'_>, stage: Stage) -> Option<Command> {
             Some(s) if s.full.is_some() => Command::CancelResimulation,
             _ => Command::CancelQuantization,
         },
-        Stage::Compile | Stage::Emulate | Stage::Export => return None,
+        Stage::Compile => Command::CancelCompile,
+        Stage::Emulate | Stage::Export => return None,
     })
 }
 
@@ -324,7 +356,8 @@ fn can_run(st: &PipelineCx<'_>, stage: Stage, status: &Status, stale: &Staleness
         // A stale calibration needs Run calibrate, not another simulation.
         Stage::Simulate => ready && stale.calibration.is_none(),
         Stage::Export => ready,
-        Stage::Compile | Stage::Emulate => false,
+        Stage::Compile => ready && st.compile.targets.is_ok() && stale.calibration.is_none(),
+        Stage::Emulate => false,
     }
 }
 
@@ -348,6 +381,36 @@ fn export_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
         if ui.button("Choose destination…").clicked() {
             out.push(Command::Dialog(Dialog::ExportFolder));
             ui.close();
+        }
+    });
+}
+
+/// The Compile card's menu: the target and the placement overlay.
+fn target_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
+    ui.menu_button(egui::RichText::new("Target").small(), |ui| {
+        if let Ok(targets) = &st.compile.targets {
+            for t in targets {
+                let label = format!("{} — {}", t.id, t.name);
+                if ui
+                    .radio(st.compile.target == t.id, label)
+                    .on_hover_text(&t.description)
+                    .clicked()
+                {
+                    out.push(Command::SetTarget(t.id.clone()));
+                }
+            }
+        }
+        ui.separator();
+        let mut on = st.compile.show_placement;
+        if ui
+            .add_enabled(
+                st.compile.result.is_some(),
+                egui::Checkbox::new(&mut on, "Show placement on the graph"),
+            )
+            .on_hover_text("NPU and CPU colours and each node's estimated latency")
+            .changed()
+        {
+            out.push(Command::ShowPlacement(on));
         }
     });
 }
@@ -426,6 +489,9 @@ pub fn panel_ui(ui: &mut egui::Ui, st: &PipelineCx<'_>, theme: &Theme, out: &mut
                                     }
                                     if *stage == Stage::Export {
                                         export_menu(ui, st, out);
+                                    }
+                                    if *stage == Stage::Compile {
+                                        target_menu(ui, st, out);
                                     }
                                 });
                             }

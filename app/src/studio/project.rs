@@ -9,7 +9,7 @@ use super::quantize::{Edits, Setup};
 use npu_core::quant::recipe::Rule;
 use npu_core::quant::{LayerPrecision, QuantPlan};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -31,6 +31,19 @@ pub struct Project {
     /// which `layers` edit; absent: the calibrated plan.
     #[serde(default)]
     pub plan: Option<QuantPlan>,
+    /// The Compile stage's target and the nodes kept on the CPU.
+    #[serde(default)]
+    pub compile: CompileChoice,
+}
+
+/// The Compile stage's choices: the target id, and the nodes the user keeps on the CPU
+/// (names of the open model's nodes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompileChoice {
+    #[serde(default)]
+    pub target: Option<String>,
+    #[serde(default)]
+    pub force_cpu: BTreeSet<String>,
 }
 
 impl Project {
@@ -45,7 +58,15 @@ impl Project {
             layers: edits.layers.clone(),
             rules: rules.to_vec(),
             plan: edits.base.as_deref().cloned(),
+            compile: CompileChoice::default(),
         })
+    }
+
+    /// The same with the Compile stage's choices.
+    #[must_use]
+    pub fn with_compile(mut self, compile: CompileChoice) -> Self {
+        self.compile = compile;
+        self
     }
 
     /// The precision state the project holds.
@@ -137,7 +158,12 @@ mod tests {
             precision: "fp16".into(),
         }];
         let edits = Edits { layers, base: None };
-        let p = Project::new(&model, &setup, &edits, &rules).expect("project");
+        let p = Project::new(&model, &setup, &edits, &rules)
+            .expect("project")
+            .with_compile(CompileChoice {
+                target: Some("phone-npu".into()),
+                force_cpu: ["conv_1".to_string()].into_iter().collect(),
+            });
         let path = dir.join("p.npuproj.ron");
         p.save(&path).expect("save");
         let text = std::fs::read_to_string(&path).expect("read");

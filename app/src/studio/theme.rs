@@ -51,6 +51,9 @@ pub struct QuantColours {
     pub int4: Color32,
     pub float: Color32,
     pub badge_text: Color32,
+    /// The placement overlay: ops on the NPU, ops on the host CPU.
+    pub npu: Color32,
+    pub cpu: Color32,
 }
 
 const QUANT: QuantColours = QuantColours {
@@ -63,6 +66,8 @@ const QUANT: QuantColours = QuantColours {
     int4: rgb(20, 160, 160),
     float: rgb(130, 130, 130),
     badge_text: rgb(0, 0, 0),
+    npu: rgb(46, 134, 222),
+    cpu: rgb(230, 126, 34),
 };
 
 const fn rgb(r: u8, g: u8, b: u8) -> Color32 {

@@ -1,0 +1,243 @@
+//! The Compile stage: the target picker, the compile job (legalize the current plan,
+//! partition it between the target's NPU and its host, estimate every layer's cost), and
+//! the placement overlay painted on the graph (NPU/CPU colour and each node's latency;
+//! the reason a node runs on the CPU in its hover text and the inspector).
+
+use super::jobs::{Job, JobError, JobProgress, take_finished};
+use super::quantize::Session;
+use egui::Color32;
+use npu_core::compiler::{Compiled, Options, Place};
+use npu_core::ir::NodeId;
+use npu_core::target::Target;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Where one node of the open model runs, and what it costs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePlacement {
+    /// CPU when any of its integer ops runs on the CPU.
+    pub place: Place,
+    /// Why it is on the CPU (the first op's reason), or "supported".
+    pub reason: String,
+    pub latency_us: f64,
+}
+
+/// A finished compile.
+pub struct CompileResult {
+    /// The plan generation it compiled.
+    pub generation: u64,
+    pub target: String,
+    /// The nodes it kept on the CPU by the user's choice.
+    pub forced: BTreeSet<NodeId>,
+    pub compiled: Arc<Compiled>,
+    /// Node of the open model → its placement.
+    pub nodes: HashMap<NodeId, NodePlacement>,
+}
+
+pub struct CompileState {
+    /// The bundled targets, or why they could not be loaded.
+    pub targets: Result<Vec<Target>, String>,
+    /// The chosen target's id.
+    pub target: String,
+    pub job: Option<Job<CompileResult>>,
+    pub result: Option<CompileResult>,
+    /// Paint the placement on the graph (instead of the quantization overlay).
+    pub show_placement: bool,
+    /// Nodes of the open model the user keeps on the CPU.
+    pub force_cpu: BTreeSet<NodeId>,
+}
+
+impl Default for CompileState {
+    fn default() -> Self {
+        let targets = npu_core::pipeline::targets().map_err(|e| e.to_string());
+        let target = match &targets {
+            Ok(t) if t.iter().any(|t| t.id == "ethos-u55-128") => "ethos-u55-128".to_string(),
+            Ok(t) => t.first().map(|t| t.id.clone()).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        Self {
+            targets,
+            target,
+            job: None,
+            result: None,
+            show_placement: false,
+            force_cpu: BTreeSet::new(),
+        }
+    }
+}
+
+impl CompileState {
+    /// A new model: its compile and overrides go (the target stays).
+    pub fn reset(&mut self) {
+        self.cancel();
+        self.job = None;
+        self.result = None;
+        self.show_placement = false;
+        self.force_cpu.clear();
+    }
+
+    /// A project's choices: its target (when bundled) and the nodes it keeps on the CPU.
+    pub fn apply_choice(&mut self, c: &super::project::CompileChoice, model: &npu_core::ir::Model) {
+        if let (Some(t), Ok(all)) = (&c.target, &self.targets)
+            && all.iter().any(|x| &x.id == t)
+        {
+            self.target.clone_from(t);
+        }
+        self.force_cpu = model
+            .graph
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| c.force_cpu.contains(&n.name))
+            .map(|(i, _)| i)
+            .collect();
+    }
+
+    pub fn busy(&self) -> bool {
+        self.job.is_some()
+    }
+
+    pub fn progress(&self) -> Option<&JobProgress> {
+        self.job.as_ref().map(|j| &*j.progress)
+    }
+
+    fn chosen(&self) -> Option<&Target> {
+        self.targets.as_ref().ok()?.iter().find(|t| t.id == self.target)
+    }
+
+    /// Starts compiling the session's current plan for the chosen target.
+    pub fn start(&mut self, session: &Session, ctx: Option<&egui::Context>) -> Result<(), String> {
+        let target = self.chosen().cloned().ok_or_else(|| match &self.targets {
+            Err(e) => e.clone(),
+            Ok(_) => format!("no target '{}'", self.target),
+        })?;
+        let (Some(m), Some(r)) = (&session.mapping, &session.result) else {
+            return Err("nothing to compile yet: the simulation has not finished".into());
+        };
+        let (mapping, plan, generation) = (m.clone(), r.plan.clone(), r.generation);
+        let forced = self.force_cpu.clone();
+        self.job = Some(Job::spawn("compile", ctx, move |p| {
+            p.set(0.1, "legalizing the plan");
+            let program = npu_core::pipeline::legalize(&mapping.optimized, &plan, &HashMap::new())
+                .map_err(|e| JobError::Failed(format!("Compile failed: {e}")))?;
+            p.check()?;
+            p.set(0.6, &format!("placing and costing {} ops", program.ops.len()));
+            // The optimized nodes made from a forced node stay on the CPU.
+            let options = Options {
+                force_cpu: mapping
+                    .optimized
+                    .graph
+                    .nodes
+                    .iter()
+                    .filter(|n| n.origin.iter().any(|o| forced.contains(o)))
+                    .map(|n| n.name.clone())
+                    .collect(),
+            };
+            let compiled = npu_core::pipeline::compile(&program, &target, &options);
+            // Optimized node name → nodes of the open model it came from.
+            let mut origin: HashMap<&str, &[NodeId]> = HashMap::new();
+            for n in &mapping.optimized.graph.nodes {
+                origin.insert(n.name.as_str(), &n.origin);
+            }
+            let mut nodes: HashMap<NodeId, NodePlacement> = HashMap::new();
+            for (pl, l) in compiled.placements.iter().zip(&compiled.layers) {
+                let from = origin.get(pl.node.as_str()).copied().unwrap_or_default();
+                // A fused op's time is counted once, on the first node it came from.
+                let first = from.iter().min().copied();
+                for &o in from {
+                    let e = nodes.entry(o).or_insert(NodePlacement {
+                        place: Place::Npu,
+                        reason: "supported".into(),
+                        latency_us: 0.0,
+                    });
+                    if Some(o) == first {
+                        e.latency_us += l.latency_us;
+                    }
+                    if pl.place == Place::Cpu && e.place == Place::Npu {
+                        e.place = Place::Cpu;
+                        e.reason = format!("{}: {}", pl.op, pl.reason);
+                    }
+                }
+            }
+            Ok(CompileResult {
+                generation,
+                target: target.id.clone(),
+                forced,
+                compiled: Arc::new(compiled),
+                nodes,
+            })
+        }));
+        Ok(())
+    }
+
+    /// Takes the finished job: the status line, or an error.
+    pub fn poll(&mut self) -> Option<Result<String, String>> {
+        match take_finished(&mut self.job)? {
+            Ok(r) => {
+                let line = format!("Compiled for {}", r.compiled.summary());
+                self.result = Some(r);
+                self.show_placement = true;
+                Some(Ok(line))
+            }
+            Err(JobError::Cancelled) => Some(Ok("Compile cancelled".into())),
+            Err(JobError::Failed(e)) => Some(Err(e)),
+        }
+    }
+
+    pub fn cancel(&mut self) {
+        if let Some(j) = &self.job {
+            j.cancel();
+        }
+    }
+
+    /// The inspector's placement line for a selected node of the open model.
+    pub fn placement_line(
+        &self,
+        selection: Option<super::commands::Selection>,
+        c: &super::theme::QuantColours,
+    ) -> Option<(Color32, String)> {
+        let super::commands::Selection::Node(n) = selection? else {
+            return None;
+        };
+        let r = self.result.as_ref()?;
+        let p = r.nodes.get(&n)?;
+        Some(match p.place {
+            Place::Npu => (c.npu, format!("NPU of {}, {}", r.target, latency(p.latency_us))),
+            Place::Cpu => (
+                c.cpu,
+                format!("CPU ({}), {}: {}", r.target, latency(p.latency_us), p.reason),
+            ),
+        })
+    }
+
+    /// Colour and badge of every placed node, when the overlay is on.
+    pub fn card_marks(&self, c: &super::theme::QuantColours) -> HashMap<NodeId, (Color32, String)> {
+        let Some(r) = self.result.as_ref().filter(|_| self.show_placement) else {
+            return HashMap::new();
+        };
+        r.nodes
+            .iter()
+            .map(|(&n, p)| {
+                let (colour, side) = match p.place {
+                    Place::Npu => (c.npu, "NPU"),
+                    Place::Cpu => (c.cpu, "CPU"),
+                };
+                let badge = if p.latency_us > 0.0 {
+                    format!("{side} {}", latency(p.latency_us))
+                } else {
+                    side.to_string()
+                };
+                (n, (colour, badge))
+            })
+            .collect()
+    }
+}
+
+/// `12.3 µs`, `1.25 ms`.
+pub fn latency(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
