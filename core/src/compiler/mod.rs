@@ -147,13 +147,14 @@ impl Compiled {
     pub fn summary(&self) -> String {
         let t = &self.totals;
         format!(
-            "{}: {}/{} ops on the NPU, {} segments ({} NPU, {} CPU), {:.0} cycles, {:.3} ms \
+            "{}: {}/{} ops on the NPU, {} segment{} ({} NPU, {} CPU), {:.0} cycles, {:.3} ms \
              (NPU {:.3} ms, CPU {:.3} ms, hand-offs {:.3} ms), {:.1} M MACs, activation arena {} KiB of {} KiB SRAM \
              (live peak {} KiB, all activations {} KiB), off-chip traffic {} KiB, {:.3} mJ",
             self.target,
             t.ops_on_npu,
             t.ops_total,
             t.npu_segments + t.cpu_segments,
+            if t.npu_segments + t.cpu_segments == 1 { "" } else { "s" },
             t.npu_segments,
             t.cpu_segments,
             t.cycles,
