@@ -296,6 +296,9 @@ fn pipeline_stages_run_export_and_go_stale() {
         h.state().status
     );
     assert!(h.state().compile.show_placement);
+    // The compile report: latency bars, memory over the schedule, the roofline.
+    assert!(h.query_by_label("Compile report").is_some());
+    assert!(h.query_by_label("Close report").is_some());
     let marks = h.state().compile.card_marks(&h.state().theme.quant);
     assert!(!marks.is_empty());
     assert!(marks.values().all(|(_, badge)| badge.starts_with("NPU")), "{marks:?}");

@@ -225,6 +225,7 @@ impl Studio {
                 self.quant.dirty = true;
             }
             Command::ShowPlacement(on) => self.compile.show_placement = on,
+            Command::ShowCompileReport(on) => self.compile.report_open = on,
             Command::SetExportDir(d) => {
                 self.status = format!("Export writes to {}", d.display());
                 self.pipeline.export_dir = Some(d);

@@ -180,6 +180,8 @@ pub enum Command {
     ForceCpu(Vec<NodeId>, bool),
     /// Paint the placement on the graph, or the quantization overlay.
     ShowPlacement(bool),
+    /// Show or hide the compile report panel.
+    ShowCompileReport(bool),
     /// Where the pipeline's Export stage writes.
     SetExportDir(PathBuf),
     /// Which deployable files it writes.

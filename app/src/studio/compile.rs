@@ -45,6 +45,8 @@ pub struct CompileState {
     pub show_placement: bool,
     /// Nodes of the open model the user keeps on the CPU.
     pub force_cpu: BTreeSet<NodeId>,
+    /// The compile report panel (latency bars, memory, roofline) is shown.
+    pub report_open: bool,
 }
 
 impl Default for CompileState {
@@ -62,6 +64,7 @@ impl Default for CompileState {
             result: None,
             show_placement: false,
             force_cpu: BTreeSet::new(),
+            report_open: false,
         }
     }
 }
@@ -73,6 +76,7 @@ impl CompileState {
         self.job = None;
         self.result = None;
         self.show_placement = false;
+        self.report_open = false;
         self.force_cpu.clear();
     }
 
@@ -177,6 +181,7 @@ impl CompileState {
                 let line = format!("Compiled for {}", r.compiled.summary());
                 self.result = Some(r);
                 self.show_placement = true;
+                self.report_open = true;
                 Some(Ok(line))
             }
             Err(JobError::Cancelled) => Some(Ok("Compile cancelled".into())),
@@ -240,4 +245,118 @@ pub fn latency(us: f64) -> String {
     } else {
         format!("{us:.1} µs")
     }
+}
+
+/// The compile report panel: the summary, per-layer latency bars (NPU and CPU), the
+/// activation memory over the schedule against the SRAM, and the layers on the roofline.
+pub fn panel_ui(
+    ui: &mut egui::Ui,
+    c: &CompileState,
+    theme: &super::theme::Theme,
+    out: &mut Vec<super::commands::Command>,
+) {
+    use super::plots;
+    use egui_plot::{Bar, BarChart, HLine, Line, Points};
+    let Some(r) = &c.result else { return };
+    let k = &r.compiled;
+    let colours = &theme.quant;
+    ui.horizontal(|ui| {
+        ui.strong("Compile report");
+        if ui.small_button("Close report").clicked() {
+            out.push(super::commands::Command::ShowCompileReport(false));
+        }
+        ui.add(egui::Label::new(k.summary()).truncate())
+            .on_hover_text(k.summary());
+    });
+    ui.columns(3, |cols| {
+        let [a, b, c3] = cols else { return };
+        {
+            let ui = a;
+            ui.label("Latency per op (µs)")
+                .on_hover_text("In schedule order; NPU blue, CPU orange");
+            let (mut npu, mut cpu): (Vec<Bar>, Vec<Bar>) = (Vec::new(), Vec::new());
+            for (i, l) in k.layers.iter().enumerate() {
+                let bar = Bar::new(i as f64, l.latency_us)
+                    .name(format!("{} {}", l.node, l.op))
+                    .width(0.9);
+                match l.place {
+                    Place::Npu => npu.push(bar),
+                    Place::Cpu => cpu.push(bar),
+                }
+            }
+            plots::fixed("compile_latency", 130.0)
+                .x_axis_label("op")
+                .y_axis_label("µs")
+                .show(ui, |p| {
+                    p.bar_chart(BarChart::new("NPU", npu).color(colours.npu));
+                    p.bar_chart(BarChart::new("CPU", cpu).color(colours.cpu));
+                });
+        }
+        {
+            let ui = b;
+            ui.label(format!(
+                "Activations alive: peak {} KiB, arena {} KiB",
+                k.memory.peak_bytes / 1024,
+                k.memory.arena.size / 1024
+            ))
+            .on_hover_text(format!("The target's SRAM: {} KiB", k.totals.sram_bytes / 1024));
+            // The SRAM line only where it is in the picture.
+            let sram = (k.memory.arena.size * 4 >= k.totals.sram_bytes).then_some(k.totals.sram_bytes as f64 / 1024.0);
+            let pts: Vec<[f64; 2]> = k
+                .memory
+                .occupancy
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| [i as f64, b as f64 / 1024.0])
+                .collect();
+            plots::fixed("compile_memory", 130.0)
+                .x_axis_label("op")
+                .y_axis_label("KiB")
+                .show(ui, |p| {
+                    p.line(Line::new("alive", pts).color(colours.npu));
+                    if let Some(s) = sram {
+                        p.hline(HLine::new("SRAM", s).color(colours.low));
+                    }
+                });
+        }
+        {
+            let ui = c3;
+            let Some(t) = c
+                .targets
+                .as_ref()
+                .ok()
+                .and_then(|all| all.iter().find(|t| t.id == r.target))
+            else {
+                return;
+            };
+            ui.label("Roofline").on_hover_text(
+                "Each NPU layer with MACs: MACs per cycle against log10 MACs per byte; the line is the \
+                 peak int8 rate and the SRAM bandwidth roof",
+            );
+            let peak = t.compute.macs_per_cycle.int8;
+            let bw = t.memory.sram_bytes_per_cycle;
+            let layers: Vec<[f64; 2]> = k
+                .layers
+                .iter()
+                .filter(|l| l.place == Place::Npu && l.macs > 0 && l.cycles > 0.0)
+                .map(|l| {
+                    let bytes = (l.sram_bytes + l.offchip_bytes).max(1) as f64;
+                    [(l.macs as f64 / bytes).log10(), l.macs as f64 / l.cycles]
+                })
+                .collect();
+            let roof: Vec<[f64; 2]> = (-20..=40)
+                .map(|i| {
+                    let x = f64::from(i) / 10.0;
+                    [x, (bw * 10f64.powf(x)).min(peak)]
+                })
+                .collect();
+            plots::fixed("compile_roofline", 130.0)
+                .x_axis_label("log10 MACs/byte")
+                .y_axis_label("MACs/cycle")
+                .show(ui, |p| {
+                    p.line(Line::new("roof", roof).color(colours.float));
+                    p.points(Points::new("layers", layers).radius(2.5).color(colours.npu));
+                });
+        }
+    });
 }

@@ -236,6 +236,11 @@ impl Studio {
                     },
                 );
             });
+        if self.compile.report_open && self.compile.result.is_some() {
+            egui::Panel::bottom("compile_report").show(ui, |ui| {
+                compile::panel_ui(ui, &self.compile, &self.theme, &mut out);
+            });
+        }
         if self.optimizer.open {
             egui::Panel::bottom("optimizer").show(ui, |ui| {
                 optimize::panel_ui(ui, &self.optimizer, self.loaded.as_ref(), &mut out);

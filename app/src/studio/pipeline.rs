@@ -412,6 +412,17 @@ fn target_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
         {
             out.push(Command::ShowPlacement(on));
         }
+        let mut report = st.compile.report_open;
+        if ui
+            .add_enabled(
+                st.compile.result.is_some(),
+                egui::Checkbox::new(&mut report, "Show the compile report"),
+            )
+            .on_hover_text("Latency per op, activation memory over the schedule, the roofline")
+            .changed()
+        {
+            out.push(Command::ShowCompileReport(report));
+        }
     });
 }
 
