@@ -1327,18 +1327,28 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let y = self.act(out)?;
                 if node.op == "ReduceSum" {
                     // SUM's reference kernel reads int8 as uint8: a MEAN on the grid of
-                    // s_out/n, whose codes are the sum's on s_out (a RESHAPE reinterprets).
+                    // s_out/n, whose codes are the sum's on s_out, then a MUL by the
+                    // constant n back onto s_out (a valid TFLite graph: NPU compilers such
+                    // as Vela refuse a RESHAPE that changes the grid).
                     let n: usize = axes.iter().map(|&a| shape[a]).product();
                     let mut q = self.program.tensors[y].q.clone();
                     q.scale = q.scale.iter().map(|s| s / n.max(1) as f32).collect();
+                    let ty = q.ty;
                     let mean = self.push(ITensor {
                         name: format!("{}:mean", self.name(out)),
                         shape: self.program.tensors[y].shape.clone(),
                         q,
                         data: None,
                     });
+                    let (codes, cq) = operand_codes(&[n as f32], ty);
+                    let count = self.push(ITensor {
+                        name: format!("{}:count", node.name),
+                        shape: vec![1],
+                        q: cq,
+                        data: Some(codes),
+                    });
                     self.op(node, OpKind::Mean { axes }, vec![xi], vec![mean]);
-                    self.op(node, OpKind::Reshape, vec![mean], vec![y]);
+                    self.op(node, OpKind::Mul { act: Act::None }, vec![mean, count], vec![y]);
                 } else if node.op == "ReduceMax" {
                     self.op(node, OpKind::ReduceMax { axes }, vec![xi], vec![y]);
                 } else {
