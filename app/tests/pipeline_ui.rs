@@ -309,27 +309,24 @@ fn pipeline_stages_run_export_and_go_stale() {
         h.step();
     }
     assert!(h.query_by_label("Placement").is_some());
-    // Another target from the Compile card's menu: the result is stale until run again.
+    // Another target from the Compile card's menu: the compile follows by itself.
     h.get_by_label("Target").click();
     for _ in 0..4 {
         h.step();
     }
     h.get_by_label("phone-npu — Phone NPU, 4 TOPS class").click();
-    for _ in 0..4 {
-        h.step();
-    }
-    assert!(matches!(h.state().stage_status(Stage::Compile), Status::Stale(_)));
-    h.get_by_label("Run compile").click();
     settle(&mut h);
+    assert!(
+        h.state().status.starts_with("Compile updated: phone-npu"),
+        "{}",
+        h.state().status
+    );
     let Status::Done(c) = h.state().stage_status(Stage::Compile) else {
         panic!("{:?}", h.state().stage_status(Stage::Compile))
     };
     assert!(c.starts_with("phone-npu: "), "{c}");
-    // Keep a node on the CPU: stale until compiled again, then on the CPU, saying why.
+    // Keep a node on the CPU: the compile follows, and the node is on the CPU, saying why.
     h.state_mut().send(Command::ForceCpu(vec![placed], true));
-    h.step();
-    assert!(matches!(h.state().stage_status(Stage::Compile), Status::Stale(_)));
-    h.get_by_label("Run compile").click();
     settle(&mut h);
     let marks = h.state().compile.card_marks(&h.state().theme.quant);
     assert!(marks[&placed].1.starts_with("CPU"), "{:?}", marks[&placed]);
@@ -347,7 +344,14 @@ fn pipeline_stages_run_export_and_go_stale() {
     h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
     settle(&mut h);
     assert!(matches!(h.state().stage_status(Stage::Export), Status::Stale(_)));
+    // fp16 has no integer form: the compile cannot follow, says why and stays stale.
     assert!(matches!(h.state().stage_status(Stage::Compile), Status::Stale(_)));
+    assert!(
+        h.state().status.starts_with("Compile not updated: "),
+        "{}",
+        h.state().status
+    );
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
     assert!(matches!(h.state().stage_status(Stage::Simulate), Status::Done(_)));
     // A full re-simulation gives the numbers the incremental one gave.
     let incremental = h

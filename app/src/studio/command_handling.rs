@@ -503,6 +503,16 @@ impl Studio {
             Some(Err(e)) => self.error = Some(e),
             None => {}
         }
+        // Keep the compile current as the plan, target or overrides change (not while the
+        // calibration is stale: its plan is about to be replaced).
+        if let Some(s) = &self.quant.session
+            && !s.updating()
+            && s.setup == self.quant.setup
+            && s.passes == self.optimizer.enabled()
+            && self.compile.wants_update(s)
+        {
+            self.compile.update(s, self.ctx.as_ref());
+        }
         match take_finished(&mut self.dialog_job) {
             Some(Ok((dialog, picked))) => self.dialog_closed(dialog, picked),
             Some(Err(e)) => self.error = Some(e.to_string()),

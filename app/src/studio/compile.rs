@@ -47,7 +47,15 @@ pub struct CompileState {
     pub force_cpu: BTreeSet<NodeId>,
     /// The compile report panel (latency bars, memory, roofline) is shown.
     pub report_open: bool,
+    /// The running job was started by an edit (not the Run button), and for what.
+    auto: bool,
+    running_for: Option<Key>,
+    /// The last automatic update that failed (not tried again until something changes).
+    auto_failed: Option<Key>,
 }
+
+/// What a compile depends on: the plan generation, the target and the overrides.
+type Key = (u64, String, BTreeSet<NodeId>);
 
 impl Default for CompileState {
     fn default() -> Self {
@@ -65,6 +73,9 @@ impl Default for CompileState {
             show_placement: false,
             force_cpu: BTreeSet::new(),
             report_open: false,
+            auto: false,
+            running_for: None,
+            auto_failed: None,
         }
     }
 }
@@ -109,8 +120,33 @@ impl CompileState {
         self.targets.as_ref().ok()?.iter().find(|t| t.id == self.target)
     }
 
+    fn key(&self, session: &Session) -> Option<Key> {
+        let g = session.result.as_ref()?.generation;
+        Some((g, self.target.clone(), self.force_cpu.clone()))
+    }
+
+    /// Whether an edit (precision, target, override) since the last compile asks for an
+    /// update: compiles stay current as the user changes the plan, without a click.
+    pub fn wants_update(&self, session: &Session) -> bool {
+        let (Some(r), None, Some(key)) = (&self.result, &self.job, self.key(session)) else {
+            return false;
+        };
+        (r.generation, &r.target, &r.forced) != (key.0, &key.1, &key.2) && self.auto_failed.as_ref() != Some(&key)
+    }
+
+    /// Starts an update after an edit.
+    pub fn update(&mut self, session: &Session, ctx: Option<&egui::Context>) {
+        if self.start(session, ctx).is_ok() {
+            self.auto = true;
+        } else {
+            self.auto_failed = self.key(session);
+        }
+    }
+
     /// Starts compiling the session's current plan for the chosen target.
     pub fn start(&mut self, session: &Session, ctx: Option<&egui::Context>) -> Result<(), String> {
+        self.auto = false;
+        self.running_for = self.key(session);
         let target = self.chosen().cloned().ok_or_else(|| match &self.targets {
             Err(e) => e.clone(),
             Ok(_) => format!("no target '{}'", self.target),
@@ -176,15 +212,29 @@ impl CompileState {
 
     /// Takes the finished job: the status line, or an error.
     pub fn poll(&mut self) -> Option<Result<String, String>> {
-        match take_finished(&mut self.job)? {
+        let r = take_finished(&mut self.job)?;
+        let (auto, key) = (std::mem::take(&mut self.auto), self.running_for.take());
+        match r {
             Ok(r) => {
-                let line = format!("Compiled for {}", r.compiled.summary());
+                let line = format!(
+                    "{} {}",
+                    if auto { "Compile updated:" } else { "Compiled for" },
+                    r.compiled.summary()
+                );
                 self.result = Some(r);
-                self.show_placement = true;
-                self.report_open = true;
+                if !auto {
+                    self.show_placement = true;
+                    self.report_open = true;
+                }
                 Some(Ok(line))
             }
             Err(JobError::Cancelled) => Some(Ok("Compile cancelled".into())),
+            // An update after an edit says why in the status line and leaves the last
+            // compile, marked stale.
+            Err(JobError::Failed(e)) if auto => {
+                self.auto_failed = key;
+                Some(Ok(format!("Compile not updated: {e}")))
+            }
             Err(JobError::Failed(e)) => Some(Err(e)),
         }
     }
