@@ -321,6 +321,7 @@ fn pipeline_stages_run_export_and_go_stale() {
         "{}",
         h.state().status
     );
+    println!("update after a target change: {}", h.state().status);
     let Status::Done(c) = h.state().stage_status(Stage::Compile) else {
         panic!("{:?}", h.state().stage_status(Stage::Compile))
     };

@@ -32,6 +32,8 @@ pub struct CompileResult {
     pub compiled: Arc<Compiled>,
     /// Node of the open model → its placement.
     pub nodes: HashMap<NodeId, NodePlacement>,
+    /// How long the job took (legalize, place, cost, map to the open model).
+    pub ms: f64,
 }
 
 pub struct CompileState {
@@ -157,6 +159,7 @@ impl CompileState {
         let (mapping, plan, generation) = (m.clone(), r.plan.clone(), r.generation);
         let forced = self.force_cpu.clone();
         self.job = Some(Job::spawn("compile", ctx, move |p| {
+            let t0 = std::time::Instant::now();
             p.set(0.1, "legalizing the plan");
             let program = npu_core::pipeline::legalize(&mapping.optimized, &plan, &HashMap::new())
                 .map_err(|e| JobError::Failed(format!("Compile failed: {e}")))?;
@@ -205,6 +208,7 @@ impl CompileState {
                 forced,
                 compiled: Arc::new(compiled),
                 nodes,
+                ms: t0.elapsed().as_secs_f64() * 1e3,
             })
         }));
         Ok(())
@@ -217,9 +221,10 @@ impl CompileState {
         match r {
             Ok(r) => {
                 let line = format!(
-                    "{} {}",
+                    "{} {} (in {:.0} ms)",
                     if auto { "Compile updated:" } else { "Compiled for" },
-                    r.compiled.summary()
+                    r.compiled.summary(),
+                    r.ms
                 );
                 self.result = Some(r);
                 if !auto {
