@@ -134,14 +134,13 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
         return Ok(());
     }
     println!("{}", c.summary());
+    // Each distinct reason once, in the order the ops meet it.
     let mut reasons: Vec<(String, usize)> = Vec::new();
     for p in c.placements.iter().filter(|p| p.place == Place::Cpu) {
-        match reasons
-            .iter_mut()
-            .find(|(r, _)| *r == format!("{}: {}", p.op, p.reason))
-        {
+        let r = format!("{}: {}", p.op, p.reason);
+        match reasons.iter_mut().find(|(x, _)| *x == r) {
             Some((_, n)) => *n += 1,
-            None => reasons.push((format!("{}: {}", p.op, p.reason), 1)),
+            None => reasons.push((r, 1)),
         }
     }
     for (r, n) in reasons {

@@ -129,11 +129,17 @@ impl CompileState {
 
     /// Whether an edit (precision, target, override) since the last compile asks for an
     /// update: compiles stay current as the user changes the plan, without a click.
+    /// Checked every frame: compares in place, nothing cloned.
     pub fn wants_update(&self, session: &Session) -> bool {
-        let (Some(r), None, Some(key)) = (&self.result, &self.job, self.key(session)) else {
+        let (Some(r), None, Some(g)) = (&self.result, &self.job, session.result.as_ref().map(|r| r.generation)) else {
             return false;
         };
-        (r.generation, &r.target, &r.forced) != (key.0, &key.1, &key.2) && self.auto_failed.as_ref() != Some(&key)
+        let now = (g, &self.target, &self.force_cpu);
+        now != (r.generation, &r.target, &r.forced)
+            && self
+                .auto_failed
+                .as_ref()
+                .is_none_or(|(fg, ft, ff)| now != (*fg, ft, ff))
     }
 
     /// Starts an update after an edit.

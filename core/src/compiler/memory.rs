@@ -57,40 +57,38 @@ pub struct Arena {
 }
 
 /// Which buffers live off-chip so that the rest fits `sram` bytes: the largest go first,
-/// and the arena is packed again after each (empty when everything fits).
-pub fn spill(ranges: &[LiveRange], sram: u64) -> (Vec<bool>, Arena) {
-    let mut off = vec![false; ranges.len()];
-    let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(ranges[i].bytes), i));
-    let mut next = order.into_iter();
-    loop {
-        let kept: Vec<LiveRange> = ranges
-            .iter()
-            .zip(&off)
-            .map(|(r, &o)| {
-                if o {
-                    LiveRange { bytes: 0, ..r.clone() }
-                } else {
-                    r.clone()
-                }
-            })
-            .collect();
-        let a = pack(&kept);
-        if a.size <= sram {
-            return (off, a);
-        }
-        match next.next() {
-            Some(i) => off[i] = true,
-            None => return (off, a),
+/// and the rest is packed again after each (none when the plan's arena fits).
+pub fn spill(m: &MemoryPlan, sram: u64) -> (Vec<bool>, Arena) {
+    let mut off = vec![false; m.ranges.len()];
+    if m.arena.size <= sram {
+        return (off, m.arena.clone());
+    }
+    let mut order: Vec<usize> = (0..m.ranges.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(m.ranges[i].bytes), i));
+    let mut sizes: Vec<u64> = m.ranges.iter().map(|r| r.bytes).collect();
+    let mut arena = m.arena.clone();
+    for i in order {
+        off[i] = true;
+        sizes[i] = 0;
+        arena = pack_sizes(&m.ranges, &sizes);
+        if arena.size <= sram {
+            break;
         }
     }
+    (off, arena)
 }
 
 /// Packs live ranges into one arena: largest buffers first, each at the lowest offset
 /// where it overlaps no buffer alive at the same time.
 pub fn pack(ranges: &[LiveRange]) -> Arena {
+    let sizes: Vec<u64> = ranges.iter().map(|r| r.bytes).collect();
+    pack_sizes(ranges, &sizes)
+}
+
+/// [`pack`] with the ranges' sizes given apart (a spilled buffer takes 0 bytes).
+fn pack_sizes(ranges: &[LiveRange], sizes: &[u64]) -> Arena {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(ranges[i].bytes), ranges[i].first, i));
+    order.sort_by_key(|&i| (std::cmp::Reverse(sizes[i]), ranges[i].first, i));
     let mut offsets = vec![0u64; ranges.len()];
     let mut placed: Vec<usize> = Vec::with_capacity(ranges.len());
     let mut size = 0;
@@ -100,18 +98,18 @@ pub fn pack(ranges: &[LiveRange]) -> Arena {
         let mut taken: Vec<(u64, u64)> = placed
             .iter()
             .filter(|&&j| ranges[j].first <= r.last && r.first <= ranges[j].last)
-            .map(|&j| (offsets[j], offsets[j] + ranges[j].bytes))
+            .map(|&j| (offsets[j], offsets[j] + sizes[j]))
             .collect();
         taken.sort_unstable();
         let mut at = 0u64;
         for (a, b) in taken {
-            if at + r.bytes <= a {
+            if at + sizes[i] <= a {
                 break;
             }
             at = at.max(b);
         }
         offsets[i] = at;
-        size = size.max(at + r.bytes);
+        size = size.max(at + sizes[i]);
         placed.push(i);
     }
     Arena { offsets, size }

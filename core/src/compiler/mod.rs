@@ -78,7 +78,7 @@ pub fn compile(program: &Program, target: &Target, opts: &Options) -> Compiled {
     }
     let mut memory = memory::plan(program);
     // Buffers that do not fit in SRAM live off-chip, the largest first.
-    let (spilled, sram_arena) = memory::spill(&memory.ranges, target.memory.sram_bytes);
+    let (spilled, sram_arena) = memory::spill(&memory, target.memory.sram_bytes);
     let offchip: Vec<bool> = memory.range_of.iter().map(|r| r.is_some_and(|r| spilled[r])).collect();
     memory.spilled = memory
         .ranges

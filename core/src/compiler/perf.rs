@@ -78,11 +78,10 @@ fn macs(p: &Program, i: usize, v: &OpView) -> u64 {
     let op = &p.ops[i];
     let out = numel(&v.output);
     match &op.kind {
-        OpKind::Conv { groups, .. } => {
+        OpKind::Conv { .. } => {
+            // Every output element meets C_in/groups · kH · kW weights.
             let w = &p.tensors[op.inputs[1]].shape;
-            let per: usize = w[1..].iter().product();
-            let _ = groups;
-            out * per as u64
+            out * w[1..].iter().product::<usize>() as u64
         }
         OpKind::TransposeConv { .. } => {
             let w = &p.tensors[op.inputs[1]].shape;
@@ -138,11 +137,7 @@ fn npu_compute(p: &Program, i: usize, v: &OpView, m: u64, t: &Target) -> f64 {
     let op = &p.ops[i];
     let out = numel(&v.output) as f64;
     let wide = v.precision == Some(Precision::Int16);
-    let rate = if wide {
-        c.macs_per_cycle.int16.unwrap_or(c.macs_per_cycle.int8 / 2.0)
-    } else {
-        c.macs_per_cycle.int8
-    };
+    let rate = t.macs_per_cycle(v.precision.unwrap_or(Precision::Int8));
     let output_stage = out
         * if wide {
             c.output_cycles_per_element_int16.unwrap_or(c.output_cycles_per_element)
@@ -228,68 +223,64 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
         }
     }
     let precision = v.precision.map_or("float32", |p| p.name()).to_string();
-    if place == Place::Cpu {
+    // (sram bytes, off-chip bytes, compute, memory, cycles, latency µs, bound, energy pJ)
+    let (sram, offchip, compute, memory, cycles, latency_us, bound, energy_pj) = if place == Place::Cpu {
         let (ops, float) = host_ops(p, i, v, m);
         let rate = if float {
             t.host.float_ops_per_cycle
         } else {
             t.host.int_ops_per_cycle
         };
-        let host_cycles = ops / rate;
-        let latency_us = host_cycles / t.host.clock_mhz;
-        return LayerPerf {
-            node: op.node.clone(),
-            op: v.class.clone(),
-            place,
-            precision,
-            macs: m,
-            ifm_bytes,
-            ofm_bytes,
-            weight_bytes,
-            sram_bytes: ifm_bytes + ofm_bytes + weight_bytes,
-            offchip_bytes: 0,
-            compute_cycles: latency_us * t.clock_mhz,
-            memory_cycles: 0.0,
-            cycles: latency_us * t.clock_mhz,
+        let latency_us = ops / rate / t.host.clock_mhz;
+        let cycles = latency_us * t.clock_mhz;
+        let bytes = ifm_bytes + ofm_bytes + weight_bytes;
+        (
+            bytes,
+            0,
+            cycles,
+            0.0,
+            cycles,
             latency_us,
-            bound: "host".into(),
-            mac_utilisation: 0.0,
-            energy_uj: ops * t.energy.pj_per_host_op * 1e-6,
+            "host",
+            ops * t.energy.pj_per_host_op,
+        )
+    } else {
+        let compute = npu_compute(p, i, v, m, t);
+        let (mut sram, mut offchip) = (ifm_bytes + ofm_bytes - fm_off, fm_off);
+        if t.memory.weights_offchip {
+            offchip += weight_bytes;
+        } else {
+            sram += weight_bytes;
+        }
+        let sram_cycles = sram as f64 / t.memory.sram_bytes_per_cycle;
+        let off_cycles = offchip as f64 / t.memory.offchip_bytes_per_cycle;
+        let memory = if t.memory.dma_channels >= 2 {
+            sram_cycles.max(off_cycles)
+        } else {
+            sram_cycles + off_cycles
         };
-    }
-    let compute = npu_compute(p, i, v, m, t);
-    let fm = ifm_bytes + ofm_bytes;
-    let (mut sram, mut offchip) = (fm - fm_off, fm_off);
-    if t.memory.weights_offchip {
-        offchip += weight_bytes;
-    } else {
-        sram += weight_bytes;
-    }
-    let sram_cycles = sram as f64 / t.memory.sram_bytes_per_cycle;
-    let off_cycles = offchip as f64 / t.memory.offchip_bytes_per_cycle;
-    let memory = if t.memory.dma_channels >= 2 {
-        sram_cycles.max(off_cycles)
-    } else {
-        sram_cycles + off_cycles
+        let overhead = if reshape { 0.0 } else { t.compute.op_overhead_cycles };
+        let cycles = compute.max(memory) + overhead;
+        let pj_mac = if v.precision == Some(Precision::Int16) {
+            t.energy.pj_per_mac_int16
+        } else {
+            t.energy.pj_per_mac_int8
+        };
+        let energy =
+            m as f64 * pj_mac + sram as f64 * t.energy.pj_per_sram_byte + offchip as f64 * t.energy.pj_per_offchip_byte;
+        let bound = if compute >= memory { "compute" } else { "memory" };
+        (
+            sram,
+            offchip,
+            compute,
+            memory,
+            cycles,
+            cycles / t.clock_mhz,
+            bound,
+            energy,
+        )
     };
-    let overhead = if reshape { 0.0 } else { t.compute.op_overhead_cycles };
-    let cycles = compute.max(memory) + overhead;
-    let wide = v.precision == Some(Precision::Int16);
-    let peak = if wide {
-        t.compute
-            .macs_per_cycle
-            .int16
-            .unwrap_or(t.compute.macs_per_cycle.int8 / 2.0)
-    } else {
-        t.compute.macs_per_cycle.int8
-    };
-    let pj_mac = if wide {
-        t.energy.pj_per_mac_int16
-    } else {
-        t.energy.pj_per_mac_int8
-    };
-    let energy_pj =
-        m as f64 * pj_mac + sram as f64 * t.energy.pj_per_sram_byte + offchip as f64 * t.energy.pj_per_offchip_byte;
+    let peak = t.macs_per_cycle(v.precision.unwrap_or(Precision::Int8));
     LayerPerf {
         node: op.node.clone(),
         op: v.class.clone(),
@@ -304,9 +295,13 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
         compute_cycles: compute,
         memory_cycles: memory,
         cycles,
-        latency_us: cycles / t.clock_mhz,
-        bound: if compute >= memory { "compute" } else { "memory" }.into(),
-        mac_utilisation: if cycles > 0.0 { m as f64 / (cycles * peak) } else { 0.0 },
+        latency_us,
+        bound: bound.into(),
+        mac_utilisation: if place == Place::Npu && cycles > 0.0 {
+            m as f64 / (cycles * peak)
+        } else {
+            0.0
+        },
         energy_uj: energy_pj * 1e-6,
     }
 }

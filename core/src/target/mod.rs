@@ -301,6 +301,16 @@ impl Target {
         self.ops.iter().find(|o| o.op == class)
     }
 
+    /// MACs per cycle at an activation precision (int16 at half the int8 rate when the
+    /// target does not say).
+    pub fn macs_per_cycle(&self, p: Precision) -> f64 {
+        let r = &self.compute.macs_per_cycle;
+        match p {
+            Precision::Int8 => r.int8,
+            Precision::Int16 => r.int16.unwrap_or(r.int8 / 2.0),
+        }
+    }
+
     /// Peak int8 tera-operations per second (2 ops per MAC).
     pub fn int8_tops(&self) -> f64 {
         2.0 * self.compute.macs_per_cycle.int8 * self.clock_mhz * 1e6 / 1e12
