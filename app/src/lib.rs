@@ -4,5 +4,6 @@ pub mod bench_layout;
 pub mod bench_quant_edit;
 pub mod cli;
 pub mod graph;
+pub mod heap;
 pub mod info;
 pub mod studio;

@@ -5,7 +5,9 @@
 //! total), the arena never overlaps two live tensors, and `docs/supported-ops.md` is the
 //! document the rules generate.
 
-use npu_core::compiler::{Options, Place, compile, memory};
+use npu_core::compiler::binary::{self, BinaryError, Location, Trace};
+use npu_core::compiler::lower::Step;
+use npu_core::compiler::{Compiled, Options, Place, compile, memory};
 use npu_core::progress::Silent;
 use npu_core::quant::Quantizer;
 use npu_core::quant::data::{Preprocess, source};
@@ -134,21 +136,88 @@ fn every_target_compiles_the_real_models() {
             }
             assert!(tot.sram_peak_bytes <= tot.activation_bytes);
             check_arena(&c.memory, &format!("{name} on {}", t.id));
+            check_binary(&p, &c, &format!("{name} on {}", t.id));
         }
     }
 }
 
+/// The binary decodes to the program it was made from: every tensor (shape, grid,
+/// constant codes), every command (op, fused table, multipliers, tiles), every host op, the
+/// schedule in program order, and a trace that names each graph node once.
+fn check_binary(p: &Program, c: &Compiled, what: &str) {
+    let bytes = binary::write(p, c);
+    let b = binary::read(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(b.target, c.target, "{what}");
+    assert!(c.graph.starts_with(&b.graph), "{what}");
+    assert_eq!(b.tensors.len(), p.tensors.len(), "{what}");
+    for (bt, t) in b.tensors.iter().zip(&p.tensors) {
+        assert_eq!(&bt.tensor, t, "{what}: tensor {}", t.name);
+        let arena = match bt.location {
+            Location::Sram => b.sram_arena_bytes,
+            Location::Offchip => b.offchip_arena_bytes,
+            _ => continue,
+        };
+        assert!(bt.offset + bt.bytes <= arena, "{what}: {} outside its arena", t.name);
+    }
+    assert_eq!(b.commands, binary::commands_of(p, &c.lowered), "{what}");
+    assert_eq!(b.inputs, p.inputs);
+    assert_eq!(b.outputs, p.outputs);
+    // Host ops and commands in program order, each program op once.
+    let mut seen = vec![false; p.ops.len()];
+    let mut last = None;
+    for s in &b.steps {
+        let ops: Vec<usize> = match *s {
+            Step::Npu(k) => std::iter::once(c.lowered.commands[k].op)
+                .chain(c.lowered.commands[k].fused)
+                .collect(),
+            Step::Host(h) => {
+                let i = p.ops.iter().position(|o| *o == b.host[h]).expect("a program op");
+                vec![i]
+            }
+        };
+        for i in ops {
+            assert!(!seen[i], "{what}: op {i} twice");
+            seen[i] = true;
+        }
+        let first = match *s {
+            Step::Npu(k) => c.lowered.commands[k].op,
+            Step::Host(h) => p.ops.iter().position(|o| *o == b.host[h]).unwrap_or(0),
+        };
+        assert!(last < Some(first), "{what}: steps out of program order");
+        last = Some(first);
+    }
+    assert_eq!(b.trace.len(), p.ops.len(), "{what}");
+    for (i, (node, t)) in b.trace.iter().enumerate() {
+        assert_eq!(node, &p.ops[i].node);
+        assert_eq!(seen[i], *t != Trace::View, "{what}: {node}");
+        if let Trace::Command(k) | Trace::Fused(k) = t {
+            assert!(b.command_nodes(*k).contains(&node.as_str()));
+        }
+    }
+    let steps: usize = b.segments.iter().map(|s| s.2).sum();
+    assert_eq!(steps, b.steps.len());
+}
+
 fn check_arena(m: &memory::MemoryPlan, what: &str) {
-    let a = &m.arena;
-    assert!(a.size >= m.peak_bytes, "{what}: arena smaller than the live peak");
-    for (i, x) in m.ranges.iter().enumerate() {
-        for (j, y) in m.ranges.iter().enumerate().skip(i + 1) {
+    assert!(m.arena.size >= m.peak_bytes, "{what}: arena smaller than the live peak");
+    check_packing(m, &m.arena, |_| true, what);
+    // After spilling: the SRAM arena holds the on-chip buffers, the off-chip arena the
+    // others, and neither overlaps two live ones.
+    if !m.spilled_range.is_empty() {
+        check_packing(m, &m.sram, |r| !m.is_spilled(r), &format!("{what} (SRAM)"));
+        check_packing(m, &m.offchip, |r| m.is_spilled(r), &format!("{what} (off-chip)"));
+    }
+}
+
+fn check_packing(m: &memory::MemoryPlan, a: &memory::Arena, member: impl Fn(usize) -> bool, what: &str) {
+    for (i, x) in m.ranges.iter().enumerate().filter(|(i, _)| member(*i)) {
+        for (j, y) in m.ranges.iter().enumerate().skip(i + 1).filter(|(j, _)| member(*j)) {
             let live = x.first <= y.last && y.first <= x.last;
             let (ox, oy) = (a.offsets[i], a.offsets[j]);
             let apart = ox + x.bytes <= oy || oy + y.bytes <= ox;
             assert!(!live || apart, "{what}: {} and {} overlap", x.tensor, y.tensor);
         }
-        assert!(a.offsets[i] + x.bytes <= a.size);
+        assert!(a.offsets[i] + x.bytes <= a.size, "{what}: {} past the end", x.tensor);
     }
 }
 
@@ -182,11 +251,14 @@ fn arena_never_overlaps_live_tensors_on_random_schedules() {
                 *o += r.bytes;
             }
         }
-        let m = memory::MemoryPlan {
+        let mut m = memory::MemoryPlan {
             range_of: Vec::new(),
             arena: memory::pack(&ranges),
             spilled: Vec::new(),
             sram_arena_bytes: 0,
+            spilled_range: Vec::new(),
+            sram: memory::Arena::default(),
+            offchip: memory::Arena::default(),
             peak_bytes: occupancy.iter().copied().max().unwrap_or(0),
             peak_at: 0,
             activation_bytes: ranges.iter().map(|r| r.bytes).sum(),
@@ -194,6 +266,14 @@ fn arena_never_overlaps_live_tensors_on_random_schedules() {
             ranges,
         };
         check_arena(&m, &format!("case {case}"));
+        // Spill into a random SRAM smaller than the arena.
+        let sram = next(m.arena.size + 1);
+        m.place(sram);
+        assert!(
+            m.sram_arena_bytes <= sram || m.spilled_range.iter().all(|&s| s),
+            "case {case}"
+        );
+        check_arena(&m, &format!("case {case}, {sram} B of SRAM"));
     }
 }
 
@@ -261,4 +341,88 @@ fn placement_follows_precision_rules_and_user_overrides() {
         .find(|l| l.node == big.node && l.op == "CONV_2D")
         .expect("same conv");
     assert!(big16.cycles > big.cycles, "int16 runs at half the MAC rate");
+}
+
+#[test]
+fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
+    let (_, file, calib, pre) = MODELS[0];
+    let p = program(file, calib, pre, "w8a8");
+    let t = targets().into_iter().find(|t| t.id == "ethos-u55-128").expect("U55");
+    let c = compile(&p, &t, &Options::default());
+    // Every fused table gives what the op's kernel gives on a real input, element by element.
+    let x: ndarray::ArrayD<f32> = ndarray_npy::read_npy(data_dir().join("inputs/cls_page.npy")).expect("cls_page.npy");
+    assert_eq!(x.shape(), p.tensors[p.inputs[0]].shape.as_slice());
+    let input: Vec<f32> = x.iter().copied().collect();
+    let run = npu_core::sim::integer::run(&p, vec![npu_core::sim::integer::Input::Float(input)]).expect("runs");
+    let mut fused = 0;
+    for k in c.lowered.commands.iter().filter(|k| k.fused.is_some()) {
+        let mid = &run.values[p.ops[k.op].outputs[0]];
+        let out = &run.values[k.output(&p)];
+        let (Some(mid), Some(out)) = (mid, out) else {
+            panic!("not computed")
+        };
+        for (m, o) in mid.iter().zip(out) {
+            assert_eq!(k.lut[(m + 128) as usize], *o, "{}", p.ops[k.op].node);
+        }
+        fused += 1;
+    }
+    assert!(
+        fused > 0,
+        "cls has convolutions followed by HardSwish: some table must fuse"
+    );
+    // Corruption: a flipped byte anywhere is caught by a checksum or the header; a cut file
+    // is too short; nothing panics.
+    let bytes = binary::write(&p, &c);
+    assert!(binary::read(&bytes).is_ok());
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..300 {
+        let mut b = bytes.clone();
+        let at = (rnd() % b.len() as u64) as usize;
+        b[at] ^= 1 << (rnd() % 8);
+        // A flip in padding between sections changes nothing the reader uses.
+        if let Err(e) = binary::read(&b) {
+            assert!(!e.to_string().is_empty());
+        }
+        let cut = (rnd() % b.len() as u64) as usize;
+        assert!(binary::read(&bytes[..cut]).is_err());
+    }
+    assert_eq!(binary::read(b"GIF89a"), Err(BinaryError::Magic));
+    let mut v2 = bytes.clone();
+    v2[4] = 2;
+    assert_eq!(binary::read(&v2), Err(BinaryError::Version(2, 0)));
+    // Garbage behind valid checksums: each section's payload scrambled and re-summed is
+    // an error naming the section, or (by chance) still a binary; never a panic.
+    let table = |b: &[u8], k: usize| {
+        let e = binary::HEADER_BYTES + k * binary::ENTRY_BYTES;
+        let off = u64::from_le_bytes(b[e + 8..e + 16].try_into().expect("8")) as usize;
+        let len = u32::from_le_bytes(b[e + 16..e + 20].try_into().expect("4")) as usize;
+        (e, off, len)
+    };
+    for k in 0..binary::SECTIONS.len() {
+        for _ in 0..40 {
+            let mut b = bytes.clone();
+            let (e, off, len) = table(&b, k);
+            if len == 0 {
+                continue;
+            }
+            for _ in 0..4 {
+                let at = off + (rnd() % len as u64) as usize;
+                b[at] = rnd() as u8;
+            }
+            let crc = binary::crc32(&b[off..off + len]);
+            b[e + 20..e + 24].copy_from_slice(&crc.to_le_bytes());
+            let _ = binary::read(&b);
+        }
+    }
+    // A changed checksum names its section.
+    let mut b = bytes.clone();
+    let (e, _, _) = table(&b, 3);
+    b[e + 20] ^= 0xFF;
+    assert!(matches!(binary::read(&b), Err(BinaryError::Checksum { name, .. }) if name == "CMDS"));
 }

@@ -74,13 +74,35 @@ pub fn targets(json: bool, markdown: bool) -> Result<()> {
     Ok(())
 }
 
-/// What `compile --report` writes: the target, then everything the stage decided.
+/// What `compile --report` writes: the headline figures, then everything the stage
+/// decided.
 #[derive(Serialize)]
 struct Report<'a> {
     model: String,
     plan: String,
     #[serde(flatten)]
+    headline: npu_core::compiler::Headline,
+    /// The binary written by `--out`, and its size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binary: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binary_bytes: Option<usize>,
+    /// What the stages cost here: legalizing the plan, then partitioning, estimating,
+    /// lowering and writing the binary (milliseconds, and the most heap bytes in use at
+    /// once above what the loaded model already held).
+    timing: Timing,
+    #[serde(flatten)]
     compiled: &'a npu_core::compiler::Compiled,
+}
+
+#[derive(Serialize)]
+struct Timing {
+    legalize_ms: f64,
+    compile_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compile_peak_heap_bytes: Option<usize>,
+    /// Bytes of the model's weights (the optimized graph's constants as stored).
+    model_weight_bytes: u64,
 }
 
 pub struct CompileArgs<'a> {
@@ -91,6 +113,7 @@ pub struct CompileArgs<'a> {
     pub force_cpu: &'a [String],
     pub report: Option<&'a Path>,
     pub csv: Option<&'a Path>,
+    pub out: Option<&'a Path>,
     pub json: bool,
 }
 
@@ -103,8 +126,10 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
         .map(|s| super::run::parse_shape(s))
         .collect::<Result<_>>()?;
     let (plan, optimized) = super::quant::plan_inputs(a.model, a.plan)?;
+    let t0 = std::time::Instant::now();
     let program =
         pipeline::legalize(&optimized, &plan, &shapes).with_context(|| format!("legalizing {}", a.model.display()))?;
+    let legalize_ms = t0.elapsed().as_secs_f64() * 1e3;
     let known: std::collections::HashSet<&str> = program.ops.iter().map(|o| o.node.as_str()).collect();
     for n in a.force_cpu {
         if !known.contains(n.as_str()) {
@@ -117,10 +142,33 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
     let options = Options {
         force_cpu: a.force_cpu.iter().cloned().collect(),
     };
+    let heap = crate::heap::Heap::start();
+    let t0 = std::time::Instant::now();
     let c = pipeline::compile(&program, &target, &options);
+    let bytes = a.out.map(|_| npu_core::compiler::binary::write(&program, &c));
+    let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let peak = heap.peak();
+    if let (Some(path), Some(b)) = (a.out, &bytes) {
+        npu_core::export::write_atomic(path, b)?;
+    }
     let report = Report {
         model: a.model.display().to_string(),
         plan: a.plan.display().to_string(),
+        headline: c.headline(),
+        binary: a.out.map(|p| p.display().to_string()),
+        binary_bytes: bytes.as_ref().map(Vec::len),
+        timing: Timing {
+            legalize_ms,
+            compile_ms,
+            compile_peak_heap_bytes: peak,
+            model_weight_bytes: optimized
+                .graph
+                .values
+                .iter()
+                .filter_map(|v| v.constant.as_ref())
+                .map(|c| c.raw().len() as u64)
+                .sum(),
+        },
         compiled: &c,
     };
     if let Some(path) = a.report {
@@ -134,6 +182,16 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
         return Ok(());
     }
     println!("{}", c.summary());
+    if let (Some(path), Some(b)) = (a.out, &bytes) {
+        let h = c.headline();
+        println!(
+            "wrote {} ({} KiB): {} NPU commands, {} host ops",
+            path.display(),
+            b.len().div_ceil(1024),
+            h.commands,
+            h.host_ops
+        );
+    }
     // Each distinct reason once, in the order the ops meet it.
     let mut reasons: Vec<(String, usize)> = Vec::new();
     for p in c.placements.iter().filter(|p| p.place == Place::Cpu) {

@@ -5,6 +5,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub fn info(path: &Path, json: bool, nodes: bool, shapes: &[String]) -> Result<()> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("npub")) {
+        return binary(path, json, nodes);
+    }
     let mut model = super::load(path)?;
     if !shapes.is_empty() {
         let m: HashMap<String, Vec<usize>> = shapes
@@ -68,6 +71,131 @@ pub fn info(path: &Path, json: bool, nodes: bool, shapes: &[String]) -> Result<(
                 n.op,
                 io(&n.inputs),
                 io(&n.outputs)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct CommandRow<'a> {
+    index: usize,
+    unit: &'static str,
+    op: &'static str,
+    fused: Option<&'static str>,
+    nodes: Vec<&'a str>,
+    pieces: usize,
+    tiles: usize,
+    output: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct BinaryInfo<'a> {
+    file: String,
+    bytes: usize,
+    version: String,
+    target: &'a str,
+    graph: &'a str,
+    sram_arena_bytes: u64,
+    offchip_arena_bytes: u64,
+    weight_bytes: u64,
+    tensors: usize,
+    sections: Vec<serde_json::Value>,
+    /// Commands per unit.
+    units: std::collections::BTreeMap<&'static str, usize>,
+    host_ops: Vec<&'a str>,
+    segments: Vec<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commands: Option<Vec<CommandRow<'a>>>,
+}
+
+/// `npu-studio info FILE.npub`: what a compiled binary holds (`--nodes`: every command).
+fn binary(path: &Path, json: bool, all: bool) -> Result<()> {
+    use anyhow::Context;
+    use npu_core::compiler::binary::{Location, read};
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let b = read(&bytes).with_context(|| format!("{}", path.display()))?;
+    let mut units = std::collections::BTreeMap::new();
+    for c in &b.commands {
+        *units.entry(c.unit.name()).or_insert(0) += 1;
+    }
+    let rows = || {
+        b.commands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| CommandRow {
+                index: i,
+                unit: c.unit.name(),
+                op: c.op.kind.name(),
+                fused: c.fused.as_ref().map(|f| f.kind.name()),
+                nodes: b.command_nodes(i),
+                pieces: c.pieces,
+                tiles: c.tile.count,
+                output: &b.tensors[c.fused.as_ref().unwrap_or(&c.op).outputs[0]].tensor.name,
+            })
+            .collect::<Vec<_>>()
+    };
+    let r = BinaryInfo {
+        file: path.display().to_string(),
+        bytes: bytes.len(),
+        version: format!("{}.{}", b.version.0, b.version.1),
+        target: &b.target,
+        graph: &b.graph,
+        sram_arena_bytes: b.sram_arena_bytes,
+        offchip_arena_bytes: b.offchip_arena_bytes,
+        weight_bytes: b.tensors.iter().filter(|t| t.location == Location::Weights).map(|t| t.bytes).sum(),
+        tensors: b.tensors.len(),
+        sections: b
+            .sections
+            .iter()
+            .map(|(n, o, s, c)| serde_json::json!({"name": n, "offset": o, "bytes": s, "crc32": format!("{c:08x}")}))
+            .collect(),
+        units,
+        host_ops: b.host.iter().map(|o| o.node.as_str()).collect(),
+        segments: b
+            .segments
+            .iter()
+            .map(|(d, f, n)| serde_json::json!({"device": if *d == 0 { "NPU" } else { "CPU" }, "first_step": f, "steps": n}))
+            .collect(),
+        commands: all.then(rows),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!("{} ({} bytes, format {})", r.file, r.bytes, r.version);
+    println!("  target      {}", r.target);
+    println!("  graph       {}", r.graph);
+    println!(
+        "  arenas      {} KiB SRAM, {} KiB off-chip; weights {} KiB",
+        r.sram_arena_bytes.div_ceil(1024),
+        r.offchip_arena_bytes.div_ceil(1024),
+        r.weight_bytes.div_ceil(1024)
+    );
+    println!(
+        "  commands    {} ({})",
+        b.commands.len(),
+        r.units
+            .iter()
+            .map(|(u, n)| format!("{n} {u}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("  host ops    {}", r.host_ops.len());
+    println!("  segments    {}", r.segments.len());
+    println!("  sections:");
+    for (n, o, s, c) in &b.sections {
+        println!("    {n}  at {o:>9}  {s:>9} bytes  crc32 {c:08x}");
+    }
+    if all {
+        for c in rows() {
+            println!(
+                "  #{:<4} {:<12} {}{}  ← {}",
+                c.index,
+                c.unit,
+                c.op,
+                c.fused.map(|f| format!(" + {f}")).unwrap_or_default(),
+                c.nodes.join(", ")
             );
         }
     }

@@ -42,7 +42,8 @@ fn sample_model() -> PathBuf {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Inputs, outputs, op histogram, parameters, MACs, opsets and producer of a model.
+    /// Inputs, outputs, op histogram, parameters, MACs, opsets and producer of a model;
+    /// for a compiled binary (.npub): header, sections, commands per unit, segments.
     Info {
         model: PathBuf,
         /// Print JSON instead of text.
@@ -51,7 +52,8 @@ enum Command {
         /// Fix a dynamic input shape for MAC counting, e.g. `x=1x3x640x640`.
         #[arg(long = "shape", value_name = "NAME=DIMS")]
         shapes: Vec<String>,
-        /// Also list every node: name, op, attributes, inputs and outputs with dtype and shape.
+        /// Also list every node: name, op, attributes, inputs and outputs with dtype and
+        /// shape (for a binary: every command and the graph nodes it runs).
         #[arg(long)]
         nodes: bool,
     },
@@ -132,6 +134,9 @@ enum Command {
         /// The per-layer table as CSV.
         #[arg(long, value_name = "FILE.csv")]
         csv: Option<PathBuf>,
+        /// Write the deployable binary (docs/binary-format.md), atomically.
+        #[arg(long, value_name = "FILE.npub")]
+        out: Option<PathBuf>,
         /// Print the report as JSON instead of the summary.
         #[arg(long)]
         json: bool,
@@ -324,6 +329,7 @@ pub fn main() -> Result<()> {
             force_cpu,
             report,
             csv,
+            out,
             json,
         }) => compile::compile(&compile::CompileArgs {
             model: &model,
@@ -333,6 +339,7 @@ pub fn main() -> Result<()> {
             force_cpu: &force_cpu,
             report: report.as_deref(),
             csv: csv.as_deref(),
+            out: out.as_deref(),
             json,
         }),
         Some(Command::BenchLayout {

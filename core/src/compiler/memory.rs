@@ -48,6 +48,44 @@ pub struct MemoryPlan {
     pub spilled: Vec<String>,
     #[serde(default)]
     pub sram_arena_bytes: u64,
+    /// Per buffer, whether it lives off-chip.
+    #[serde(default, skip_serializing)]
+    pub spilled_range: Vec<bool>,
+    /// Offsets of the on-chip buffers in the SRAM arena, and of the others in the
+    /// off-chip arena.
+    #[serde(default, skip_serializing)]
+    pub sram: Arena,
+    #[serde(default, skip_serializing)]
+    pub offchip: Arena,
+}
+
+impl MemoryPlan {
+    pub fn is_spilled(&self, range: usize) -> bool {
+        self.spilled_range.get(range).copied().unwrap_or(false)
+    }
+
+    /// Places buffers off-chip (the largest first) until the rest fits `sram` bytes, and
+    /// packs both arenas.
+    pub fn place(&mut self, sram: u64) {
+        let (off, arena) = spill(self, sram);
+        let sizes: Vec<u64> = self
+            .ranges
+            .iter()
+            .zip(&off)
+            .map(|(r, &o)| if o { r.bytes } else { 0 })
+            .collect();
+        self.offchip = pack_sizes(&self.ranges, &sizes);
+        self.spilled = self
+            .ranges
+            .iter()
+            .zip(&off)
+            .filter(|(_, s)| **s)
+            .map(|(r, _)| r.tensor.clone())
+            .collect();
+        self.sram_arena_bytes = arena.size;
+        self.sram = arena;
+        self.spilled_range = off;
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -184,6 +222,9 @@ pub fn plan(p: &Program) -> MemoryPlan {
         arena: pack(&ranges),
         spilled: Vec::new(),
         sram_arena_bytes: 0,
+        spilled_range: Vec::new(),
+        sram: Arena::default(),
+        offchip: Arena::default(),
         ranges,
         occupancy,
         peak_bytes,

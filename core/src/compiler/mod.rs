@@ -7,6 +7,8 @@
 //! placement and cost, and counts the CPU segments and the hand-offs between them in the
 //! totals (Vela's estimate leaves the CPU out; ours does not).
 
+pub mod binary;
+pub mod lower;
 pub mod memory;
 pub mod partition;
 pub mod perf;
@@ -52,6 +54,8 @@ pub struct Compiled {
     pub layers: Vec<LayerPerf>,
     pub memory: memory::MemoryPlan,
     pub totals: Totals,
+    /// NPU commands and host ops in schedule order, each command tiled.
+    pub lowered: lower::Lowered,
 }
 
 /// Partitions `program` for `target` and estimates its cost.
@@ -78,21 +82,26 @@ pub fn compile(program: &Program, target: &Target, opts: &Options) -> Compiled {
     }
     let mut memory = memory::plan(program);
     // Buffers that do not fit in SRAM live off-chip, the largest first.
-    let (spilled, sram_arena) = memory::spill(&memory, target.memory.sram_bytes);
-    let offchip: Vec<bool> = memory.range_of.iter().map(|r| r.is_some_and(|r| spilled[r])).collect();
-    memory.spilled = memory
-        .ranges
+    memory.place(target.memory.sram_bytes);
+    let offchip: Vec<bool> = memory
+        .range_of
         .iter()
-        .zip(&spilled)
-        .filter(|(_, s)| **s)
-        .map(|(r, _)| r.tensor.clone())
+        .map(|r| r.is_some_and(|r| memory.is_spilled(r)))
         .collect();
-    memory.sram_arena_bytes = sram_arena.size;
     let layers: Vec<LayerPerf> = (0..program.ops.len())
-        .map(|i| perf::layer(program, i, &views[i], places[i], target, &offchip))
+        .map(|i| LayerPerf {
+            reason: placements[i].reason.clone(),
+            ..perf::layer(program, i, &views[i], places[i], target, &offchip)
+        })
         .collect();
+    let mut segments = segments;
+    for s in &mut segments {
+        s.cycles = layers[s.first..=s.last].iter().map(|l| l.cycles).sum();
+    }
     let boundaries = perf::boundaries(program, &places, target);
     let totals = perf::totals(&layers, &boundaries, &segments, &memory, target);
+    let work = target.memory.sram_bytes.saturating_sub(memory.sram_arena_bytes);
+    let lowered = lower::lower(program, &places, &views, target, &offchip, work);
     Compiled {
         target: target.id.clone(),
         offchip_name: target.memory.offchip_name.clone(),
@@ -103,10 +112,54 @@ pub fn compile(program: &Program, target: &Target, opts: &Options) -> Compiled {
         layers,
         memory,
         totals,
+        lowered,
     }
 }
 
+/// The report's headline figures (the `compile --report` and `--json` contract).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Headline {
+    pub ops_total: usize,
+    pub ops_npu: usize,
+    /// NPU layers, CPU layers and hand-offs, in NPU cycles.
+    pub cycles_total: f64,
+    pub latency_us: f64,
+    /// Bytes of activations alive at once, at the worst step.
+    pub sram_peak_bytes: u64,
+    /// Every activation buffer added up.
+    pub activations_bytes: u64,
+    /// Traffic on the target's off-chip memory (DRAM or flash).
+    pub dram_read_bytes: u64,
+    pub dram_write_bytes: u64,
+    pub energy_uj: f64,
+    /// NPU commands after lowering, and host ops.
+    pub commands: usize,
+    pub host_ops: usize,
+}
+
 impl Compiled {
+    pub fn headline(&self) -> Headline {
+        let t = &self.totals;
+        Headline {
+            ops_total: t.ops_total,
+            ops_npu: t.ops_on_npu,
+            cycles_total: t.cycles,
+            latency_us: t.latency_ms * 1e3,
+            sram_peak_bytes: t.sram_peak_bytes,
+            activations_bytes: t.activation_bytes,
+            dram_read_bytes: self.layers.iter().map(|l| l.offchip_read_bytes).sum(),
+            dram_write_bytes: self.layers.iter().map(|l| l.offchip_write_bytes).sum(),
+            energy_uj: t.energy_mj * 1e3,
+            commands: self.lowered.commands.len(),
+            host_ops: self
+                .lowered
+                .steps
+                .iter()
+                .filter(|s| matches!(s, lower::Step::Host(_)))
+                .count(),
+        }
+    }
+
     /// The per-layer table as CSV (one row per integer op, like Vela's per-layer file).
     pub fn layers_csv(&self) -> String {
         use std::fmt::Write;

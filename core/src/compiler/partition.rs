@@ -40,10 +40,17 @@ pub struct Placement {
 /// A run of consecutive ops (in program order) on one side.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
+    #[serde(rename = "device")]
     pub place: Place,
     /// Program op indices `first..=last`.
     pub first: usize,
     pub last: usize,
+    /// Ops in the segment.
+    #[serde(default)]
+    pub nodes: usize,
+    /// Its cycles (NPU cycles; host time at the NPU clock), set by the performance model.
+    #[serde(default)]
+    pub cycles: f64,
 }
 
 /// Decides one op's placement.
@@ -102,8 +109,13 @@ pub fn segments(places: &[Place]) -> Vec<Segment> {
                 place: pl,
                 first: i,
                 last: i,
+                nodes: 0,
+                cycles: 0.0,
             }),
         }
+    }
+    for s in &mut out {
+        s.nodes = s.last + 1 - s.first;
     }
     out
 }

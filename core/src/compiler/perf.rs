@@ -15,7 +15,11 @@ use serde::{Deserialize, Serialize};
 pub struct LayerPerf {
     pub node: String,
     pub op: String,
+    #[serde(rename = "device")]
     pub place: Place,
+    /// Why it runs there (the constraint sentence, or `supported`).
+    #[serde(default)]
+    pub reason: String,
     /// int8, int16 or float32.
     pub precision: String,
     pub macs: u64,
@@ -26,6 +30,11 @@ pub struct LayerPerf {
     /// Traffic on each memory.
     pub sram_bytes: u64,
     pub offchip_bytes: u64,
+    /// Off-chip traffic split into reads (weights, spilled inputs) and writes.
+    #[serde(default)]
+    pub offchip_read_bytes: u64,
+    #[serde(default)]
+    pub offchip_write_bytes: u64,
     pub compute_cycles: f64,
     pub memory_cycles: f64,
     /// NPU cycles of the layer (CPU layers: their host time in NPU cycles).
@@ -213,12 +222,14 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
         }
     }
     let mut ofm_bytes = 0;
+    let mut written_off = 0;
     if !reshape {
         for &o in &op.outputs {
             let b = tensor_bytes(p.tensors[o].q.ty, p.tensors[o].shape.iter().product());
             ofm_bytes += b;
             if offchip_fm[o] {
                 fm_off += b;
+                written_off += b;
             }
         }
     }
@@ -246,11 +257,13 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
         )
     } else {
         let compute = npu_compute(p, i, v, m, t);
+        // A convolution split per output position reads its weights once per piece.
+        let pieces = t.split_pieces(v) as u64;
         let (mut sram, mut offchip) = (ifm_bytes + ofm_bytes - fm_off, fm_off);
         if t.memory.weights_offchip {
-            offchip += weight_bytes;
+            offchip += weight_bytes * pieces;
         } else {
-            sram += weight_bytes;
+            sram += weight_bytes * pieces;
         }
         let sram_cycles = sram as f64 / t.memory.sram_bytes_per_cycle;
         let off_cycles = offchip as f64 / t.memory.offchip_bytes_per_cycle;
@@ -259,7 +272,11 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
         } else {
             sram_cycles + off_cycles
         };
-        let overhead = if reshape { 0.0 } else { t.compute.op_overhead_cycles };
+        let overhead = if reshape {
+            0.0
+        } else {
+            t.compute.op_overhead_cycles * pieces as f64
+        };
         let cycles = compute.max(memory) + overhead;
         let pj_mac = if v.precision == Some(Precision::Int16) {
             t.energy.pj_per_mac_int16
@@ -285,6 +302,7 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
         node: op.node.clone(),
         op: v.class.clone(),
         place,
+        reason: String::new(),
         precision,
         macs: m,
         ifm_bytes,
@@ -292,6 +310,8 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
         weight_bytes,
         sram_bytes: sram,
         offchip_bytes: offchip,
+        offchip_read_bytes: offchip.saturating_sub(written_off),
+        offchip_write_bytes: offchip.min(written_off),
         compute_cycles: compute,
         memory_cycles: memory,
         cycles,

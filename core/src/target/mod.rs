@@ -301,6 +301,25 @@ impl Target {
         self.ops.iter().find(|o| o.op == class)
     }
 
+    /// How many stride-1 pieces the compiler splits op `v` into because its stride is over
+    /// the op's native limit ([`Rule::StrideOrSplit`]): one per output position along each
+    /// such axis; 1 when the op runs whole.
+    pub fn split_pieces(&self, v: &OpView) -> usize {
+        let Some(max) = self.op(&v.class).and_then(|o| {
+            o.rules.iter().find_map(|r| match r {
+                Rule::StrideOrSplit { max } => Some(*max),
+                _ => None,
+            })
+        }) else {
+            return 1;
+        };
+        let Some(s) = v.strides else { return 1 };
+        (0..2)
+            .filter(|&a| s[a] > max)
+            .map(|a| v.output.get(2 + a).copied().unwrap_or(1).max(1))
+            .product()
+    }
+
     /// MACs per cycle at an activation precision (int16 at half the int8 rate when the
     /// target does not say).
     pub fn macs_per_cycle(&self, p: Precision) -> f64 {

@@ -245,6 +245,12 @@ pub enum Rule {
         min: usize,
         max: usize,
     },
+    /// Strides up to `max` run natively; a larger one only with dilation 1 and no padding,
+    /// where the compiler splits the convolution into one stride-1 convolution per output
+    /// position along that axis (as Vela does).
+    StrideOrSplit {
+        max: usize,
+    },
     /// Only these (height, width) strides.
     Strides(Vec<[usize; 2]>),
     MaxDilation(usize),
@@ -281,6 +287,11 @@ impl Rule {
             Self::MaxRank(n) => format!("Tensors must have at most {n} dimensions"),
             Self::MaxDim(n) => format!("Every tensor dimension must be at most {n}"),
             Self::Stride { min, max } => format!("Stride height and width must be in the range [{min}, {max}]"),
+            Self::StrideOrSplit { max } => {
+                format!(
+                    "Stride > {max} is only supported with dilation 1 and VALID padding (then split per output position)"
+                )
+            }
             Self::Strides(s) => format!(
                 "Stride (height, width) must be one of {}",
                 s.iter().map(|[h, w]| format!("{h}x{w}")).collect::<Vec<_>>().join(", ")
@@ -324,6 +335,10 @@ impl Rule {
                 .strides
                 .filter(|s| s.iter().any(|x| x < min || x > max))
                 .map(|[h, w]| format!("stride {h}x{w}")),
+            Self::StrideOrSplit { max } => v
+                .strides
+                .filter(|s| s.iter().any(|x| x > max) && (v.padded || v.dilations.is_some_and(|d| d != [1, 1])))
+                .map(|[h, w]| format!("stride {h}x{w} with {}", if v.padded { "padding" } else { "dilation" })),
             Self::Strides(ok) => v
                 .strides
                 .filter(|s| !ok.contains(s))
@@ -394,6 +409,7 @@ impl Rule {
             Self::Stride { min, max } if *min == 0 || min > max => {
                 Err(format!("Stride {{ min: {min}, max: {max} }} needs 1 <= min <= max"))
             }
+            Self::StrideOrSplit { max: 0 } => Err("StrideOrSplit needs max >= 1".into()),
             Self::Strides(s) if s.is_empty() || s.iter().flatten().any(|&x| x == 0) => {
                 Err("Strides needs at least one stride, none of them 0".into())
             }
@@ -447,6 +463,17 @@ mod tests {
         assert_eq!(r.check(&conv([1, 1], [3, 3])), None);
         assert_eq!(r.check(&conv([4, 4], [3, 3])).as_deref(), Some("stride 4x4"));
         assert_eq!(r.doc(), "Stride height and width must be in the range [1, 3]");
+        let split = Rule::StrideOrSplit { max: 3 };
+        let mut valid = conv([1, 4], [1, 9]);
+        valid.padded = false;
+        assert_eq!(split.check(&valid), None);
+        assert_eq!(
+            split.check(&conv([1, 4], [1, 9])).as_deref(),
+            Some("stride 1x4 with padding")
+        );
+        valid.dilations = Some([1, 2]);
+        assert_eq!(split.check(&valid).as_deref(), Some("stride 1x4 with dilation"));
+        assert_eq!(split.check(&conv([3, 3], [3, 3])), None);
         assert_eq!(
             Rule::MaxPaddedKernel(8).check(&conv([1, 1], [9, 3])).as_deref(),
             Some("padded kernel 9x3")

@@ -88,7 +88,7 @@ pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
 /// Per output channel, `QuantizeMultiplier(s_in · s_w[c] / s_out)` in double, as
 /// `PopulateConvolutionQuantizationParams` computes it for CONV_2D, DEPTHWISE_CONV_2D and
 /// TRANSPOSE_CONV.
-fn channel_multipliers(x: &QParams, w: &QParams, y: &QParams) -> Vec<(i32, i32)> {
+pub(crate) fn channel_multipliers(x: &QParams, w: &QParams, y: &QParams) -> Vec<(i32, i32)> {
     w.scale
         .iter()
         .map(|&sw| fixed::quantize_multiplier(f64::from(x.s()) * f64::from(sw) / f64::from(y.s())))
