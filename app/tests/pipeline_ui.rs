@@ -341,6 +341,32 @@ fn pipeline_stages_run_export_and_go_stale() {
         panic!("{:?}", h.state().stage_status(Stage::Compile))
     };
     assert!(!c.contains(": 0/"), "{c}");
+    // The latency overlay, from the Target menu: nodes coloured by their time, their share
+    // in the badge.
+    h.get_by_label("Target").click();
+    for _ in 0..4 {
+        h.step();
+    }
+    h.get_by_label("Colour by latency").click();
+    for _ in 0..3 {
+        h.step();
+    }
+    assert!(h.state().compile.colour_by_latency && h.state().compile.show_placement);
+    let marks = h.state().compile.card_marks(&h.state().theme.quant);
+    assert!(marks.values().any(|(_, b)| b.ends_with('%')), "{marks:?}");
+    let colours: std::collections::HashSet<_> = marks.values().map(|(c, _)| *c).collect();
+    assert!(colours.len() > 3, "a heat map has more than a few colours");
+    // Write the binary of this compile, and read it back.
+    let npub = out2.join("cls.npub");
+    h.state_mut().send(Command::WriteBinary(Some(npub.clone())));
+    settle(&mut h);
+    assert!(h.state().status.starts_with("Wrote "), "{}", h.state().status);
+    let b = npu_core::compiler::binary::read(&std::fs::read(&npub).expect("written")).expect("a binary");
+    assert_eq!(b.target, "phone-npu");
+    let compiled = &h.state().compile.result.as_ref().expect("compiled").compiled;
+    assert_eq!(b.commands.len(), compiled.lowered.commands.len());
+    assert_eq!(b.host.len(), compiled.headline().host_ops);
+    assert!(b.host.len() > 0, "the forced node runs on the host");
     // A precision edit makes the export stale; the simulation follows it.
     h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
     settle(&mut h);

@@ -225,6 +225,20 @@ impl Studio {
                 self.quant.dirty = true;
             }
             Command::ShowPlacement(on) => self.compile.show_placement = on,
+            Command::ShowLatency(on) => {
+                self.compile.colour_by_latency = on;
+                if on {
+                    self.compile.show_placement = true;
+                }
+            }
+            Command::WriteBinary(path) => match (path, &self.compile.result) {
+                (_, None) => self.error = Some("Nothing to write: compile first (the Compile stage's Run)".into()),
+                (None, Some(_)) => self.start_dialog(Dialog::WriteBinary),
+                (Some(p), Some(r)) => match super::compile::write_binary(r, &p) {
+                    Ok(line) => self.status = line,
+                    Err(e) => self.error = Some(e),
+                },
+            },
             Command::ShowCompileReport(on) => self.compile.report_open = on,
             Command::SetExportDir(d) => {
                 self.status = format!("Export writes to {}", d.display());
@@ -338,6 +352,7 @@ impl Studio {
             }
             Dialog::RecipeFile => self.quant.recipe_path = p.display().to_string(),
             Dialog::ExportFolder => self.send(Command::SetExportDir(p)),
+            Dialog::WriteBinary => self.send(Command::WriteBinary(Some(p))),
         }
     }
 

@@ -73,6 +73,8 @@ pub enum Dialog {
     RecipeFile,
     /// The folder the pipeline's Export stage writes to.
     ExportFolder,
+    /// Where to write the compiled binary.
+    WriteBinary,
 }
 
 #[derive(Clone, Debug)]
@@ -180,6 +182,10 @@ pub enum Command {
     ForceCpu(Vec<NodeId>, bool),
     /// Paint the placement on the graph, or the quantization overlay.
     ShowPlacement(bool),
+    /// Colour the placement overlay by each node's share of the latency.
+    ShowLatency(bool),
+    /// Write the compiled binary (`.npub`; asks for the path when `None`).
+    WriteBinary(Option<PathBuf>),
     /// Show or hide the compile report panel.
     ShowCompileReport(bool),
     /// Where the pipeline's Export stage writes.

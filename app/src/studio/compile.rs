@@ -30,6 +30,8 @@ pub struct CompileResult {
     /// The nodes it kept on the CPU by the user's choice.
     pub forced: BTreeSet<NodeId>,
     pub compiled: Arc<Compiled>,
+    /// The integer program it compiled (what the binary is written from).
+    pub program: Arc<npu_core::quant::legalize::Program>,
     /// Node of the open model → its placement.
     pub nodes: HashMap<NodeId, NodePlacement>,
     /// How long the job took (legalize, place, cost, map to the open model).
@@ -49,6 +51,8 @@ pub struct CompileState {
     pub force_cpu: BTreeSet<NodeId>,
     /// The compile report panel (latency bars, memory, roofline) is shown.
     pub report_open: bool,
+    /// The placement overlay colours nodes by their share of the latency instead of by side.
+    pub colour_by_latency: bool,
     /// The running job was started by an edit (not the Run button), and for what.
     auto: bool,
     running_for: Option<Key>,
@@ -75,6 +79,7 @@ impl Default for CompileState {
             show_placement: false,
             force_cpu: BTreeSet::new(),
             report_open: false,
+            colour_by_latency: false,
             auto: false,
             running_for: None,
             auto_failed: None,
@@ -213,6 +218,7 @@ impl CompileState {
                 target: target.id.clone(),
                 forced,
                 compiled: Arc::new(compiled),
+                program: Arc::new(program),
                 nodes,
                 ms: t0.elapsed().as_secs_f64() * 1e3,
             })
@@ -281,6 +287,8 @@ impl CompileState {
         let Some(r) = self.result.as_ref().filter(|_| self.show_placement) else {
             return HashMap::new();
         };
+        let total = r.compiled.totals.latency_ms * 1e3;
+        let max = r.nodes.values().map(|p| p.latency_us).fold(0.0, f64::max);
         r.nodes
             .iter()
             .map(|(&n, p)| {
@@ -288,6 +296,15 @@ impl CompileState {
                     Place::Npu => (c.npu, "NPU"),
                     Place::Cpu => (c.cpu, "CPU"),
                 };
+                if self.colour_by_latency {
+                    return (
+                        n,
+                        (
+                            latency_heat(c, p.latency_us, max),
+                            latency_badge(p.latency_us, total, side),
+                        ),
+                    );
+                }
                 let badge = if p.latency_us > 0.0 {
                     format!("{side} {}", latency(p.latency_us))
                 } else {
@@ -297,6 +314,48 @@ impl CompileState {
             })
             .collect()
     }
+}
+
+/// Green for nodes that cost little, through yellow, to red for the slowest node (on a
+/// log scale over three decades below it).
+pub fn latency_heat(c: &super::theme::QuantColours, us: f64, max: f64) -> Color32 {
+    if us <= 0.0 || max <= 0.0 {
+        return c.high;
+    }
+    let t = (1.0 + (us / max).log10() / 3.0).clamp(0.0, 1.0) as f32;
+    if t < 0.5 {
+        c.high.lerp_to_gamma(c.mid, t * 2.0)
+    } else {
+        c.mid.lerp_to_gamma(c.low, (t - 0.5) * 2.0)
+    }
+}
+
+/// `NPU 1.25 ms · 12%`.
+fn latency_badge(us: f64, total: f64, side: &str) -> String {
+    if us <= 0.0 {
+        return side.to_string();
+    }
+    let share = if total > 0.0 { 100.0 * us / total } else { 0.0 };
+    if share >= 1.0 {
+        format!("{side} {} · {share:.0}%", latency(us))
+    } else {
+        format!("{side} {} · <1%", latency(us))
+    }
+}
+
+/// Writes the compiled binary of `r` to `path` atomically; the status line.
+pub fn write_binary(r: &CompileResult, path: &std::path::Path) -> Result<String, String> {
+    let bytes = npu_core::compiler::binary::write(&r.program, &r.compiled);
+    npu_core::export::write_atomic(path, &bytes).map_err(|e| format!("Could not write {}: {e}", path.display()))?;
+    let h = r.compiled.headline();
+    Ok(format!(
+        "Wrote {} ({} KiB for {}): {} NPU commands, {} host ops",
+        path.display(),
+        bytes.len().div_ceil(1024),
+        r.target,
+        h.commands,
+        h.host_ops
+    ))
 }
 
 /// `12.3 µs`, `1.25 ms`.

@@ -42,6 +42,10 @@ pub fn spawn(dialog: Dialog, start: DialogStart, ctx: Option<&egui::Context>) ->
             }
             Dialog::Samples { .. } | Dialog::ExportFolder => d.pick_folder(),
             Dialog::RecipeFile => d.add_filter("Recipe", &["ron"]).pick_file(),
+            Dialog::WriteBinary => d
+                .add_filter("NPU binary", &["npub"])
+                .set_file_name(format!("{stem}.npub"))
+                .save_file(),
         };
         Ok((dialog, picked))
     })

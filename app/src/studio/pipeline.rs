@@ -412,6 +412,19 @@ fn target_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
         {
             out.push(Command::ShowPlacement(on));
         }
+        let mut heat = st.compile.colour_by_latency;
+        if ui
+            .add_enabled(
+                st.compile.result.is_some(),
+                egui::Checkbox::new(&mut heat, "Colour by latency"),
+            )
+            .on_hover_text(
+                "Each node coloured by its estimated time, red for the slowest; its share of the total in the badge",
+            )
+            .changed()
+        {
+            out.push(Command::ShowLatency(heat));
+        }
         let mut report = st.compile.report_open;
         if ui
             .add_enabled(
@@ -422,6 +435,17 @@ fn target_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
             .changed()
         {
             out.push(Command::ShowCompileReport(report));
+        }
+        ui.separator();
+        if ui
+            .add_enabled(st.compile.result.is_some(), egui::Button::new("Write binary (.npub)…"))
+            .on_hover_text(
+                "The deployable binary of this compile: weights, command stream, host ops (docs/binary-format.md)",
+            )
+            .clicked()
+        {
+            out.push(Command::WriteBinary(None));
+            ui.close();
         }
     });
 }
