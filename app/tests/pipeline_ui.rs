@@ -461,6 +461,13 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
         }
         println!("ranking: {:?}", &m.ranking[..6]);
         assert_eq!(m.plans.len(), m.curve.len());
+        // The search weighs the latency on the Compile stage's target (the default one).
+        assert_eq!(m.cost, "latency on ethos-u55-128");
+        assert!(
+            m.curve.iter().all(|c| c.latency_us.is_some_and(|us| us > 0.0)),
+            "{:?}",
+            m.curve
+        );
         (3, m.curve[3].sqnr_db.expect("db"), m.curve[3].promoted)
     };
     h.state_mut().quant.pareto_point = k;

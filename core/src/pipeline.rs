@@ -297,10 +297,31 @@ pub fn mixed_precision(
     calib: &Samples,
     target_db: f64,
     promote_to: LayerPrecision,
+    cost: crate::quant::amp::Cost<'_>,
     progress: &dyn Progress,
 ) -> Result<(MixedPrecision, QuantPlan), PlanError> {
     let cached = q.cache(&mut calib.iter(q.model))?;
-    Ok(q.mixed_precision(plan, &cached, target_db, promote_to, progress)?)
+    Ok(q.mixed_precision_by(plan, &cached, target_db, promote_to, cost, progress)?)
+}
+
+/// A plan's estimated latency on `target` (legalized on `model`, the optimized graph, and
+/// compiled): what a mixed-precision search weighs with [`crate::quant::amp::Cost::Latency`].
+/// `None` for a plan with no integer form.
+pub fn latency_estimate(
+    model: &Model,
+    target: &crate::target::Target,
+    plan: &QuantPlan,
+) -> Option<crate::quant::amp::Latency> {
+    let program = legalize(model, plan, &HashMap::new()).ok()?;
+    let c = compile(&program, target, &crate::compiler::Options::default());
+    let mut per_node_us: HashMap<String, f64> = HashMap::new();
+    for l in &c.layers {
+        *per_node_us.entry(l.node.clone()).or_default() += l.latency_us;
+    }
+    Some(crate::quant::amp::Latency {
+        total_us: c.totals.latency_ms * 1e3,
+        per_node_us,
+    })
 }
 
 // ---- simulate ---------------------------------------------------------------------------

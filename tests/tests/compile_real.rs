@@ -426,3 +426,66 @@ fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
     b[e + 20] ^= 0xFF;
     assert!(matches!(binary::read(&b), Err(BinaryError::Checksum { name, .. }) if name == "CMDS"));
 }
+
+#[test]
+fn mixed_precision_weighed_by_latency_is_faster_on_the_npu() {
+    use npu_core::quant::LayerPrecision;
+    use npu_core::quant::amp::Cost;
+    let (_, file, calib, pre) = MODELS[0];
+    let (m, _) = npu_core::import::load(&data_dir().join(file)).expect("loads");
+    let model = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
+        .expect("optimizes")
+        .model;
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    let src = source(data_dir().join(calib).to_str().expect("path")).expect("calibration data");
+    let pre = Preprocess::parse(pre).expect("spec");
+    let plan = q
+        .calibrate(
+            &mut src.samples(&model, &pre),
+            src.len(),
+            "w8a8",
+            Calibration::MinMax,
+            &Silent,
+        )
+        .expect("calibrates");
+    let cached = q.cache(&mut src.samples(&model, &pre)).expect("cache");
+    let u55 = targets().into_iter().find(|t| t.id == "ethos-u55-128").expect("U55");
+    let estimate = |p: &npu_core::quant::QuantPlan| npu_core::pipeline::latency_estimate(&model, &u55, p);
+    let cost = Cost::Latency {
+        name: &u55.id,
+        estimate: &estimate,
+    };
+    let base = q.output_sqnr(&plan, &cached).expect("sqnr").sqnr_db.expect("inexact");
+    let target = base + 1.0;
+    let (by_latency, fast) = q
+        .mixed_precision_by(&plan, &cached, target, LayerPrecision::INT16, cost, &Silent)
+        .expect("search");
+    let (by_bytes, small) = q
+        .mixed_precision(&plan, &cached, target, LayerPrecision::INT16, &Silent)
+        .expect("search");
+    for (a, b) in by_latency.curve.iter().zip(&by_bytes.curve) {
+        println!(
+            "{:>3} promoted: by latency {:?} dB {:?} µs; by bytes {:?} dB",
+            a.promoted, a.sqnr_db, a.latency_us, b.sqnr_db
+        );
+    }
+    assert_eq!(by_latency.cost, "latency on ethos-u55-128");
+    // Every point's latency is the compile of that point's plan.
+    for (c, p) in by_latency.curve.iter().zip(&by_latency.plans) {
+        let want = estimate(p).expect("integer").total_us;
+        assert!((c.latency_us.expect("latency") - want).abs() < 1e-6, "{c:?}");
+    }
+    assert!(by_bytes.curve.iter().all(|c| c.latency_us.is_none()));
+    let (kl, kb) = (by_latency.chosen.expect("reached"), by_bytes.chosen.expect("reached"));
+    let (tl, tb) = (
+        estimate(&fast).expect("integer").total_us,
+        estimate(&small).expect("integer").total_us,
+    );
+    let reached = q.output_sqnr(&fast, &cached).expect("sqnr").sqnr_db.expect("inexact");
+    println!(
+        "cls from {base:.2} dB to {target:.2} dB on the U55: by latency {kl} layers, {reached:.2} dB, {tl:.0} µs; \
+         by bytes {kb} layers, {tb:.0} µs"
+    );
+    assert!(reached >= target);
+    assert!(tl <= tb, "the latency-weighed plan is slower: {tl} µs against {tb} µs");
+}

@@ -255,6 +255,11 @@ enum Command {
         /// What --target-sqnr promotes layers to: int16, fp16 or float.
         #[arg(long, default_value = "int16")]
         promote_to: String,
+        /// Weigh --target-sqnr's promotions by the estimated latency on this NPU target
+        /// (an id or a .ron file): layers in order of SQNR gained per microsecond, each
+        /// point of the curve with its latency.
+        #[arg(long, value_name = "TARGET", requires = "target_sqnr")]
+        cost_target: Option<String>,
     },
     /// Simulates a plan and analyses it: weight-only vs activation-only error, per-layer
     /// sweeps ranked, histograms with clipping ranges; one JSON report.
@@ -388,6 +393,7 @@ pub fn main() -> Result<()> {
             no_bias_correction,
             target_sqnr,
             promote_to,
+            cost_target,
         }) => quant::quantize(&quant::QuantizeArgs {
             model: &model,
             calib: &calib,
@@ -403,6 +409,7 @@ pub fn main() -> Result<()> {
             no_bias_correction,
             target_sqnr,
             promote_to: &promote_to,
+            cost_target: cost_target.as_deref(),
         }),
         Some(Command::Analyze {
             model,

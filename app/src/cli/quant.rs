@@ -52,6 +52,7 @@ pub struct QuantizeArgs<'a> {
     pub no_bias_correction: bool,
     pub target_sqnr: Option<f64>,
     pub promote_to: &'a str,
+    pub cost_target: Option<&'a str>,
 }
 
 fn load_recipe(path: &Path) -> Result<Recipe> {
@@ -75,7 +76,9 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         no_bias_correction,
         target_sqnr,
         promote_to,
+        cost_target,
     } = *a;
+    let cost_target = cost_target.map(pipeline::target).transpose()?;
     if eval.is_none() && (report_path.is_some() || csv.is_some()) {
         bail!("--report and --csv need --eval PATH (the evaluation set)");
     }
@@ -140,7 +143,19 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     if let (Some(target), Some(to)) = (target_sqnr, promote_to) {
         // The search is part of making the plan: it runs on the calibration set (where the
         // bias corrections it measures again come from); --eval only reports.
-        let r = pipeline::mixed_precision(&q, &plan, &calib_set, target, to, &Stderr);
+        let estimate = |p: &npu_core::quant::QuantPlan| {
+            cost_target
+                .as_ref()
+                .and_then(|t| pipeline::latency_estimate(&model, t, p))
+        };
+        let cost = match &cost_target {
+            Some(t) => npu_core::quant::amp::Cost::Latency {
+                name: &t.id,
+                estimate: &estimate,
+            },
+            None => npu_core::quant::amp::Cost::Bytes,
+        };
+        let r = pipeline::mixed_precision(&q, &plan, &calib_set, target, to, cost, &Stderr);
         end_progress();
         let (mp, p) = r?;
         print_curve(&mp, target, a.promote_to);
@@ -189,12 +204,14 @@ fn print_curve(mp: &npu_core::quant::amp::MixedPrecision, target: f64, promote_t
         "mixed precision to {target:.2} dB (layers promoted to {promote_to}, of {}):",
         mp.layers_total
     );
+    println!("  promotions weighed by {}", mp.cost);
     for c in &mp.curve {
         println!(
-            "  {:>4} layers  {:>10.0} activation bytes  {}",
+            "  {:>4} layers  {:>10.0} activation bytes  {}{}",
             c.promoted,
             c.cost_bytes,
-            db2(c.sqnr_db)
+            db2(c.sqnr_db),
+            c.latency_us.map(|us| format!("  {us:.1} µs")).unwrap_or_default()
         );
     }
     match mp.chosen {

@@ -154,8 +154,10 @@ impl Studio {
             }
             Command::RunAnalysis(kind, target_db) => {
                 let ctx = self.ctx.clone();
+                // The mixed-precision search weighs latency on the Compile stage's target.
+                let npu = self.compile.chosen().cloned();
                 if let Some(s) = &mut self.quant.session {
-                    s.start_job(kind, target_db, ctx);
+                    s.start_job(kind, target_db, npu, ctx);
                 }
             }
             Command::CancelAnalysis => {

@@ -123,7 +123,8 @@ impl CompileState {
         self.job.as_ref().map(|j| &*j.progress)
     }
 
-    fn chosen(&self) -> Option<&Target> {
+    /// The chosen target.
+    pub fn chosen(&self) -> Option<&Target> {
         self.targets.as_ref().ok()?.iter().find(|t| t.id == self.target)
     }
 

@@ -29,6 +29,30 @@ pub struct CurvePoint {
     /// Activation bytes moved per inference (each quantized tensor written once).
     pub cost_bytes: f64,
     pub sqnr_db: Option<f64>,
+    /// Estimated latency on the cost target (a search with [`Cost::Latency`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
+}
+
+/// A plan's estimated latency on a target: the total and each graph node's share (by
+/// node name), or `None` when the plan has no integer form.
+pub struct Latency {
+    pub total_us: f64,
+    pub per_node_us: HashMap<String, f64>,
+}
+
+/// What the search weighs a promotion by.
+#[derive(Clone, Copy, Default)]
+pub enum Cost<'a> {
+    /// Activation bytes: the candidates in order of SQNR lost.
+    #[default]
+    Bytes,
+    /// Estimated latency on a target (`name`): the candidates in order of SQNR lost per
+    /// microsecond the promotion adds, each curve point with its latency.
+    Latency {
+        name: &'a str,
+        estimate: &'a (dyn Fn(&QuantPlan) -> Option<Latency> + Sync),
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -39,6 +63,9 @@ pub struct MixedPrecision {
     /// on the samples with the largest error) when it alone stays 8-bit and every other candidate is promoted.
     pub ranking: Vec<(String, f64)>,
     pub curve: Vec<CurvePoint>,
+    /// The cost the ranking weighs: `activation bytes`, or `latency on TARGET`.
+    #[serde(default)]
+    pub cost: String,
     /// Layers promoted in the returned plan (`None`: the target was not reached).
     pub chosen: Option<usize>,
     pub seconds: f64,
@@ -130,6 +157,19 @@ impl Quantizer<'_> {
         cached: &Cached,
         target_db: f64,
         to: LayerPrecision,
+        progress: &dyn Progress,
+    ) -> Result<(MixedPrecision, QuantPlan), QuantError> {
+        self.mixed_precision_by(plan, cached, target_db, to, Cost::Bytes, progress)
+    }
+
+    /// [`Quantizer::mixed_precision`] weighing promotions by `cost`.
+    pub fn mixed_precision_by(
+        &self,
+        plan: &QuantPlan,
+        cached: &Cached,
+        target_db: f64,
+        to: LayerPrecision,
+        cost_of: Cost<'_>,
         progress: &dyn Progress,
     ) -> Result<(MixedPrecision, QuantPlan), QuantError> {
         let t0 = std::time::Instant::now();
@@ -240,7 +280,28 @@ impl Quantizer<'_> {
             losses.push((c, top_db - sqnr(&few_top, &p)?.0));
         }
         drop(few_top);
-        losses.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let latency = |p: &QuantPlan| match cost_of {
+            Cost::Bytes => None,
+            Cost::Latency { estimate, .. } => estimate(p),
+        };
+        match (latency(plan), latency(&top)) {
+            // SQNR per microsecond: each candidate's loss over the time its promotion adds
+            // (the nodes' estimates with every candidate promoted, against all at 8 bits).
+            (Some(low), Some(high)) => {
+                let added = |c: Candidate| -> f64 {
+                    let node = |n: &str| {
+                        high.per_node_us.get(n).copied().unwrap_or(0.0) - low.per_node_us.get(n).copied().unwrap_or(0.0)
+                    };
+                    match c {
+                        Candidate::Inputs => 0.0,
+                        Candidate::Layer(n) => node(&g.nodes[n].name),
+                    }
+                    .max(1e-3)
+                };
+                losses.sort_by(|a, b| (b.1 / added(b.0)).total_cmp(&(a.1 / added(a.0))));
+            }
+            _ => losses.sort_by(|a, b| b.1.total_cmp(&a.1)),
+        }
         // Phase 2, on every sample: promote in ranking order, one more at each point of the
         // curve (densely until the target is reached or a tenth of the layers are promoted,
         // then spaced out to all of them).
@@ -248,6 +309,7 @@ impl Quantizer<'_> {
             promoted: 0,
             cost_bytes: cost(plan),
             sqnr_db: Some(base_db),
+            latency_us: latency(plan).map(|l| l.total_us),
         }];
         let mut plans = vec![plan.clone()];
         let mut chosen = (base_db >= target_db).then_some(0);
@@ -271,6 +333,7 @@ impl Quantizer<'_> {
                 promoted: k,
                 cost_bytes: cost(&current),
                 sqnr_db: db.is_finite().then_some(db),
+                latency_us: latency(&current).map(|l| l.total_us),
             });
             plans.push(current.clone());
             if chosen.is_none() && db >= target_db {
@@ -290,6 +353,10 @@ impl Quantizer<'_> {
                 layers_total,
                 ranking: losses.iter().map(|&(c, d)| (name(c), d)).collect(),
                 curve,
+                cost: match cost_of {
+                    Cost::Bytes => "activation bytes".into(),
+                    Cost::Latency { name, .. } => format!("latency on {name}"),
+                },
                 chosen,
                 seconds: t0.elapsed().as_secs_f64(),
                 plans,

@@ -118,7 +118,10 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                 out.push(Command::RunAnalysis(JobKind::Pareto, q.pareto_target));
             }
             let Some((g, m)) = &s.pareto else {
-                ui.weak("Promotes the most sensitive layers to 16-bit activations, one at a time.");
+                ui.weak(
+                    "Promotes the most sensitive layers to 16-bit activations, one at a time, \
+                     weighing each by the latency it adds on the Compile stage's target.",
+                );
                 return;
             };
             if *g != s.generation() {
@@ -126,14 +129,24 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
             }
             let last = m.curve.len().saturating_sub(1);
             q.pareto_point = q.pareto_point.min(last);
-            let pts: Vec<[f64; 2]> = m
-                .curve
-                .iter()
-                .filter_map(|c| Some([c.promoted as f64, c.sqnr_db?]))
-                .collect();
+            // SQNR against latency when the search weighed it, else against layers promoted.
+            let by_latency = m.curve.iter().all(|c| c.latency_us.is_some());
+            let x = |c: &npu_core::quant::amp::CurvePoint| {
+                if by_latency {
+                    c.latency_us.unwrap_or(0.0)
+                } else {
+                    c.promoted as f64
+                }
+            };
+            let pts: Vec<[f64; 2]> = m.curve.iter().filter_map(|c| Some([x(c), c.sqnr_db?])).collect();
             let picked = &m.curve[q.pareto_point];
+            let x_label = if by_latency {
+                format!("µs, {}", m.cost)
+            } else {
+                "layers at 16 bits".into()
+            };
             let r = plots::small("pareto_curve")
-                .x_axis_label("layers at 16 bits")
+                .x_axis_label(x_label)
                 .y_axis_label("output dB")
                 .show(ui, |p| {
                     p.line(egui_plot::Line::new("SQNR", pts.clone()));
@@ -141,7 +154,7 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                     p.hline(egui_plot::HLine::new("target", m.target_db).color(mid));
                     if let Some(v) = picked.sqnr_db {
                         p.points(
-                            egui_plot::Points::new("picked", vec![[picked.promoted as f64, v]])
+                            egui_plot::Points::new("picked", vec![[x(picked), v]])
                                 .radius(5.0)
                                 .color(low),
                         );
@@ -153,7 +166,7 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                 && let Some(at) = r.inner
             {
                 let near = m.curve.iter().enumerate().min_by(|a, b| {
-                    let d = |c: &npu_core::quant::amp::CurvePoint| (c.promoted as f64 - at.x).abs();
+                    let d = |c: &npu_core::quant::amp::CurvePoint| (x(c) - at.x).abs();
                     d(a.1).total_cmp(&d(b.1))
                 });
                 if let Some((k, _)) = near {
@@ -166,11 +179,14 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                     .labelled_by(label.id);
                 let c = &m.curve[q.pareto_point];
                 ui.label(format!(
-                    "{} of {} at 16 bits · {} · {:.0} KiB",
+                    "{} of {} at 16 bits · {} · {:.0} KiB{}",
                     c.promoted,
                     m.layers_total,
                     db(c.sqnr_db),
-                    c.cost_bytes / 1024.0
+                    c.cost_bytes / 1024.0,
+                    c.latency_us
+                        .map(|us| format!(" · {}", crate::studio::compile::latency(us)))
+                        .unwrap_or_default()
                 ));
                 let current = *g == s.generation();
                 if m.plans.get(q.pareto_point).is_some()

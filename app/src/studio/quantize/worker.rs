@@ -39,8 +39,9 @@ enum Msg {
     Full(u64, Arc<JobProgress>),
     /// Measure every layer's sensitivity on the current plan.
     Sensitivity(Arc<JobProgress>),
-    /// Search mixed precision (8 → 16-bit activations) from the current plan to this target.
-    Pareto(f64, Arc<JobProgress>),
+    /// Search mixed precision (8 → 16-bit activations) from the current plan to this target,
+    /// weighing promotions by the estimated latency on an NPU target when one is given.
+    Pareto(f64, Option<Box<npu_core::target::Target>>, Arc<JobProgress>),
     /// Values of this tensor (by name in the optimized graph) for the inspector.
     Inspect(String),
 }
@@ -399,7 +400,13 @@ impl Session {
     }
 
     /// Starts a sensitivity analysis or a mixed-precision search on the current plan.
-    pub fn start_job(&mut self, kind: JobKind, target_db: f64, ctx: Option<egui::Context>) {
+    pub fn start_job(
+        &mut self,
+        kind: JobKind,
+        target_db: f64,
+        cost_target: Option<npu_core::target::Target>,
+        ctx: Option<egui::Context>,
+    ) {
         if self.job.is_some() {
             return;
         }
@@ -408,7 +415,7 @@ impl Session {
         p.set(0.0, "waiting for the quantizer");
         let msg = match kind {
             JobKind::Sensitivity => Msg::Sensitivity(p.clone()),
-            JobKind::Pareto => Msg::Pareto(target_db, p.clone()),
+            JobKind::Pareto => Msg::Pareto(target_db, cost_target.map(Box::new), p.clone()),
         };
         if self.tx.send(msg).is_ok() {
             self.job = Some((kind, p));
@@ -577,7 +584,7 @@ fn worker(
                 break;
             }
             for job in jobs {
-                let (Msg::Sensitivity(p) | Msg::Pareto(_, p)) = &job else {
+                let (Msg::Sensitivity(p) | Msg::Pareto(_, _, p)) = &job else {
                     continue;
                 };
                 let progress = p.clone();
@@ -592,10 +599,22 @@ fn worker(
                         .analyze(&live.plan, c, &**p)
                         .map(JobResult::Sensitivity)
                         .map_err(JobError::from),
-                    (Msg::Pareto(target, p), Some(c)) => q
-                        .mixed_precision(&live.plan, c, *target, LayerPrecision::INT16, &**p)
-                        .map(|(m, _)| JobResult::Pareto(m))
-                        .map_err(JobError::from),
+                    (Msg::Pareto(target, npu, p), Some(c)) => {
+                        let estimate = |plan: &npu_core::quant::QuantPlan| {
+                            npu.as_deref()
+                                .and_then(|t| npu_core::pipeline::latency_estimate(q.model, t, plan))
+                        };
+                        let cost = match npu.as_deref() {
+                            Some(t) => npu_core::quant::amp::Cost::Latency {
+                                name: &t.id,
+                                estimate: &estimate,
+                            },
+                            None => npu_core::quant::amp::Cost::Bytes,
+                        };
+                        q.mixed_precision_by(&live.plan, c, *target, LayerPrecision::INT16, cost, &**p)
+                            .map(|(m, _)| JobResult::Pareto(m))
+                            .map_err(JobError::from)
+                    }
                     _ => continue,
                 };
                 let reply = JobReply {
