@@ -8,7 +8,8 @@ TFLite file with Vela (`vela --accelerator-config ethos-u55-128`, its default sy
 Ethos_U55_High_End_Embedded, Shared_Sram, 500 MHz). Printed per model: the share of ops
 each puts on the NPU, the NPU cycles of each (Vela's `cycles_npu` of its summary CSV, the
 sum over NPU layers of max(compute, memory); ours `npu_cycles`) and the ratio ours/Vela;
-and our total with the CPU segments and hand-offs, which Vela leaves out.
+and our total with the CPU segments and hand-offs, which Vela leaves out. Exits 1 when a
+ratio is outside 0.5..2 or Vela fails on a model.
 
 Usage: compare_vela.py [--bin PATH] [--models cls,det,rec,yolox,pitch,magika]
 Needs `pip install ethos-u-vela==5.2.0` (scripts/requirements.txt has it).
@@ -83,6 +84,12 @@ def main():
               f"{ratio:>6.2f} {o['latency_ms']:>24.3f}")
     if ratios:
         print(f"ratio ours/Vela: min {min(ratios):.2f}, max {max(ratios):.2f}")
+    # Our estimate must stay within a factor of 2 of Vela's on every model it compiles.
+    off = [m for (m, _, v, _), r in zip([x for x in rows if x[2] is not None], ratios) if not 0.5 <= r <= 2.0]
+    failed = [m for m, _, v, _ in rows if v is None]
+    if off or failed:
+        print(f"outside the 2x band: {', '.join(off) or 'none'}; Vela failed: {', '.join(failed) or 'none'}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

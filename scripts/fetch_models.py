@@ -303,6 +303,19 @@ def silero(chunks=6):
     return root
 
 
+def sample_inputs(n=6):
+    """Held-out images for the bundled sample model (not its calibration images), drawn by
+    its generator with another seed, preprocessed as the studio does (x/255, NCHW)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_sample_model import dataset, tensor
+
+    imgs, _ = dataset(n, seed=11)
+    out = os.path.join(ROOT, "data", "inputs")
+    os.makedirs(out, exist_ok=True)
+    for k, x in enumerate(tensor(imgs)):
+        np.save(os.path.join(out, f"sample_{k}.npy"), x[None])
+
+
 if __name__ == "__main__":
     m = models()
     i = images()
@@ -310,5 +323,6 @@ if __name__ == "__main__":
     more_models()
     s = silero()
     magika()
+    sample_inputs()
     print(f"models in {m}, inputs in {i}, onnxruntime references in {r}, exported models with test sets in {s}")
     sys.exit(0)

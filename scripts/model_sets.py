@@ -40,6 +40,13 @@ MODELS = {
         ["data/inputs/pitch_%s.npy" % n for n in ("house0", "house1", "boom")],
         ["data/inputs/pitch_%s.npy" % n for n in ("house2", "punch", "car_door")],
     ),
+    # The bundled demo: its shipped calibration images; held-out images drawn by the same
+    # generator (fetch_models.py writes them).
+    "sample": (
+        "assets/models/sample_cnn.onnx",
+        "assets/calibration/sample_cnn",
+        ["data/inputs/sample_%d.npy" % k for k in range(6)],
+    ),
     "magika": (
         "data/real/magika_standard_v3_3/model.onnx",
         ["data/inputs/magika_%d.npy" % k for k in (0, 1, 2)],
@@ -57,6 +64,8 @@ def sets(model, tmp):
     _, calib, evals = MODELS[model]
     if calib is None:
         return os.path.join(ROOT, "data/crops8"), evals
+    if isinstance(calib, str):
+        return os.path.join(ROOT, calib), evals
     return linked_folder(tmp, "calib", calib), evals
 
 

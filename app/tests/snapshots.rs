@@ -162,3 +162,36 @@ fn readme_quantization_heatmap() {
     settle(&mut h);
     h.snapshot_options("studio_placement", &shots);
 }
+
+/// The first run as a demo: the sample model opened with its bundled calibration images
+/// set, one click on Calibrate's Run, and the graph shows the SQNR heatmap with each
+/// node's placement and latency beside it, the Compile card the total.
+#[test]
+fn readme_first_run_demo() {
+    let shots = SnapshotOptions::new().output_path(repo().join("screenshots"));
+    let mut h = open(&common::sample());
+    assert!(
+        h.state().quant.setup.data.ends_with("sample_cnn"),
+        "{}",
+        h.state().quant.setup.data
+    );
+    h.state_mut().quant.show_timings = false;
+    h.get_by_label("Run calibrate").click();
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let st = h.state();
+    assert!(!st.quant.card_marks(&st.theme.quant).is_empty(), "the SQNR heatmap");
+    let r = st
+        .compile
+        .result
+        .as_ref()
+        .unwrap_or_else(|| panic!("the compile did not follow the first simulation: {}", st.status));
+    assert_eq!(r.target, "ethos-u55-128");
+    assert!(r.compiled.totals.ops_on_npu > 0 && r.compiled.totals.latency_ms > 0.0);
+    assert!(st.compile.show_placement);
+    assert!(st.status.contains("compiled for ethos-u55-128: "), "{}", st.status);
+    h.event(egui::Event::PointerGone);
+    h.step();
+    h.step();
+    h.snapshot_options("studio_demo", &shots);
+}

@@ -12,6 +12,7 @@ use super::quantize;
 use crate::graph::doc::{GraphDoc, ItemId, ItemKind};
 use crate::graph::scene::BoxKind;
 use egui::{Align2, FontId, Rect, Sense, Stroke, pos2};
+use std::collections::HashMap;
 
 /// The canvas (central panel).
 pub fn canvas_ui(st: &mut Studio, ui: &mut egui::Ui, out: &mut Vec<Command>) {
@@ -70,15 +71,27 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect, out: &mut Vec<Comma
         ..Highlights::default()
     };
     st.optimizer.before_highlights(&doc, &scene, &mut hl);
-    let marks = if st.compile.show_placement && st.compile.result.is_some() {
-        st.compile.card_marks(&st.theme.quant)
+    // The quantization overlay frames the cards; the placement rides beside it as a corner
+    // badge (or takes the frame when there is no quantization overlay, or when it colours
+    // by latency).
+    let quant = st.quant.card_marks(&st.theme.quant);
+    let (marks, side) = if st.compile.show_placement && st.compile.result.is_some() {
+        let placed = st.compile.card_marks(&st.theme.quant);
+        if st.compile.colour_by_latency || quant.is_empty() {
+            (placed, HashMap::new())
+        } else {
+            (quant, placed)
+        }
     } else {
-        st.quant.card_marks(&st.theme.quant)
+        (quant, HashMap::new())
     };
-    hl.marks = marks
-        .into_iter()
-        .filter_map(|(n, m)| Some((own_card_box(&doc, &scene, n)?, m)))
-        .collect();
+    let boxes = |m: HashMap<_, _>| {
+        m.into_iter()
+            .filter_map(|(n, m)| Some((own_card_box(&doc, &scene, n)?, m)))
+            .collect()
+    };
+    hl.marks = boxes(marks);
+    hl.side_marks = boxes(side);
     let events = pane_ui(
         ui,
         rect,

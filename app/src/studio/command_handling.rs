@@ -510,13 +510,19 @@ impl Studio {
         match self.quant.poll() {
             Polled::Ended(JobError::Cancelled) => self.status = "Quantization cancelled".into(),
             Polled::Ended(JobError::Failed(e)) => self.error = Some(format!("Quantization failed: {e}")),
-            Polled::FirstResult => self.show_worst_layer(),
+            Polled::FirstResult => {
+                self.show_worst_layer();
+                if let Some(s) = &self.quant.session {
+                    self.compile.follow_first_simulation(s, self.ctx.as_ref());
+                }
+            }
             Polled::Nothing => {}
         }
         self.poll_document_jobs();
         self.inspector.poll();
         match self.compile.poll() {
-            Some(Ok(line)) => self.status = line,
+            Some(Ok(super::compile::Note::Replace(line))) => self.status = line,
+            Some(Ok(super::compile::Note::Append(more))) => self.status = format!("{}; {more}", self.status),
             Some(Err(e)) => self.error = Some(e),
             None => {}
         }

@@ -5,6 +5,7 @@
 
 use super::jobs::{Job, JobError, JobProgress, take_finished};
 use super::quantize::Session;
+pub use super::widgets::latency;
 use egui::Color32;
 use npu_core::compiler::{Compiled, Options, Place};
 use npu_core::ir::NodeId;
@@ -20,6 +21,13 @@ pub struct NodePlacement {
     /// Why it is on the CPU (the first op's reason), or "supported".
     pub reason: String,
     pub latency_us: f64,
+}
+
+/// What a finished compile says in the status line.
+pub enum Note {
+    Replace(String),
+    /// Added to the line already there (the compile that follows a first simulation).
+    Append(String),
 }
 
 /// A finished compile.
@@ -58,6 +66,9 @@ pub struct CompileState {
     running_for: Option<Key>,
     /// The last automatic update that failed (not tried again until something changes).
     auto_failed: Option<Key>,
+    /// The running job is the compile that follows a model's first simulation: it opens
+    /// the placement and the report like a click, and a failure only goes to the status line.
+    first: bool,
 }
 
 /// What a compile depends on: the plan generation, the target and the overrides.
@@ -83,6 +94,7 @@ impl Default for CompileState {
             auto: false,
             running_for: None,
             auto_failed: None,
+            first: false,
         }
     }
 }
@@ -157,6 +169,17 @@ impl CompileState {
         }
     }
 
+    /// After a model's first simulation: compiles for the chosen target unless a compile
+    /// exists or runs, so the placement and the latency come with the SQNR heatmap.
+    pub fn follow_first_simulation(&mut self, session: &Session, ctx: Option<&egui::Context>) {
+        if self.result.is_some() || self.job.is_some() {
+            return;
+        }
+        if self.start(session, ctx).is_ok() {
+            self.first = true;
+        }
+    }
+
     /// Starts compiling the session's current plan for the chosen target.
     pub fn start(&mut self, session: &Session, ctx: Option<&egui::Context>) -> Result<(), String> {
         self.auto = false;
@@ -227,10 +250,11 @@ impl CompileState {
         Ok(())
     }
 
-    /// Takes the finished job: the status line, or an error.
-    pub fn poll(&mut self) -> Option<Result<String, String>> {
+    /// Takes the finished job: the status line (or what to add to it), or an error.
+    pub fn poll(&mut self) -> Option<Result<Note, String>> {
         let r = take_finished(&mut self.job)?;
         let (auto, key) = (std::mem::take(&mut self.auto), self.running_for.take());
+        let first = std::mem::take(&mut self.first);
         match r {
             Ok(r) => {
                 let line = format!(
@@ -239,19 +263,37 @@ impl CompileState {
                     r.compiled.summary(),
                     r.ms
                 );
+                let t = &r.compiled.totals;
+                let short = format!(
+                    "compiled for {}: {}/{} ops on the NPU, {}",
+                    r.target,
+                    t.ops_on_npu,
+                    t.ops_total,
+                    latency(t.latency_ms * 1e3)
+                );
                 self.result = Some(r);
                 if !auto {
                     self.show_placement = true;
-                    self.report_open = true;
+                    // The compile that follows a first simulation adds the placement to
+                    // the heatmap and leaves the layout as it is (the report is a click).
+                    self.report_open |= !first;
                 }
-                Some(Ok(line))
+                Some(Ok(if first {
+                    Note::Append(short)
+                } else {
+                    Note::Replace(line)
+                }))
             }
-            Err(JobError::Cancelled) => Some(Ok("Compile cancelled".into())),
+            Err(JobError::Cancelled) => Some(Ok(Note::Replace("Compile cancelled".into()))),
             // An update after an edit says why in the status line and leaves the last
             // compile, marked stale.
             Err(JobError::Failed(e)) if auto => {
                 self.auto_failed = key;
-                Some(Ok(format!("Compile not updated: {e}")))
+                Some(Ok(Note::Replace(format!("Compile not updated: {e}"))))
+            }
+            Err(JobError::Failed(e)) if first => {
+                self.auto_failed = key;
+                Some(Ok(Note::Append(format!("not compiled for {}: {e}", self.target))))
             }
             Err(JobError::Failed(e)) => Some(Err(e)),
         }
@@ -357,15 +399,6 @@ pub fn write_binary(r: &CompileResult, path: &std::path::Path) -> Result<String,
         h.commands,
         h.host_ops
     ))
-}
-
-/// `12.3 µs`, `1.25 ms`.
-pub fn latency(us: f64) -> String {
-    if us >= 1000.0 {
-        format!("{:.2} ms", us / 1000.0)
-    } else {
-        format!("{us:.1} µs")
-    }
 }
 
 /// The compile report panel: the summary, per-layer latency bars (NPU and CPU), the

@@ -107,6 +107,18 @@ impl Studio {
         } else {
             self.project_path = None;
             self.saved_project = None;
+            // A model that ships with calibration images (the bundled sample) gets them as
+            // the samples folder: Calibrate's Run is the one click to the heatmap, the
+            // placement and the latency.
+            if let Some(dir) = bundled_calibration(&o.path)
+                && self.quant.setup.data.is_empty()
+            {
+                self.quant.setup.data = dir.display().to_string();
+                self.status += &format!(
+                    "; its bundled calibration images are set: press Calibrate's Run for the SQNR heatmap, the placement on {} and the latency",
+                    self.compile.target
+                );
+            }
         }
         let side = project::autosave_path(self.project_path.as_deref(), &o.path, self.autosave_dir.as_deref());
         self.recovery = project::recoverable(&side, self.saved_project.as_ref());
@@ -129,4 +141,22 @@ impl Studio {
             Ok(document::relayout(builder, collapsed, changed, p))
         }));
     }
+}
+
+/// `assets/calibration/<stem>/` beside `assets/models/<stem>.onnx`, when it holds images.
+pub fn bundled_calibration(model: &std::path::Path) -> Option<std::path::PathBuf> {
+    let stem = model.file_stem()?;
+    let dir = model.parent()?.parent()?.join("calibration").join(stem);
+    let has_images = std::fs::read_dir(&dir).ok()?.flatten().any(|e| {
+        e.path()
+            .extension()
+            .is_some_and(|x| ["jpg", "jpeg", "png"].iter().any(|k| x.eq_ignore_ascii_case(k)))
+    });
+    // Shown in the Samples field: relative to the working directory when under it.
+    let here = std::env::current_dir().ok();
+    let shown = here
+        .as_deref()
+        .and_then(|h| dir.strip_prefix(h).ok())
+        .map_or_else(|| dir.clone(), std::path::Path::to_path_buf);
+    has_images.then_some(shown)
 }

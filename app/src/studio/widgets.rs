@@ -6,3 +6,12 @@ pub fn labelled_text(ui: &mut egui::Ui, label: &str, text: &mut String, hint: &s
     ui.add(egui::TextEdit::singleline(text).hint_text(hint).desired_width(width))
         .labelled_by(label.id)
 }
+
+/// `12.3 µs`, `1.25 ms`.
+pub fn latency(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}

@@ -1041,6 +1041,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let (epi, y) = self.absorb_consumer(out)?;
                 self.fully_connected(node, x, y, epi)
             }
+            "Gemm" => {
+                let (epi, y) = self.absorb_consumer(out)?;
+                self.gemm(node, x, y, epi)
+            }
             "Slice" => {
                 let shape = self.shape(x).map_err(|e| e.to_string())?;
                 let ins: Vec<Option<&Tensor>> = node
@@ -2060,8 +2064,74 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         if wshape.len() != 2 {
             return Err("only 2-D constant MatMul weights have an integer form".into());
         }
-        let (k, n) = (wshape[0], wshape[1]);
-        let (w, wty) = self.layer_weights(node, &wdata, &wshape, 1, true);
+        // MatMul has no bias input: a zero bias (what FULLY_CONNECTED adds).
+        let bias = vec![0.0; wshape[1]];
+        self.fully_connected_kn(node, x, y, epi, &wdata, [wshape[0], wshape[1]], bias)
+    }
+
+    /// Gemm (`alpha·A·B' + beta·C`, B constant, C a constant bias over the outputs) as
+    /// FULLY_CONNECTED.
+    fn gemm(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
+        if node.attr_i("transA").unwrap_or(0) != 0 {
+            return Err("Gemm with transA has no integer form yet".into());
+        }
+        let wv = node.input(1).ok_or("no weights")?;
+        let Some((wshape, wdata)) = self.constant_f32(wv) else {
+            return Err("Gemm of two activations has no integer form yet".into());
+        };
+        if wshape.len() != 2 {
+            return Err("only 2-D constant Gemm weights have an integer form".into());
+        }
+        let alpha = node.attr_f("alpha").unwrap_or(1.0);
+        let beta = node.attr_f("beta").unwrap_or(1.0);
+        let trans_b = node.attr_i("transB").unwrap_or(0) != 0;
+        let (k, n) = if trans_b {
+            (wshape[1], wshape[0])
+        } else {
+            (wshape[0], wshape[1])
+        };
+        let mut kn = vec![0.0f32; k * n];
+        for i in 0..k {
+            for j in 0..n {
+                kn[i * n + j] = alpha * if trans_b { wdata[j * k + i] } else { wdata[i * n + j] };
+            }
+        }
+        let c = match node.input(2) {
+            Some(c) => self.constant_f32(c).ok_or("Gemm's C is not constant")?.1,
+            None => vec![0.0; n],
+        };
+        let mut bias: Vec<f32> = match c.len() {
+            1 => vec![beta * c[0]; n],
+            l if l == n => c.iter().map(|v| beta * v).collect(),
+            l => {
+                return Err(format!(
+                    "Gemm's C has {l} values for {n} outputs: only a bias over the outputs has an integer form"
+                ));
+            }
+        };
+        // The plan's bias correction, as for a convolution's bias.
+        if let Some(d) = self.plan.bias_correction.get(&node.name).filter(|d| d.len() == n) {
+            for (b, d) in bias.iter_mut().zip(d) {
+                *b -= d;
+            }
+        }
+        self.fully_connected_kn(node, x, y, epi, &kn, [k, n], bias)
+    }
+
+    /// FULLY_CONNECTED from float weights laid out `[K, N]` and a float bias of N.
+    #[expect(clippy::too_many_arguments, reason = "the two callers' weights, bias and epilogue")]
+    fn fully_connected_kn(
+        &mut self,
+        node: &Node,
+        x: ValueId,
+        y: ValueId,
+        epi: Epilogue,
+        wdata: &[f32],
+        [k, n]: [usize; 2],
+        mut bias: Vec<f32>,
+    ) -> Result<(), String> {
+        let wv = node.input(1).ok_or("no weights")?;
+        let (w, wty) = self.layer_weights(node, wdata, &[k, n], 1, true);
         // [K, N] → [N, K].
         let mut codes = vec![0; k * n];
         for i in 0..k {
@@ -2070,8 +2140,6 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             }
         }
         let mut scales = w.scales;
-        // MatMul has no bias input: a zero bias (what FULLY_CONNECTED adds).
-        let mut bias = vec![0.0; n];
         let ty = self.ty_of(y)?;
         let xi = self.input(node, x, ty)?;
         let s_in = self.program.tensors[xi].q.s();

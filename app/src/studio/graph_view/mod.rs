@@ -85,6 +85,8 @@ pub struct Highlights {
     pub linked: HashSet<usize>,
     /// Quantization overlay: box → colour and badge text.
     pub marks: HashMap<usize, (Color32, String)>,
+    /// A second overlay beside it (the placement): box → colour and corner badge text.
+    pub side_marks: HashMap<usize, (Color32, String)>,
     /// Boxes of the nodes in the multi-selection.
     pub multi: HashSet<usize>,
 }

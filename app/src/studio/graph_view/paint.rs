@@ -168,6 +168,9 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
         if let Some((c, text)) = hl.marks.get(&bi) {
             paint_mark(painter, r, z, detailed, *c, text, theme.quant.badge_text);
         }
+        if let Some((c, text)) = hl.side_marks.get(&bi) {
+            paint_side_mark(painter, r, z, detailed, *c, text, theme.quant.badge_text);
+        }
         if let Some(c) = outline {
             painter.rect_stroke(r.expand(2.0), 6.0 * z + 2.0, Stroke::new(2.5, c), StrokeKind::Outside);
         }
@@ -184,6 +187,21 @@ fn paint_mark(painter: &Painter, r: Rect, z: f32, detailed: bool, c: Color32, te
     let galley = painter.layout_no_wrap(text.to_owned(), FontId::proportional(10.5 * z), ink);
     let size = galley.size() + vec2(6.0 * z, 2.0 * z);
     let at = pos2(r.max.x - size.x, r.min.y - size.y * 0.6);
+    painter.rect_filled(Rect::from_min_size(at, size), 3.0 * z, c);
+    painter.galley(at + vec2(3.0 * z, 1.0 * z), galley, ink);
+}
+
+/// A second overlay's mark: a badge on the card's lower left corner (a corner square when
+/// zoomed out).
+fn paint_side_mark(painter: &Painter, r: Rect, z: f32, detailed: bool, c: Color32, text: &str, ink: Color32) {
+    if !detailed {
+        let s = (r.height() * 0.45).min(r.width() * 0.3);
+        painter.rect_filled(Rect::from_min_size(pos2(r.min.x, r.max.y - s), vec2(s, s)), 0.0, c);
+        return;
+    }
+    let galley = painter.layout_no_wrap(text.to_owned(), FontId::proportional(10.0 * z), ink);
+    let size = galley.size() + vec2(6.0 * z, 2.0 * z);
+    let at = pos2(r.min.x, r.max.y - size.y * 0.4);
     painter.rect_filled(Rect::from_min_size(at, size), 3.0 * z, c);
     painter.galley(at + vec2(3.0 * z, 1.0 * z), galley, ink);
 }

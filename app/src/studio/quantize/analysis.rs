@@ -185,7 +185,7 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                     db(c.sqnr_db),
                     c.cost_bytes / 1024.0,
                     c.latency_us
-                        .map(|us| format!(" · {}", crate::studio::compile::latency(us)))
+                        .map(|us| format!(" · {}", crate::studio::widgets::latency(us)))
                         .unwrap_or_default()
                 ));
                 let current = *g == s.generation();
