@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from model_sets import MODELS, PREPROCESS, ROOT, model_path, run, sets  # noqa: E402
+from model_sets import MODELS, ROOT, model_path, run, w8a8_plan  # noqa: E402
 
 
 def vela(tflite, out_dir):
@@ -55,12 +55,7 @@ def main():
     rows = []
     for m in args.models.split(","):
         tmp = tempfile.mkdtemp(prefix=f"vela_{m}_")
-        calib, _ = sets(m, tmp)
-        plan = os.path.join(tmp, "plan.ron")
-        cmd = [args.bin, "quantize", model_path(m), "--calib", calib, "--out", plan, "--preset", "w8a8"]
-        if m in PREPROCESS:
-            cmd += ["--preprocess", PREPROCESS[m]]
-        run(cmd)
+        plan = w8a8_plan(args.bin, m, tmp)
         tfl = os.path.join(tmp, f"{m}.tflite")
         run([args.bin, "export", model_path(m), "--plan", plan, "--format", "tflite", "--out", tfl])
         rep = os.path.join(tmp, "ours.json")

@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from model_sets import MODELS, PREPROCESS, ROOT, model_path, run, sets  # noqa: E402
+from model_sets import MODELS, ROOT, model_path, run, w8a8_plan  # noqa: E402
 
 
 def main():
@@ -40,12 +40,7 @@ def main():
     bad = []
     for m in args.models.split(","):
         tmp = tempfile.mkdtemp(prefix=f"compile_{m}_")
-        calib, _ = sets(m, tmp)
-        plan = os.path.join(tmp, "plan.ron")
-        cmd = [args.bin, "quantize", model_path(m), "--calib", calib, "--out", plan, "--preset", "w8a8"]
-        if m in PREPROCESS:
-            cmd += ["--preprocess", PREPROCESS[m]]
-        run(cmd)
+        plan = w8a8_plan(args.bin, m, tmp)
         for t in targets:
             out = os.path.join(tmp, f"{t}.npub")
             r = json.loads(run(pin + [args.bin, "compile", model_path(m), "--plan", plan, "--target", t,

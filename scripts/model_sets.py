@@ -84,3 +84,14 @@ def run(cmd):
     if r.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
     return r.stdout
+
+
+def w8a8_plan(binary, model, tmp):
+    """Calibrates a w8a8 plan of `model` on its calibration set into `tmp`; its path."""
+    calib, _ = sets(model, tmp)
+    plan = os.path.join(tmp, "plan.ron")
+    cmd = [binary, "quantize", model_path(model), "--calib", calib, "--out", plan, "--preset", "w8a8"]
+    if model in PREPROCESS:
+        cmd += ["--preprocess", PREPROCESS[model]]
+    run(cmd)
+    return plan

@@ -366,7 +366,7 @@ fn pipeline_stages_run_export_and_go_stale() {
     let compiled = &h.state().compile.result.as_ref().expect("compiled").compiled;
     assert_eq!(b.commands.len(), compiled.lowered.commands.len());
     assert_eq!(b.host.len(), compiled.headline().host_ops);
-    assert!(b.host.len() > 0, "the forced node runs on the host");
+    assert!(!b.host.is_empty(), "the forced node runs on the host");
     // A precision edit makes the export stale; the simulation follows it.
     h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
     settle(&mut h);

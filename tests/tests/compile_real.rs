@@ -9,10 +9,10 @@ use npu_core::compiler::binary::{self, BinaryError, Location, Trace};
 use npu_core::compiler::lower::Step;
 use npu_core::compiler::{Compiled, Options, Place, compile, memory};
 use npu_core::progress::Silent;
-use npu_core::quant::Quantizer;
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::legalize::{Program, legalize};
 use npu_core::quant::observer::Calibration;
+use npu_core::quant::{QuantPlan, Quantizer};
 use npu_core::target::{Target, builtin_dir, load_dir, supported_ops_markdown};
 use npu_tests::data_dir;
 use std::collections::HashMap;
@@ -37,7 +37,8 @@ const MODELS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
-fn program(file: &str, calib: &str, pre: &str, preset: &str) -> Program {
+/// The optimized model and a MinMax plan calibrated on `calib`.
+fn calibrated(file: &str, calib: &str, pre: &str, preset: &str) -> (npu_core::ir::Model, QuantPlan) {
     let (m, _) = npu_core::import::load(&data_dir().join(file)).expect("loads (scripts/fetch_models.py)");
     let model = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
         .expect("optimizes")
@@ -54,6 +55,11 @@ fn program(file: &str, calib: &str, pre: &str, preset: &str) -> Program {
             &Silent,
         )
         .expect("calibrates");
+    (model, plan)
+}
+
+fn program(file: &str, calib: &str, pre: &str, preset: &str) -> Program {
+    let (model, plan) = calibrated(file, calib, pre, preset);
     legalize(&model, &plan, &HashMap::new()).expect("legalizes")
 }
 
@@ -432,22 +438,10 @@ fn mixed_precision_weighed_by_latency_is_faster_on_the_npu() {
     use npu_core::quant::LayerPrecision;
     use npu_core::quant::amp::Cost;
     let (_, file, calib, pre) = MODELS[0];
-    let (m, _) = npu_core::import::load(&data_dir().join(file)).expect("loads");
-    let model = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
-        .expect("optimizes")
-        .model;
+    let (model, plan) = calibrated(file, calib, pre, "w8a8");
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let src = source(data_dir().join(calib).to_str().expect("path")).expect("calibration data");
     let pre = Preprocess::parse(pre).expect("spec");
-    let plan = q
-        .calibrate(
-            &mut src.samples(&model, &pre),
-            src.len(),
-            "w8a8",
-            Calibration::MinMax,
-            &Silent,
-        )
-        .expect("calibrates");
     let cached = q.cache(&mut src.samples(&model, &pre)).expect("cache");
     let u55 = targets().into_iter().find(|t| t.id == "ethos-u55-128").expect("U55");
     let estimate = |p: &npu_core::quant::QuantPlan| npu_core::pipeline::latency_estimate(&model, &u55, p);
@@ -488,4 +482,26 @@ fn mixed_precision_weighed_by_latency_is_faster_on_the_npu() {
     );
     assert!(reached >= target);
     assert!(tl <= tb, "the latency-weighed plan is slower: {tl} µs against {tb} µs");
+}
+
+#[test]
+fn unknown_targets_other_graphs_and_unsupported_plans_are_clear_errors() {
+    let e = npu_core::target::find("no-such-npu").expect_err("unknown").to_string();
+    assert!(e.contains("no-such-npu") && e.contains("ethos-u55-128"), "{e}");
+    let (_, file, calib, pre) = MODELS[0];
+    let (model, plan) = calibrated(file, calib, pre, "w8a8");
+    // A plan made for another graph.
+    let mut other = plan.clone();
+    other.graph = Some("0123456789abcdef".into());
+    let e = legalize(&model, &other, &HashMap::new())
+        .expect_err("another graph")
+        .to_string();
+    assert!(e.contains("another graph") && e.contains("0123456789abcdef"), "{e}");
+    // A plan the integer scheme cannot run: the nodes are named.
+    let mut fp16 = plan;
+    let conv = model.graph.nodes.iter().find(|n| n.op == "Conv").expect("a conv");
+    fp16.layers
+        .insert(conv.name.clone(), npu_core::quant::LayerPrecision::FP16);
+    let e = legalize(&model, &fp16, &HashMap::new()).expect_err("fp16").to_string();
+    assert!(e.contains(&conv.name), "{e}");
 }

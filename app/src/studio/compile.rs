@@ -21,6 +21,20 @@ pub struct NodePlacement {
     /// Why it is on the CPU (the first op's reason), or "supported".
     pub reason: String,
     pub latency_us: f64,
+    /// The segment (of the program's NPU and CPU runs) it runs in.
+    pub segment: usize,
+}
+
+/// What started a compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trigger {
+    /// The Run button (or its command).
+    Click,
+    /// An edit after the first compile (precision, target, override): an update.
+    Edit,
+    /// A model's first simulation: it adds the placement to the heatmap, and a failure
+    /// only goes to the status line.
+    FirstSimulation,
 }
 
 /// What a finished compile says in the status line.
@@ -53,7 +67,7 @@ pub struct CompileState {
     pub target: String,
     pub job: Option<Job<CompileResult>>,
     pub result: Option<CompileResult>,
-    /// Paint the placement on the graph (instead of the quantization overlay).
+    /// Paint the placement on the graph (beside the quantization overlay).
     pub show_placement: bool,
     /// Nodes of the open model the user keeps on the CPU.
     pub force_cpu: BTreeSet<NodeId>,
@@ -61,14 +75,11 @@ pub struct CompileState {
     pub report_open: bool,
     /// The placement overlay colours nodes by their share of the latency instead of by side.
     pub colour_by_latency: bool,
-    /// The running job was started by an edit (not the Run button), and for what.
-    auto: bool,
+    /// What started the running job, and for what.
+    trigger: Trigger,
     running_for: Option<Key>,
     /// The last automatic update that failed (not tried again until something changes).
     auto_failed: Option<Key>,
-    /// The running job is the compile that follows a model's first simulation: it opens
-    /// the placement and the report like a click, and a failure only goes to the status line.
-    first: bool,
 }
 
 /// What a compile depends on: the plan generation, the target and the overrides.
@@ -91,10 +102,9 @@ impl Default for CompileState {
             force_cpu: BTreeSet::new(),
             report_open: false,
             colour_by_latency: false,
-            auto: false,
+            trigger: Trigger::Click,
             running_for: None,
             auto_failed: None,
-            first: false,
         }
     }
 }
@@ -163,7 +173,7 @@ impl CompileState {
     /// Starts an update after an edit.
     pub fn update(&mut self, session: &Session, ctx: Option<&egui::Context>) {
         if self.start(session, ctx).is_ok() {
-            self.auto = true;
+            self.trigger = Trigger::Edit;
         } else {
             self.auto_failed = self.key(session);
         }
@@ -176,13 +186,13 @@ impl CompileState {
             return;
         }
         if self.start(session, ctx).is_ok() {
-            self.first = true;
+            self.trigger = Trigger::FirstSimulation;
         }
     }
 
     /// Starts compiling the session's current plan for the chosen target.
     pub fn start(&mut self, session: &Session, ctx: Option<&egui::Context>) -> Result<(), String> {
-        self.auto = false;
+        self.trigger = Trigger::Click;
         self.running_for = self.key(session);
         let target = self.chosen().cloned().ok_or_else(|| match &self.targets {
             Err(e) => e.clone(),
@@ -227,12 +237,14 @@ impl CompileState {
                         place: Place::Npu,
                         reason: "supported".into(),
                         latency_us: 0.0,
+                        segment: pl.segment,
                     });
                     if Some(o) == first {
                         e.latency_us += l.latency_us;
                     }
                     if pl.place == Place::Cpu && e.place == Place::Npu {
                         e.place = Place::Cpu;
+                        e.segment = pl.segment;
                         e.reason = format!("{}: {}", pl.op, pl.reason);
                     }
                 }
@@ -253,8 +265,11 @@ impl CompileState {
     /// Takes the finished job: the status line (or what to add to it), or an error.
     pub fn poll(&mut self) -> Option<Result<Note, String>> {
         let r = take_finished(&mut self.job)?;
-        let (auto, key) = (std::mem::take(&mut self.auto), self.running_for.take());
-        let first = std::mem::take(&mut self.first);
+        let (trigger, key) = (
+            std::mem::replace(&mut self.trigger, Trigger::Click),
+            self.running_for.take(),
+        );
+        let (auto, first) = (trigger == Trigger::Edit, trigger == Trigger::FirstSimulation);
         match r {
             Ok(r) => {
                 let line = format!(
@@ -348,10 +363,16 @@ impl CompileState {
                         ),
                     );
                 }
+                // With more than one segment, each badge names its segment (#k).
+                let side = if r.compiled.segments.len() > 1 {
+                    format!("{side} #{}", p.segment)
+                } else {
+                    side.to_string()
+                };
                 let badge = if p.latency_us > 0.0 {
                     format!("{side} {}", latency(p.latency_us))
                 } else {
-                    side.to_string()
+                    side
                 };
                 (n, (colour, badge))
             })

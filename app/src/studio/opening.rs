@@ -114,9 +114,9 @@ impl Studio {
                 && self.quant.setup.data.is_empty()
             {
                 self.quant.setup.data = dir.display().to_string();
-                self.status += &format!(
-                    "; its bundled calibration images are set: press Calibrate's Run for the SQNR heatmap, the placement on {} and the latency",
-                    self.compile.target
+                self.status = format!(
+                    "{}; its bundled calibration images are set: press Calibrate's Run for the SQNR heatmap, the placement on {} and the latency",
+                    self.status, self.compile.target
                 );
             }
         }

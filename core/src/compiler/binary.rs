@@ -257,7 +257,7 @@ fn pack(ty: IntType, codes: &[i64], out: &mut Vec<u8>) {
         IntType::I8 | IntType::Bool => out.extend(codes.iter().map(|&v| v as i8 as u8)),
         IntType::I16 => out.extend(codes.iter().flat_map(|&v| (v as i16).to_le_bytes())),
         IntType::I32 | IntType::Index | IntType::F32 => {
-            out.extend(codes.iter().flat_map(|&v| (v as i32).to_le_bytes()))
+            out.extend(codes.iter().flat_map(|&v| (v as i32).to_le_bytes()));
         }
         IntType::I64 => out.extend(codes.iter().flat_map(|&v| v.to_le_bytes())),
     }

@@ -168,11 +168,11 @@ pub fn paint(painter: &Painter, scene: &Scene, doc: &GraphDoc, model: &Model, xf
         if let Some((c, text)) = hl.marks.get(&bi) {
             paint_mark(painter, r, z, detailed, *c, text, theme.quant.badge_text);
         }
-        if let Some((c, text)) = hl.side_marks.get(&bi) {
-            paint_side_mark(painter, r, z, detailed, *c, text, theme.quant.badge_text);
-        }
         if let Some(c) = outline {
             painter.rect_stroke(r.expand(2.0), 6.0 * z + 2.0, Stroke::new(2.5, c), StrokeKind::Outside);
+        }
+        if let Some((c, text)) = hl.side_marks.get(&bi) {
+            paint_side_mark(painter, r, z, detailed, *c, text, theme.quant.badge_text);
         }
     }
 }
@@ -201,7 +201,7 @@ fn paint_side_mark(painter: &Painter, r: Rect, z: f32, detailed: bool, c: Color3
     }
     let galley = painter.layout_no_wrap(text.to_owned(), FontId::proportional(10.0 * z), ink);
     let size = galley.size() + vec2(6.0 * z, 2.0 * z);
-    let at = pos2(r.min.x, r.max.y - size.y * 0.4);
+    let at = pos2(r.min.x, r.max.y - 2.0 * z);
     painter.rect_filled(Rect::from_min_size(at, size), 3.0 * z, c);
     painter.galley(at + vec2(3.0 * z, 1.0 * z), galley, ink);
 }
