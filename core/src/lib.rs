@@ -3,6 +3,7 @@
 //! the stages and the stage modules for the values they return.
 
 pub mod compiler;
+pub mod emulator;
 pub mod export;
 pub mod import;
 pub mod ir;

@@ -401,7 +401,7 @@ fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
     assert_eq!(binary::read(b"GIF89a"), Err(BinaryError::Magic));
     let mut v2 = bytes.clone();
     v2[4] = 2;
-    assert_eq!(binary::read(&v2), Err(BinaryError::Version(2, 0)));
+    assert_eq!(binary::read(&v2), Err(BinaryError::Version(2, binary::VERSION_MINOR)));
     // Garbage behind valid checksums: each section's payload scrambled and re-summed is
     // an error naming the section, or (by chance) still a binary; never a panic.
     let table = |b: &[u8], k: usize| {
@@ -504,4 +504,37 @@ fn unknown_targets_other_graphs_and_unsupported_plans_are_clear_errors() {
         .insert(conv.name.clone(), npu_core::quant::LayerPrecision::FP16);
     let e = legalize(&model, &fp16, &HashMap::new()).expect_err("fp16").to_string();
     assert!(e.contains(&conv.name), "{e}");
+}
+
+#[test]
+fn the_emulated_binary_equals_the_integer_reference() {
+    let targets = targets();
+    for (name, file, calib, pre) in MODELS.iter().filter(|m| m.0 != "magika") {
+        let p = program(file, calib, pre, "w8a8");
+        let input = if *name == "cls" { "inputs/cls_page.npy" } else { calib };
+        let x: ndarray::ArrayD<f32> = ndarray_npy::read_npy(data_dir().join(input)).expect("input");
+        let x: Vec<f32> = x.iter().copied().collect();
+        let want =
+            npu_core::sim::integer::run(&p, vec![npu_core::sim::integer::Input::Float(x.clone())]).expect("runs");
+        for t in &targets {
+            let c = compile(&p, t, &Options::default());
+            let bytes = binary::write(&p, &c);
+            let e = npu_core::emulator::emulate(&bytes, vec![npu_core::sim::integer::Input::Float(x.clone())])
+                .unwrap_or_else(|err| panic!("{name} on {}: {err}", t.id));
+            let mut elements = 0;
+            for (k, &o) in p.outputs.iter().enumerate() {
+                let got = e.outputs()[k].expect("emulated");
+                let exp = want.values[o].as_deref().expect("reference");
+                assert_eq!(got.len(), exp.len());
+                let diff = got.iter().zip(exp).filter(|(a, b)| a != b).count();
+                assert_eq!(
+                    diff, 0,
+                    "{name} on {}: output {} differs in {diff} elements",
+                    t.id, p.tensors[o].name
+                );
+                elements += got.len();
+            }
+            println!("{name} on {}: {elements} output elements emulated, 0 mismatched", t.id);
+        }
+    }
 }

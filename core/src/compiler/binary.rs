@@ -11,15 +11,15 @@ use crate::quant::params::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 /// Bytes before the section table.
 pub const HEADER_BYTES: usize = 96;
 /// Bytes of one section-table entry.
 pub const ENTRY_BYTES: usize = 24;
 
 /// The sections, in file order.
-pub const SECTIONS: [[u8; 4]; 9] = [
-    *b"STRS", *b"TENS", *b"WGTS", *b"CMDS", *b"HOST", *b"SCHD", *b"SEGS", *b"IOTS", *b"TRCE",
+pub const SECTIONS: [[u8; 4]; 10] = [
+    *b"STRS", *b"TENS", *b"WGTS", *b"CMDS", *b"HOST", *b"SCHD", *b"SEGS", *b"IOTS", *b"TRCE", *b"VIEW",
 ];
 
 /// Why bytes are not a binary this build reads.
@@ -122,6 +122,8 @@ pub struct Binary {
     pub outputs: Vec<usize>,
     /// Per program op in program order: its node and how it is carried out.
     pub trace: Vec<(String, Trace)>,
+    /// Tensors that are views of another's buffer (a RESHAPE's output): (source, view).
+    pub views: Vec<(usize, usize)>,
     /// Per section: name, offset, size, CRC-32.
     pub sections: Vec<(String, u64, u64, u32)>,
 }
@@ -784,13 +786,28 @@ pub fn write(p: &Program, c: &Compiled) -> Vec<u8> {
         trce.u8(kind);
         trce.len(at);
     }
+    let views: Vec<(usize, usize)> = l
+        .elided
+        .iter()
+        .map(|&i| &p.ops[i])
+        .filter(|op| matches!(op.kind, crate::quant::legalize::OpKind::Reshape))
+        .map(|op| (op.inputs[0], op.outputs[0]))
+        .collect();
+    let mut view = W::default();
+    view.len(views.len());
+    for (a, b) in views {
+        view.len(a);
+        view.len(b);
+    }
     let mut strs = W::default();
     strs.len(s.list.len());
     for x in &s.list {
         strs.len(x.len());
         strs.0.extend_from_slice(x.as_bytes());
     }
-    let bodies = [strs.0, tens.0, weights, cmds.0, host.0, schd.0, segs.0, io.0, trce.0];
+    let bodies = [
+        strs.0, tens.0, weights, cmds.0, host.0, schd.0, segs.0, io.0, trce.0, view.0,
+    ];
     // Header, table, sections at 16-byte boundaries.
     let table_end = HEADER_BYTES + ENTRY_BYTES * bodies.len();
     let mut offsets = Vec::new();
@@ -1168,6 +1185,14 @@ pub fn read(b: &[u8]) -> Result<Binary, BinaryError> {
         };
         trace.push((node, t));
     }
+    // Version 1.0 files have no views.
+    let mut views = Vec::new();
+    if let Ok(mut r) = sec(b"VIEW") {
+        let n = r.count(8)?;
+        for _ in 0..n {
+            views.push((r.index(nt, "tensor")?, r.index(nt, "tensor")?));
+        }
+    }
     Ok(Binary {
         version: (major, minor),
         target,
@@ -1182,6 +1207,7 @@ pub fn read(b: &[u8]) -> Result<Binary, BinaryError> {
         inputs,
         outputs,
         trace,
+        views,
         sections,
     })
 }

@@ -45,6 +45,21 @@ pub enum Input {
 
 /// Runs `p` on one input per program input (in order).
 pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
+    let mut values = prepare(p, inputs)?;
+    for op in &p.ops {
+        let out = eval_op(p, op, &values).map_err(|message| RunError::Op {
+            node: op.node.clone(),
+            op: op.kind.name(),
+            message,
+        })?;
+        values[op.outputs[0]] = Some(out);
+    }
+    Ok(Run { values })
+}
+
+/// Every tensor's codes before the first op: the constants, and the inputs (floats
+/// quantized as TFLite's QUANTIZE does); `None` for the rest.
+pub fn prepare(p: &Program, inputs: Vec<Input>) -> Result<Vec<Option<Vec<i32>>>, RunError> {
     if inputs.len() != p.inputs.len() {
         return Err(RunError::InputCount {
             expected: p.inputs.len(),
@@ -74,15 +89,7 @@ pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
         }
         values[t] = Some(codes);
     }
-    for op in &p.ops {
-        let out = eval_op(p, op, &values).map_err(|message| RunError::Op {
-            node: op.node.clone(),
-            op: op.kind.name(),
-            message,
-        })?;
-        values[op.outputs[0]] = Some(out);
-    }
-    Ok(Run { values })
+    Ok(values)
 }
 
 /// Per output channel, `QuantizeMultiplier(s_in · s_w[c] / s_out)` in double, as
