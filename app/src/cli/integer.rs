@@ -132,6 +132,56 @@ pub fn run(
     Ok(())
 }
 
+/// `npu-studio emulate FILE.npub --input NAME=FILE.npy`: the binary run from its bytes, with
+/// the conventions of `run --plan` (codes and `.quant.json` out, or floats).
+pub fn emulate(file: &Path, inputs: &[String], out_dir: &Path, dequantize: bool, trace: Option<&Path>) -> Result<()> {
+    let feeds = parse_inputs(inputs)?;
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    // The inputs in the binary's order, named as its tensor table names them.
+    let b = npu_core::compiler::binary::read(&bytes).with_context(|| format!("{}", file.display()))?;
+    let mut ins = Vec::new();
+    for &i in &b.inputs {
+        let t = &b.tensors[i].tensor;
+        let Some(x) = feeds.get(&t.name) else {
+            bail!(
+                "{}: input '{}' needs a value (--input {}=FILE.npy)",
+                file.display(),
+                t.name,
+                t.name
+            );
+        };
+        ins.push(match x {
+            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
+                Input::Float(x.to_f32().iter().copied().collect())
+            }
+            t => Input::Codes(t.to_i64().context("integer input")?.iter().map(|&v| v as i32).collect()),
+        });
+    }
+    let e = npu_core::emulator::emulate(&bytes, ins).with_context(|| format!("emulating {}", file.display()))?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    for &o in &e.binary.outputs {
+        let t = &e.binary.tensors[o].tensor;
+        let codes = e.values[o].as_deref().context("an output was not computed")?;
+        let path = write_codes(out_dir, t, codes, dequantize)?;
+        println!(
+            "{} {} {:?} -> {}",
+            t.name,
+            if dequantize { "float32" } else { t.q.ty.name() },
+            t.shape,
+            path.display()
+        );
+    }
+    if let Some(dir) = trace {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (bt, v) in e.binary.tensors.iter().zip(&e.values) {
+            if let (None, Some(codes)) = (&bt.tensor.data, v) {
+                write_codes(dir, &bt.tensor, codes, false)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `npu-studio export MODEL --plan PLAN.ron --format tflite --out FILE.tflite`.
 pub fn export(model: &Path, plan: &Path, format: &str, out: &Path, io: &str, shapes: &[String]) -> Result<()> {
     let shapes: HashMap<String, Vec<usize>> = shapes

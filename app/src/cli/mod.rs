@@ -141,6 +141,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Runs a compiled binary (.npub) from its bytes: NPU commands with the target's integer
+    /// arithmetic, host ops for the CPU segments; outputs as `run --plan` writes them.
+    Emulate {
+        binary: PathBuf,
+        /// An input as NAME=FILE.npy (float32 is quantized on the input's grid; integer
+        /// arrays are codes).
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        #[arg(long, default_value = ".")]
+        output_dir: PathBuf,
+        /// Write float32 outputs instead of codes.
+        #[arg(long)]
+        dequantize: bool,
+        /// Write every computed tensor's codes into this folder.
+        #[arg(long, value_name = "DIR")]
+        trace: Option<PathBuf>,
+    },
     /// Times the graph view: layout, opening with collapsed scopes, expanding a scope and
     /// painting frames while panning, on synthetic DAGs and on the given model files.
     BenchLayout {
@@ -347,6 +364,13 @@ pub fn main() -> Result<()> {
             out: out.as_deref(),
             json,
         }),
+        Some(Command::Emulate {
+            binary,
+            inputs,
+            output_dir,
+            dequantize,
+            trace,
+        }) => integer::emulate(&binary, &inputs, &output_dir, dequantize, trace.as_deref()),
         Some(Command::BenchLayout {
             models,
             synthetic,

@@ -276,7 +276,7 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
                 _ => Status::Waiting("needs a simulated plan".into()),
             }
         }
-        Stage::Emulate => Status::Unavailable("the emulator of the binary is not built yet".into()),
+        Stage::Emulate => Status::Unavailable("not in the studio yet (npu-studio emulate)".into()),
         Stage::Export => {
             if let Some(p) = st.exporting {
                 let (f, what) = p.fraction();
