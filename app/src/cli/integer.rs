@@ -69,6 +69,33 @@ fn write_codes(dir: &Path, t: &ITensor, codes: &[i32], dequantize: bool) -> Resu
     Ok(file)
 }
 
+/// One input per program input, by name: floats (quantized on the input's grid by the
+/// run) or integer codes; a missing one is an error naming `file`.
+fn integer_inputs<'a>(
+    feeds: &HashMap<String, Tensor>,
+    inputs: impl Iterator<Item = &'a ITensor>,
+    file: &Path,
+) -> Result<Vec<Input>> {
+    let mut ins = Vec::new();
+    for t in inputs {
+        let Some(x) = feeds.get(&t.name) else {
+            bail!(
+                "{}: input '{}' needs a value (--input {}=FILE.npy)",
+                file.display(),
+                t.name,
+                t.name
+            );
+        };
+        ins.push(match x {
+            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
+                Input::Float(x.to_f32().iter().copied().collect())
+            }
+            t => Input::Codes(t.to_i64().context("integer input")?.iter().map(|&v| v as i32).collect()),
+        });
+    }
+    Ok(ins)
+}
+
 /// Legalizes the plan on the model's optimized graph at the inputs' shapes.
 fn program(model: &Path, plan: &Path, shapes: &HashMap<String, Vec<usize>>) -> Result<Program> {
     let (plan, optimized) = super::quant::plan_inputs(model, plan)?;
@@ -87,24 +114,7 @@ pub fn run(
     let feeds = parse_inputs(inputs)?;
     let shapes: HashMap<String, Vec<usize>> = feeds.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
     let p = program(model, plan, &shapes)?;
-    let mut ins = Vec::new();
-    for &i in &p.inputs {
-        let t = &p.tensors[i];
-        let Some(x) = feeds.get(&t.name) else {
-            bail!(
-                "{}: input '{}' needs a value (--input {}=FILE.npy)",
-                model.display(),
-                t.name,
-                t.name
-            );
-        };
-        ins.push(match x {
-            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
-                Input::Float(x.to_f32().iter().copied().collect())
-            }
-            t => Input::Codes(t.to_i64().context("integer input")?.iter().map(|&v| v as i32).collect()),
-        });
-    }
+    let ins = integer_inputs(&feeds, p.inputs.iter().map(|&i| &p.tensors[i]), model)?;
     let r = pipeline::run_integer(&p, ins).with_context(|| format!("running {} with the plan", model.display()))?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     for &o in &p.outputs {
@@ -139,24 +149,7 @@ pub fn emulate(file: &Path, inputs: &[String], out_dir: &Path, dequantize: bool,
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     // The inputs in the binary's order, named as its tensor table names them.
     let b = npu_core::compiler::binary::read(&bytes).with_context(|| format!("{}", file.display()))?;
-    let mut ins = Vec::new();
-    for &i in &b.inputs {
-        let t = &b.tensors[i].tensor;
-        let Some(x) = feeds.get(&t.name) else {
-            bail!(
-                "{}: input '{}' needs a value (--input {}=FILE.npy)",
-                file.display(),
-                t.name,
-                t.name
-            );
-        };
-        ins.push(match x {
-            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
-                Input::Float(x.to_f32().iter().copied().collect())
-            }
-            t => Input::Codes(t.to_i64().context("integer input")?.iter().map(|&v| v as i32).collect()),
-        });
-    }
+    let ins = integer_inputs(&feeds, b.inputs.iter().map(|&i| &b.tensors[i].tensor), file)?;
     let e = npu_core::emulator::emulate(&bytes, ins).with_context(|| format!("emulating {}", file.display()))?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     for &o in &e.binary.outputs {
