@@ -8,12 +8,13 @@ use serde::{Deserialize, Serialize};
 /// Bytes per element of a stored tensor (int4 packed two per byte, rounded up per tensor).
 pub fn tensor_bytes(ty: IntType, elements: usize) -> u64 {
     let e = elements as u64;
+    // Saturating: a binary's tensor table may claim any shape.
     match ty {
         IntType::I4 => e.div_ceil(2),
         IntType::I8 | IntType::Bool => e,
-        IntType::I16 => 2 * e,
-        IntType::I32 | IntType::Index | IntType::F32 => 4 * e,
-        IntType::I64 => 8 * e,
+        IntType::I16 => e.saturating_mul(2),
+        IntType::I32 | IntType::Index | IntType::F32 => e.saturating_mul(4),
+        IntType::I64 => e.saturating_mul(8),
     }
 }
 
