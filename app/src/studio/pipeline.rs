@@ -385,6 +385,9 @@ fn export_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
     });
 }
 
+/// A checkbox of a menu: its state, label, hover text and the command it sends.
+type Toggle = (bool, &'static str, &'static str, fn(bool) -> Command);
+
 /// The Compile card's menu: the target and the placement overlay.
 fn target_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
     ui.menu_button(egui::RichText::new("Target").small(), |ui| {
@@ -401,44 +404,39 @@ fn target_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
             }
         }
         ui.separator();
-        let mut on = st.compile.show_placement;
-        if ui
-            .add_enabled(
-                st.compile.result.is_some(),
-                egui::Checkbox::new(&mut on, "Show placement on the graph"),
-            )
-            .on_hover_text("NPU and CPU colours and each node's estimated latency")
-            .changed()
-        {
-            out.push(Command::ShowPlacement(on));
-        }
-        let mut heat = st.compile.colour_by_latency;
-        if ui
-            .add_enabled(
-                st.compile.result.is_some(),
-                egui::Checkbox::new(&mut heat, "Colour by latency"),
-            )
-            .on_hover_text(
+        let compiled = st.compile.result.is_some();
+        let toggles: [Toggle; 3] = [
+            (
+                st.compile.show_placement,
+                "Show placement on the graph",
+                "NPU and CPU colours and each node's estimated latency",
+                Command::ShowPlacement,
+            ),
+            (
+                st.compile.colour_by_latency,
+                "Colour by latency",
                 "Each node coloured by its estimated time, red for the slowest; its share of the total in the badge",
-            )
-            .changed()
-        {
-            out.push(Command::ShowLatency(heat));
-        }
-        let mut report = st.compile.report_open;
-        if ui
-            .add_enabled(
-                st.compile.result.is_some(),
-                egui::Checkbox::new(&mut report, "Show the compile report"),
-            )
-            .on_hover_text("Latency per op, activation memory over the schedule, the roofline")
-            .changed()
-        {
-            out.push(Command::ShowCompileReport(report));
+                Command::ShowLatency,
+            ),
+            (
+                st.compile.report_open,
+                "Show the compile report",
+                "Latency per op, activation memory over the schedule, the roofline",
+                Command::ShowCompileReport,
+            ),
+        ];
+        for (mut on, label, hover, command) in toggles {
+            if ui
+                .add_enabled(compiled, egui::Checkbox::new(&mut on, label))
+                .on_hover_text(hover)
+                .changed()
+            {
+                out.push(command(on));
+            }
         }
         ui.separator();
         if ui
-            .add_enabled(st.compile.result.is_some(), egui::Button::new("Write binary (.npub)…"))
+            .add_enabled(compiled, egui::Button::new("Write binary (.npub)…"))
             .on_hover_text(
                 "The deployable binary of this compile: weights, command stream, host ops (docs/binary-format.md)",
             )
