@@ -534,7 +534,40 @@ fn the_emulated_binary_equals_the_integer_reference() {
                 );
                 elements += got.len();
             }
-            println!("{name} on {}: {elements} output elements emulated, 0 mismatched", t.id);
+            // Every tensor the binary computed (fused intermediates are never written).
+            let mut tensors = 0;
+            for (i, v) in e.values.iter().enumerate() {
+                let (Some(got), Some(exp)) = (v, want.values[i].as_deref()) else { continue };
+                let diff = got.iter().zip(exp).filter(|(a, b)| a != b).count();
+                assert!(
+                    diff == 0 && got.len() == exp.len(),
+                    "{name} on {}: tensor {} differs in {diff} elements",
+                    t.id,
+                    p.tensors[i].name
+                );
+                tensors += 1;
+            }
+            assert!(tensors > p.ops.len() / 2, "{name}: only {tensors} tensors compared");
+            println!(
+                "{name} on {}: {elements} output elements and {tensors} tensors emulated, 0 mismatched",
+                t.id
+            );
+        }
+        // The portable GEMM gives the same bits as the AVX2 one.
+        if *name == "cls" {
+            let t = &targets[0];
+            let bytes = binary::write(&p, &compile(&p, t, &Options::default()));
+            let run = || {
+                npu_core::emulator::emulate(&bytes, vec![npu_core::sim::integer::Input::Float(x.clone())])
+                    .expect("emulates")
+                    .values
+            };
+            let fast = run();
+            npu_core::emulator::mac::set_portable(true);
+            let portable = run();
+            npu_core::emulator::mac::set_portable(false);
+            assert!(fast == portable, "the portable and AVX2 GEMMs differ");
+            println!("cls: the portable GEMM equals the AVX2 GEMM on every tensor");
         }
     }
 }

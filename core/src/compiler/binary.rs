@@ -11,7 +11,7 @@ use crate::quant::params::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 2;
 /// Bytes before the section table.
 pub const HEADER_BYTES: usize = 96;
 /// Bytes of one section-table entry.
@@ -846,7 +846,17 @@ pub fn write(p: &Program, c: &Compiled) -> Vec<u8> {
         out.0.extend_from_slice(b);
     }
     out.0.resize(total, 0);
+    let crc = header_crc(&out.0[..table_end]);
+    out.0[20..24].copy_from_slice(&crc.to_le_bytes());
     out.0
+}
+
+/// CRC-32 of the header and section table with the header's checksum field (bytes
+/// 20..24) read as zero.
+fn header_crc(head: &[u8]) -> u32 {
+    let mut h = head.to_vec();
+    h[20..24].fill(0);
+    crc32(&h)
 }
 
 /// Maximal runs of steps on one device: (0 NPU or 1 host, first step, count).
@@ -978,7 +988,7 @@ pub fn read(b: &[u8]) -> Result<Binary, BinaryError> {
         });
     }
     let nsec = h.u32()? as usize;
-    h.u32()?;
+    let head_crc = h.u32()?;
     let text = |x: &[u8]| String::from_utf8_lossy(x).trim_end_matches('\0').to_string();
     let target = text(h.take(32)?);
     let graph = text(h.take(24)?);
@@ -987,6 +997,19 @@ pub fn read(b: &[u8]) -> Result<Binary, BinaryError> {
     if nsec > 64 || HEADER_BYTES + nsec * ENTRY_BYTES > b.len() {
         return Err(h.err(format!("a section table of {nsec} entries does not fit")));
     }
+    let table_end = HEADER_BYTES + nsec * ENTRY_BYTES;
+    // Since 1.2 the header and table carry their own CRC (1.0 and 1.1 wrote 0 there).
+    if minor >= 2 {
+        let have = header_crc(&b[..table_end]);
+        if have != head_crc {
+            return Err(BinaryError::Checksum {
+                name: "header".into(),
+                want: head_crc,
+                have,
+            });
+        }
+    }
+    let mut covered = vec![(0usize, table_end)];
     let mut sections = Vec::new();
     let mut body: std::collections::HashMap<[u8; 4], &[u8]> = std::collections::HashMap::default();
     for _ in 0..nsec {
@@ -1017,8 +1040,22 @@ pub fn read(b: &[u8]) -> Result<Binary, BinaryError> {
                 have,
             });
         }
+        covered.push((off as usize, end as usize));
         sections.push((label, off, size, crc));
         body.insert(name, s);
+    }
+    // Bytes outside the header, the table and the sections are zero padding.
+    covered.sort_unstable();
+    let mut at = 0;
+    for (start, end) in covered.into_iter().chain([(b.len(), b.len())]) {
+        if let Some(k) = b[at.min(start)..start].iter().position(|&v| v != 0) {
+            return Err(BinaryError::Malformed {
+                section: "padding".into(),
+                at: at + k,
+                what: "a byte between sections is not zero".into(),
+            });
+        }
+        at = at.max(end);
     }
     let sec = |n: &'static [u8; 4]| -> Result<R<'_>, BinaryError> {
         let name = std::str::from_utf8(n).unwrap_or("?");

@@ -1,16 +1,22 @@
 //! The emulator of the NPU binary: it reads a `.npub` from its bytes (every checksum and
-//! index checked by [`binary::read`]) and runs its schedule — NPU commands with the
-//! integer reference's kernels, fused tables applied from the binary's own 256-entry
-//! LUTs, host ops of the CPU segments, RESHAPE views copied from their source — so what it
-//! computes comes from the file, not from the compiler's memory.
+//! index checked by [`binary::read`]), checks every tensor, buffer and operand shape
+//! before anything runs ([`check`]), and runs the schedule: MAC convolutions tile by tile
+//! with an exact int8 GEMM and the binary's own requantization ([`mac`]), fused tables from
+//! the binary's 256-entry LUTs, the other NPU commands and the host ops of CPU segments
+//! with the integer reference's kernels, RESHAPE views from their source. What it computes
+//! comes from the file, not from the compiler's memory.
 //!
-//! Not yet: per-tile execution, shape validation before the kernels run (a file whose
-//! checksums are recomputed over inconsistent shapes is not yet refused up front), the CLI
-//! and the studio's Emulate stage.
+//! Commands other than convolutions run whole (their tiles split the same arithmetic), as do
+//! convolutions on 16-bit activations (the reference kernel's int64 accumulator).
+
+pub mod check;
+pub mod mac;
 
 use crate::compiler::binary::{self, Binary, BinaryError};
 use crate::compiler::lower::Step;
-use crate::quant::legalize::{IOp, Program};
+use crate::quant::legalize::{IOp, OpKind, Program};
+use crate::quant::params::IntType;
+use crate::sim::integer::kernels::{ConvGeom, act_range};
 use crate::sim::integer::{Input, RunError, eval_op, prepare};
 
 /// Why an emulation stopped; names the command or host op.
@@ -18,6 +24,8 @@ use crate::sim::integer::{Input, RunError, eval_op, prepare};
 pub enum EmulateError {
     #[error(transparent)]
     Binary(#[from] BinaryError),
+    #[error("the binary is inconsistent: {0}")]
+    Invalid(String),
     #[error(transparent)]
     Input(#[from] RunError),
     #[error("step {step}, {what} {index} (node {node}): {message}")]
@@ -28,6 +36,15 @@ pub enum EmulateError {
         node: String,
         message: String,
     },
+}
+
+/// A binary decoded, checked and ready to run (weights packed for the MAC array).
+pub struct Emulator {
+    pub binary: Binary,
+    program: Program,
+    /// Per command, its packed convolution weights (convolutions on int8 activations).
+    packed: Vec<Option<mac::Packed>>,
+    view_of: Vec<Option<usize>>,
 }
 
 /// A finished emulation: the binary and every tensor's codes it computed.
@@ -45,60 +62,153 @@ impl Emulation {
 
 /// Emulates the binary in `bytes` on one input per graph input (in order).
 pub fn emulate(bytes: &[u8], inputs: Vec<Input>) -> Result<Emulation, EmulateError> {
-    let b = binary::read(bytes)?;
-    let p = Program {
-        graph: b.graph.clone(),
-        tensors: b.tensors.iter().map(|t| t.tensor.clone()).collect(),
-        ops: Vec::new(),
-        inputs: b.inputs.clone(),
-        outputs: b.outputs.clone(),
-        constraints: Vec::new(),
-    };
-    let mut values = prepare(&p, inputs)?;
-    let mut view_of = vec![None; p.tensors.len()];
-    for &(src, view) in &b.views {
-        view_of[view] = Some(src);
-    }
-    for (step, s) in b.steps.iter().enumerate() {
-        let (what, index, op, fused, lut): (_, _, &IOp, Option<&IOp>, &[i32]) = match *s {
-            Step::Npu(k) => {
-                let c = &b.commands[k];
-                ("command", k, &c.op, c.fused.as_ref(), &c.lut)
-            }
-            Step::Host(h) => ("host op", h, &b.host[h], None, &[]),
+    let e = Emulator::load(bytes)?;
+    let values = e.run(inputs)?;
+    Ok(Emulation {
+        binary: e.binary,
+        values,
+    })
+}
+
+/// A convolution the MAC path runs: int8 (or int4) weights on int8 activations.
+fn fast_conv(p: &Program, op: &IOp) -> bool {
+    matches!(op.kind, OpKind::Conv { .. })
+        && p.tensors[op.inputs[0]].q.ty == IntType::I8
+        && matches!(p.tensors[op.inputs[1]].q.ty, IntType::I8 | IntType::I4)
+}
+
+impl Emulator {
+    /// Decodes and checks `bytes`.
+    pub fn load(bytes: &[u8]) -> Result<Self, EmulateError> {
+        let b = binary::read(bytes)?;
+        check::binary(&b).map_err(EmulateError::Invalid)?;
+        let program = Program {
+            graph: b.graph.clone(),
+            tensors: b.tensors.iter().map(|t| t.tensor.clone()).collect(),
+            ops: Vec::new(),
+            inputs: b.inputs.clone(),
+            outputs: b.outputs.clone(),
+            constraints: Vec::new(),
         };
-        let fail = |message: String| EmulateError::Step {
-            step,
-            what,
-            index,
-            node: op.node.clone(),
-            message,
-        };
-        for &x in op.inputs.iter().chain(fused.iter().flat_map(|f| f.inputs.iter())) {
-            materialize(x, &view_of, &mut values);
-        }
-        let out = eval_op(&p, op, &values).map_err(fail)?;
-        values[op.outputs[0]] = Some(out);
-        let Some(f) = fused else { continue };
-        let y = if lut.len() == 256 {
-            let mid = values[op.outputs[0]].as_deref().unwrap_or_default();
-            mid.iter()
-                .map(|&c| {
-                    usize::try_from(c + 128)
-                        .ok()
-                        .and_then(|i| lut.get(i).copied())
-                        .ok_or_else(|| fail(format!("code {c} outside the table's int8 range")))
+        let packed = b
+            .commands
+            .iter()
+            .map(|c| {
+                fast_conv(&program, &c.op).then(|| {
+                    let w = &program.tensors[c.op.inputs[1]];
+                    let o = w.shape[0];
+                    let k = w.shape[1..].iter().product();
+                    let data = w.data.as_deref().unwrap_or_default();
+                    let bias = program.tensors[c.op.inputs[2]].data.as_deref().unwrap_or_default();
+                    mac::Packed::new(data, o, k, bias)
                 })
-                .collect::<Result<Vec<i32>, _>>()?
-        } else {
-            eval_op(&p, f, &values).map_err(fail)?
+            })
+            .collect();
+        let mut view_of = vec![None; program.tensors.len()];
+        for &(src, view) in &b.views {
+            view_of[view] = Some(src);
+        }
+        Ok(Self {
+            binary: b,
+            program,
+            packed,
+            view_of,
+        })
+    }
+
+    /// Runs the schedule on one input per graph input (in order): every tensor's codes.
+    pub fn run(&self, inputs: Vec<Input>) -> Result<Vec<Option<Vec<i32>>>, EmulateError> {
+        let (b, p) = (&self.binary, &self.program);
+        let mut values = prepare(p, inputs)?;
+        for (step, s) in b.steps.iter().enumerate() {
+            let (what, index, op, fused, lut): (_, _, &IOp, Option<&IOp>, &[i32]) = match *s {
+                Step::Npu(k) => {
+                    let c = &b.commands[k];
+                    ("command", k, &c.op, c.fused.as_ref(), &c.lut)
+                }
+                Step::Host(h) => ("host op", h, &b.host[h], None, &[]),
+            };
+            let fail = |message: String| EmulateError::Step {
+                step,
+                what,
+                index,
+                node: op.node.clone(),
+                message,
+            };
+            for &x in op.inputs.iter().chain(fused.iter().flat_map(|f| f.inputs.iter())) {
+                materialize(x, &self.view_of, &mut values);
+            }
+            let packed = match *s {
+                Step::Npu(k) => self.packed[k].as_ref(),
+                Step::Host(_) => None,
+            };
+            let out = match (packed, *s) {
+                (Some(pk), Step::Npu(k)) => self.conv(&b.commands[k], pk, &values).map_err(fail)?,
+                _ => eval_op(p, op, &values).map_err(fail)?,
+            };
+            let y = &p.tensors[op.outputs[0]];
+            if out.len() != y.shape.iter().product::<usize>() {
+                return Err(fail(format!("{} values for output {} of shape {:?}", out.len(), y.name, y.shape)));
+            }
+            values[op.outputs[0]] = Some(out);
+            let Some(f) = fused else { continue };
+            let y = if lut.len() == 256 {
+                let mid = values[op.outputs[0]].as_deref().unwrap_or_default();
+                mid.iter()
+                    .map(|&c| {
+                        usize::try_from(c + 128)
+                            .ok()
+                            .and_then(|i| lut.get(i).copied())
+                            .ok_or_else(|| fail(format!("code {c} outside the table's int8 range")))
+                    })
+                    .collect::<Result<Vec<i32>, _>>()?
+            } else {
+                eval_op(p, f, &values).map_err(fail)?
+            };
+            values[f.outputs[0]] = Some(y);
+        }
+        for &o in &b.outputs {
+            materialize(o, &self.view_of, &mut values);
+        }
+        Ok(values)
+    }
+
+    /// A convolution command on the MAC path, tile by tile.
+    fn conv(&self, c: &binary::BinCommand, pk: &mac::Packed, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+        let p = &self.program;
+        let OpKind::Conv {
+            strides,
+            dilations,
+            pads,
+            groups,
+            act,
+        } = &c.op.kind
+        else {
+            return Err("not a convolution".into());
         };
-        values[f.outputs[0]] = Some(y);
+        let t = |k: usize| &p.tensors[c.op.inputs[k]];
+        let y = &p.tensors[c.op.outputs[0]];
+        let x = values[c.op.inputs[0]]
+            .as_deref()
+            .ok_or_else(|| format!("input {} was not computed", t(0).name))?;
+        let s4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
+        let g = ConvGeom {
+            x: s4(&t(0).shape),
+            w: s4(&t(1).shape),
+            y: [y.shape[2], y.shape[3]],
+            strides: *strides,
+            dilations: *dilations,
+            pads: [pads[0], pads[1]],
+            groups: *groups,
+        };
+        let stage = mac::Stage {
+            requant: &c.requant,
+            zp_in: t(0).q.zp(),
+            zp_out: y.q.zp(),
+            range: act_range(*act, &y.q),
+        };
+        mac::conv(&g, x, pk, stage, &c.tile)
     }
-    for &o in &b.outputs {
-        materialize(o, &view_of, &mut values);
-    }
-    Ok(Emulation { binary: b, values })
 }
 
 /// A view's codes from its source's (views of views followed; a cycle stops).

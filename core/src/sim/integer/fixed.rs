@@ -56,8 +56,9 @@ pub fn rdbpot(x: i32, e: i32) -> i32 {
 /// `MultiplyByQuantizedMultiplier(int32 x, q, shift)`, double rounding.
 #[inline]
 pub fn mbqm(x: i32, q: i32, shift: i32) -> i32 {
-    let left = shift.max(0);
-    let right = (-shift).max(0);
+    // In range for every multiplier TFLite makes; clamped so that any shift is defined.
+    let left = shift.clamp(0, 31);
+    let right = (-shift).clamp(0, 31);
     rdbpot(srdhm(x.wrapping_mul(1 << left), q), right)
 }
 

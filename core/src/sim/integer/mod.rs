@@ -27,6 +27,8 @@ pub enum RunError {
         expected: usize,
         got: usize,
     },
+    #[error("input {name}: code {code} is outside the range of {ty}")]
+    InputCode { name: String, code: i32, ty: String },
     #[error("expected {expected} inputs, got {got}")]
     InputCount { expected: usize, got: usize },
     #[error("node {node} ({op}): {message}")]
@@ -75,7 +77,17 @@ pub fn prepare(p: &Program, inputs: Vec<Input>) -> Result<Vec<Option<Vec<i32>>>,
     for (&t, x) in p.inputs.iter().zip(inputs) {
         let info = &p.tensors[t];
         let codes = match x {
-            Input::Codes(c) => c,
+            Input::Codes(c) => {
+                let (lo, hi) = info.q.ty.range();
+                if let Some(v) = c.iter().find(|&&v| v < lo || v > hi) {
+                    return Err(RunError::InputCode {
+                        name: info.name.clone(),
+                        code: *v,
+                        ty: format!("{:?}", info.q.ty),
+                    });
+                }
+                c
+            }
             Input::Float(f) => f.iter().map(|&v| quantize_code(v, &info.q)).collect(),
         };
         let expected: usize = info.shape.iter().product();
