@@ -391,10 +391,9 @@ fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
         let mut b = bytes.clone();
         let at = (rnd() % b.len() as u64) as usize;
         b[at] ^= 1 << (rnd() % 8);
-        // A flip in padding between sections changes nothing the reader uses.
-        if let Err(e) = binary::read(&b) {
-            assert!(!e.to_string().is_empty());
-        }
+        // Every byte is under a checksum (padding must be zero).
+        let e = binary::read(&b).expect_err("a flipped bit is refused");
+        assert!(!e.to_string().is_empty());
         let cut = (rnd() % b.len() as u64) as usize;
         assert!(binary::read(&bytes[..cut]).is_err());
     }
@@ -421,16 +420,19 @@ fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
                 let at = off + (rnd() % len as u64) as usize;
                 b[at] = rnd() as u8;
             }
-            let crc = binary::crc32(&b[off..off + len]);
-            b[e + 20..e + 24].copy_from_slice(&crc.to_le_bytes());
+            let _ = e;
+            binary::reseal(&mut b);
             let _ = binary::read(&b);
         }
     }
-    // A changed checksum names its section.
+    // A changed section names it; a changed table entry names the header.
     let mut b = bytes.clone();
-    let (e, _, _) = table(&b, 3);
-    b[e + 20] ^= 0xFF;
+    let (e, off, _) = table(&b, 3);
+    b[off] ^= 0xFF;
     assert!(matches!(binary::read(&b), Err(BinaryError::Checksum { name, .. }) if name == "CMDS"));
+    let mut b = bytes.clone();
+    b[e + 20] ^= 0xFF;
+    assert!(matches!(binary::read(&b), Err(BinaryError::Checksum { name, .. }) if name == "header"));
 }
 
 #[test]

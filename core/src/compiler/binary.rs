@@ -851,6 +851,30 @@ pub fn write(p: &Program, c: &Compiled) -> Vec<u8> {
     out.0
 }
 
+/// Recomputes every section's checksum and the header's, in place (for tools that patch
+/// a binary, and for fuzzing the decoder behind valid checksums). Bytes that are not a
+/// table are left alone.
+pub fn reseal(b: &mut [u8]) {
+    if b.len() < HEADER_BYTES {
+        return;
+    }
+    let nsec = u32::from_le_bytes([b[16], b[17], b[18], b[19]]) as usize;
+    let table_end = HEADER_BYTES.saturating_add(nsec.saturating_mul(ENTRY_BYTES));
+    if nsec > 64 || table_end > b.len() {
+        return;
+    }
+    for k in 0..nsec {
+        let e = HEADER_BYTES + k * ENTRY_BYTES;
+        let off = u64::from_le_bytes(b[e + 8..e + 16].try_into().unwrap_or([0; 8]));
+        let len = u64::from(u32::from_le_bytes(b[e + 16..e + 20].try_into().unwrap_or([0; 4])));
+        let Some(end) = off.checked_add(len).filter(|&x| x <= b.len() as u64) else { continue };
+        let crc = crc32(&b[off as usize..end as usize]);
+        b[e + 20..e + 24].copy_from_slice(&crc.to_le_bytes());
+    }
+    let crc = header_crc(&b[..table_end]);
+    b[20..24].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// CRC-32 of the header and section table with the header's checksum field (bytes
 /// 20..24) read as zero.
 fn header_crc(head: &[u8]) -> u32 {
