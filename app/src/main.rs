@@ -20,7 +20,22 @@ fn tune_allocator() {
     }
 }
 
+/// A command whose output is piped into `head` ends quietly when the pipe closes, as
+/// command-line tools do (the window keeps Rust's default: a write error, not a signal).
+fn quiet_broken_pipe() {
+    let first = std::env::args_os().nth(1);
+    let command = first.is_some_and(|a| !std::path::Path::new(&a).exists() && !a.to_string_lossy().starts_with('-'));
+    #[cfg(unix)]
+    if command {
+        // SAFETY: restores the default disposition of one signal before other threads exist.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_broken_pipe();
     tune_allocator();
     npu_studio::heap::Heap::activate();
     match cli::main() {

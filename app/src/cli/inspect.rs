@@ -105,8 +105,21 @@ struct BinaryInfo<'a> {
     units: std::collections::BTreeMap<&'static str, usize>,
     host_ops: Vec<&'a str>,
     segments: Vec<serde_json::Value>,
+    /// The graph inputs and outputs: name, dtype, shape, scale, zero point.
+    inputs: Vec<serde_json::Value>,
+    outputs: Vec<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     commands: Option<Vec<CommandRow<'a>>>,
+}
+
+fn io_json(t: &npu_core::quant::legalize::ITensor) -> serde_json::Value {
+    serde_json::json!({
+        "name": t.name,
+        "dtype": t.q.ty.name(),
+        "shape": t.shape,
+        "scale": t.q.scale,
+        "zero_point": t.q.zero_point,
+    })
 }
 
 /// `npu-studio info FILE.npub`: what a compiled binary holds (`--nodes`: every command).
@@ -157,6 +170,8 @@ fn binary(path: &Path, json: bool, all: bool) -> Result<()> {
             .iter()
             .map(|(d, f, n)| serde_json::json!({"device": if *d == 0 { "NPU" } else { "CPU" }, "first_step": f, "steps": n}))
             .collect(),
+        inputs: b.inputs.iter().map(|&i| io_json(&b.tensors[i].tensor)).collect(),
+        outputs: b.outputs.iter().map(|&i| io_json(&b.tensors[i].tensor)).collect(),
         commands: all.then(rows),
     };
     if json {

@@ -142,37 +142,193 @@ pub fn run(
     Ok(())
 }
 
+/// What `emulate --json` prints.
+#[derive(Serialize)]
+struct EmulateReport {
+    binary: String,
+    target: String,
+    graph: String,
+    steps: usize,
+    commands: usize,
+    host_ops: usize,
+    /// Whether the AVX2 GEMM ran (else the portable loop).
+    simd: bool,
+    load_ms: f64,
+    run_ms: f64,
+    outputs: Vec<EmulatedOutput>,
+    /// With `--model` and `--plan`: every computed tensor against FP32, the fake-quant
+    /// simulation and the integer reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tensors: Option<Vec<npu_core::emulator::trace::TensorTrace>>,
+}
+
+#[derive(Serialize)]
+struct EmulatedOutput {
+    name: String,
+    dtype: &'static str,
+    shape: Vec<usize>,
+    scale: Vec<f32>,
+    zero_point: Vec<i32>,
+    file: String,
+    /// With `--model` and `--plan`: against FP32, the emulated and the simulated output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    emulated_sqnr_db: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    simulated_sqnr_db: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    integer_mismatches: Option<Option<usize>>,
+}
+
+/// The options of `npu-studio emulate`.
+pub struct EmulateArgs<'a> {
+    pub file: &'a Path,
+    pub inputs: &'a [String],
+    pub out_dir: &'a Path,
+    pub dequantize: bool,
+    pub trace: Option<&'a Path>,
+    pub json: bool,
+    /// The model and plan the binary was compiled from, for the comparisons.
+    pub model: Option<&'a Path>,
+    pub plan: Option<&'a Path>,
+}
+
 /// `npu-studio emulate FILE.npub --input NAME=FILE.npy`: the binary run from its bytes, with
-/// the conventions of `run --plan` (codes and `.quant.json` out, or floats).
-pub fn emulate(file: &Path, inputs: &[String], out_dir: &Path, dequantize: bool, trace: Option<&Path>) -> Result<()> {
-    let feeds = parse_inputs(inputs)?;
+/// the conventions of `run --plan` (codes and `.quant.json` out, or floats); with `--model`
+/// and `--plan`, every tensor compared with FP32, the simulation and the integer reference.
+pub fn emulate(a: &EmulateArgs) -> Result<()> {
+    use npu_core::emulator::{Emulator, trace};
+    let file = a.file;
+    let feeds = parse_inputs(a.inputs)?;
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let t0 = std::time::Instant::now();
+    let e = Emulator::load(&bytes).with_context(|| format!("{}", file.display()))?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     // The inputs in the binary's order, named as its tensor table names them.
-    let b = npu_core::compiler::binary::read(&bytes).with_context(|| format!("{}", file.display()))?;
+    let b = &e.binary;
     let ins = integer_inputs(&feeds, b.inputs.iter().map(|&i| &b.tensors[i].tensor), file)?;
-    let e = npu_core::emulator::emulate(&bytes, ins).with_context(|| format!("emulating {}", file.display()))?;
-    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
-    for &o in &e.binary.outputs {
-        let t = &e.binary.tensors[o].tensor;
-        let codes = e.values[o].as_deref().context("an output was not computed")?;
-        let path = write_codes(out_dir, t, codes, dequantize)?;
-        println!(
-            "{} {} {:?} -> {}",
-            t.name,
-            if dequantize { "float32" } else { t.q.ty.name() },
-            t.shape,
-            path.display()
-        );
+    let t0 = std::time::Instant::now();
+    let values = e.run(ins).with_context(|| format!("emulating {}", file.display()))?;
+    let run_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let traces = match (a.model, a.plan) {
+        (Some(model), Some(plan)) => Some(compare_with(model, plan, &feeds, &e, &values)?),
+        (None, None) => None,
+        _ => bail!("--model and --plan go together (the model and plan {} was compiled from)", file.display()),
+    };
+    std::fs::create_dir_all(a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
+    let mut outputs = Vec::new();
+    for &o in &b.outputs {
+        let t = &b.tensors[o].tensor;
+        let codes = values[o].as_deref().context("an output was not computed")?;
+        let path = write_codes(a.out_dir, t, codes, a.dequantize)?;
+        let row = traces.as_ref().and_then(|ts| ts.iter().find(|r| r.name == t.name));
+        if !a.json {
+            let sqnr = |x: Option<f64>| x.map_or_else(|| "exact".to_string(), |v| format!("{v:.2} dB"));
+            let vs = row.map_or_else(String::new, |r| {
+                format!(
+                    "; vs FP32 emulated {}, simulated {}; {} codes differ from the integer reference",
+                    sqnr(r.emulated_sqnr_db),
+                    sqnr(r.simulated_sqnr_db),
+                    r.integer_mismatches.map_or_else(|| "?".into(), |m| m.to_string())
+                )
+            });
+            println!(
+                "{} {} {:?} -> {}{vs}",
+                t.name,
+                if a.dequantize { "float32" } else { t.q.ty.name() },
+                t.shape,
+                path.display()
+            );
+        }
+        outputs.push(EmulatedOutput {
+            name: t.name.clone(),
+            dtype: if a.dequantize { "float32" } else { t.q.ty.name() },
+            shape: t.shape.clone(),
+            scale: t.q.scale.clone(),
+            zero_point: t.q.zero_point.clone(),
+            file: path.display().to_string(),
+            emulated_sqnr_db: row.map(|r| r.emulated_sqnr_db),
+            simulated_sqnr_db: row.map(|r| r.simulated_sqnr_db),
+            integer_mismatches: row.map(|r| r.integer_mismatches),
+        });
     }
-    if let Some(dir) = trace {
+    if let Some(dir) = a.trace {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (bt, v) in e.binary.tensors.iter().zip(&e.values) {
+        for (bt, v) in b.tensors.iter().zip(&values) {
             if let (None, Some(codes)) = (&bt.tensor.data, v) {
                 write_codes(dir, &bt.tensor, codes, false)?;
             }
         }
+        if let Some(ts) = &traces {
+            let json = serde_json::to_vec_pretty(ts)?;
+            npu_core::export::write_atomic(&dir.join("trace.json"), &json)?;
+        }
+    }
+    if let (Some(ts), false) = (&traces, a.json) {
+        let mism: usize = ts.iter().filter_map(|r| r.integer_mismatches).sum();
+        let over: Vec<&trace::TensorTrace> = ts.iter().filter(|r| r.gap_db().is_some_and(|g| g > 1.0)).collect();
+        println!(
+            "{} tensors compared: {mism} codes differ from the integer reference; {} where the simulation promises over 1 dB more than the binary delivers{}",
+            ts.len(),
+            over.len(),
+            over.first()
+                .map_or_else(String::new, |r| format!(" (first: {} at node {}, {:+.2} dB)", r.name, r.node, r.gap_db().unwrap_or(0.0)))
+        );
+    }
+    if a.json {
+        let r = EmulateReport {
+            binary: file.display().to_string(),
+            target: b.target.clone(),
+            graph: b.graph.clone(),
+            steps: b.steps.len(),
+            commands: b.commands.len(),
+            host_ops: b.host.len(),
+            simd: npu_core::emulator::mac::simd(),
+            load_ms,
+            run_ms,
+            outputs,
+            tensors: traces,
+        };
+        println!("{}", serde_json::to_string_pretty(&r)?);
     }
     Ok(())
+}
+
+/// FP32, fake-quant and integer-reference values of the model and plan on `feeds`, and the
+/// emulation compared with them.
+fn compare_with(
+    model: &Path,
+    plan: &Path,
+    feeds: &HashMap<String, Tensor>,
+    e: &npu_core::emulator::Emulator,
+    values: &[Option<Vec<i32>>],
+) -> Result<Vec<npu_core::emulator::trace::TensorTrace>> {
+    use npu_core::emulator::trace;
+    let (plan, optimized) = super::quant::plan_inputs(model, plan)?;
+    let id = npu_core::quant::params::graph_id(&optimized);
+    if !e.binary.graph.is_empty() && !id.starts_with(&e.binary.graph) && !e.binary.graph.starts_with(&id) {
+        bail!(
+            "{} optimizes to graph {id}; the binary was compiled from graph {}",
+            model.display(),
+            e.binary.graph
+        );
+    }
+    let q = pipeline::quantizer(&optimized, pipeline::default_threads())?;
+    let fp32 = q.values(None, feeds).with_context(|| format!("running {} in FP32", model.display()))?;
+    let sim = q
+        .values(Some(&plan), feeds)
+        .with_context(|| format!("simulating {}", model.display()))?;
+    let shapes: HashMap<String, Vec<usize>> = feeds.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
+    let p = pipeline::legalize(&optimized, &plan, &shapes).with_context(|| format!("legalizing {}", model.display()))?;
+    let ins = integer_inputs(feeds, p.inputs.iter().map(|&i| &p.tensors[i]), model)?;
+    let integer = pipeline::run_integer(&p, ins).context("the integer reference")?;
+    let same_table = p.tensors.len() == e.binary.tensors.len()
+        && p.tensors.iter().zip(&e.binary.tensors).all(|(a, b)| a.name == b.tensor.name);
+    let refs = trace::References {
+        fp32: &fp32,
+        simulated: Some(&sim),
+        integer: same_table.then_some(integer.values.as_slice()),
+    };
+    Ok(trace::compare(e, values, &refs))
 }
 
 /// `npu-studio export MODEL --plan PLAN.ron --format tflite --out FILE.tflite`.

@@ -154,9 +154,19 @@ enum Command {
         /// Write float32 outputs instead of codes.
         #[arg(long)]
         dequantize: bool,
-        /// Write every computed tensor's codes into this folder.
+        /// Write every computed tensor's codes into this folder (and, with --model and
+        /// --plan, `trace.json`: every tensor compared).
         #[arg(long, value_name = "DIR")]
         trace: Option<PathBuf>,
+        /// Print a JSON report (outputs, timing; with --model and --plan every tensor).
+        #[arg(long)]
+        json: bool,
+        /// The model the binary was compiled from: compare every tensor with its FP32 run,
+        /// the fake-quant simulation of --plan and the integer reference.
+        #[arg(long, value_name = "MODEL", requires = "plan")]
+        model: Option<PathBuf>,
+        #[arg(long, value_name = "PLAN.ron", requires = "model")]
+        plan: Option<PathBuf>,
     },
     /// Times the graph view: layout, opening with collapsed scopes, expanding a scope and
     /// painting frames while panning, on synthetic DAGs and on the given model files.
@@ -370,7 +380,19 @@ pub fn main() -> Result<()> {
             output_dir,
             dequantize,
             trace,
-        }) => integer::emulate(&binary, &inputs, &output_dir, dequantize, trace.as_deref()),
+            json,
+            model,
+            plan,
+        }) => integer::emulate(&integer::EmulateArgs {
+            file: &binary,
+            inputs: &inputs,
+            out_dir: &output_dir,
+            dequantize,
+            trace: trace.as_deref(),
+            json,
+            model: model.as_deref(),
+            plan: plan.as_deref(),
+        }),
         Some(Command::BenchLayout {
             models,
             synthetic,

@@ -189,6 +189,9 @@ pub fn bench(
     profile: bool,
     optimize: bool,
 ) -> Result<()> {
+    if path.extension().is_some_and(|e| e == "npub") {
+        return bench_binary(path, inputs, threads, runs, warmup, json, profile);
+    }
     let mut model = super::load(path)?;
     if optimize {
         model = pipeline::optimize(&model, &Passes::All, &Silent)
@@ -286,6 +289,12 @@ pub fn bench(
             eprintln!("  {ms:9.2} ms  {what}");
         }
     }
+    report(path, times, warmup, threads, optimize, json)
+}
+
+/// Prints the timing of `times` (text, or one JSON line).
+fn report(path: &Path, times: Vec<f64>, warmup: usize, threads: usize, optimize: bool, json: bool) -> Result<()> {
+    let runs = times.len();
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = if sorted.len() % 2 == 1 {
@@ -320,4 +329,96 @@ pub fn bench(
         );
     }
     Ok(())
+}
+
+/// `npu-studio bench FILE.npub`: the emulator's time per run of the binary (decoding and
+/// checking it once, before the timed runs, as the FP32 bench imports its model once).
+fn bench_binary(
+    path: &Path,
+    inputs: &[String],
+    threads: usize,
+    runs: usize,
+    warmup: usize,
+    json: bool,
+    profile: bool,
+) -> Result<()> {
+    use npu_core::sim::integer::Input;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let e = npu_core::emulator::Emulator::load(&bytes).with_context(|| format!("{}", path.display()))?;
+    let feeds = parse_inputs(inputs)?;
+    let ins = || -> Result<Vec<Input>> {
+        e.binary
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                let t = &e.binary.tensors[i].tensor;
+                Ok(match feeds.get(&t.name) {
+                    Some(x) => Input::Float(x.to_f32().iter().copied().collect()),
+                    None => match random_tensor(DType::F32, &t.shape, k as u64 + 1)? {
+                        Tensor::F32(a) => Input::Float(a.iter().copied().collect()),
+                        _ => bail!("a random input"),
+                    },
+                })
+            })
+            .collect()
+    };
+    let threads = threads.max(1);
+    let times = with_threads(threads, || -> Result<Vec<f64>> {
+        for _ in 0..warmup {
+            e.run(ins()?)?;
+        }
+        let mut times = Vec::with_capacity(runs.max(1));
+        for _ in 0..runs.max(1) {
+            let x = ins()?;
+            let t0 = Instant::now();
+            e.run(x)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        if profile {
+            // Per op type, the mean over as many runs as were timed.
+            let mut per_op: BTreeMap<String, f64> = BTreeMap::new();
+            let mut per_step = vec![0.0; e.binary.steps.len()];
+            for _ in 0..runs.max(1) {
+                let mut steps = Vec::new();
+                e.run_timed(ins()?, Some(&mut steps))?;
+                for (k, secs) in steps.iter().enumerate() {
+                    per_step[k] += secs * 1e3;
+                }
+                for (s, secs) in e.binary.steps.iter().zip(steps) {
+                    let (what, op) = match *s {
+                        npu_core::compiler::lower::Step::Npu(k) => ("npu", &e.binary.commands[k].op),
+                        npu_core::compiler::lower::Step::Host(h) => ("host", &e.binary.host[h]),
+                    };
+                    *per_op.entry(format!("{what} {}", op.kind.name())).or_default() += secs * 1e3;
+                }
+            }
+            let mut rows: Vec<_> = per_op.into_iter().collect();
+            rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+            eprintln!("time per op type (mean of {} runs):", runs.max(1));
+            for (op, ms) in rows {
+                eprintln!("  {:9.3} ms  {op}", ms / runs.max(1) as f64);
+            }
+            let mut slow: Vec<(usize, f64)> = per_step.into_iter().enumerate().collect();
+            slow.sort_by(|a, b| b.1.total_cmp(&a.1));
+            eprintln!("slowest steps:");
+            for (k, ms) in slow.into_iter().take(12) {
+                let op = match e.binary.steps[k] {
+                    npu_core::compiler::lower::Step::Npu(c) => &e.binary.commands[c].op,
+                    npu_core::compiler::lower::Step::Host(h) => &e.binary.host[h],
+                };
+                let shape = |t: usize| &e.binary.tensors[t].tensor.shape;
+                eprintln!(
+                    "  {:9.3} ms  {} {} {:?} -> {:?}",
+                    ms / runs.max(1) as f64,
+                    op.kind.name(),
+                    op.node,
+                    op.inputs.iter().map(|&t| shape(t)).collect::<Vec<_>>(),
+                    shape(op.outputs[0])
+                );
+            }
+        }
+        Ok(times)
+    })?;
+    report(path, times, warmup, threads, false, json)
 }

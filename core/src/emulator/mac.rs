@@ -12,12 +12,14 @@ use crate::sim::integer::fixed::mbqm;
 use crate::sim::integer::kernels::ConvGeom;
 use rayon::prelude::*;
 
-/// A convolution's weights packed for the GEMM: rows of `kp` (the reduction length `k`
-/// rounded up to 16) int16 values, their sums, and the bias as the int32 accumulator adds it.
+/// A convolution's weights packed for the GEMM: per output channel, the reduction
+/// (`k` = input channels per group × kernel taps) as pairs of int16 in one `i32` each (the
+/// operand `vpmaddwd` broadcasts), the plain codes, their sums and the bias as the int32
+/// accumulator adds it.
 pub struct Packed {
-    k: usize,
-    kp: usize,
-    w: Vec<i16>,
+    k2: usize,
+    pairs: Vec<i32>,
+    w: Vec<i32>,
     wsum: Vec<i32>,
     bias: Vec<i32>,
 }
@@ -25,19 +27,22 @@ pub struct Packed {
 impl Packed {
     /// `w` in OIHW (`o` rows of `k` codes); `bias` per output channel (missing: 0).
     pub fn new(w: &[i64], o: usize, k: usize, bias: &[i64]) -> Self {
-        let kp = k.div_ceil(16).max(1) * 16;
-        let mut packed = vec![0i16; o * kp];
+        let k2 = k.div_ceil(2);
+        let mut pairs = vec![0i32; o * k2];
         let mut wsum = vec![0i32; o];
         for oc in 0..o {
-            for (j, &v) in w[oc * k..(oc + 1) * k].iter().enumerate() {
-                packed[oc * kp + j] = v as i16;
-                wsum[oc] = wsum[oc].wrapping_add(v as i32);
+            let row = &w[oc * k..(oc + 1) * k];
+            for (j, pair) in row.chunks(2).enumerate() {
+                let lo = pair[0] as i16 as u16;
+                let hi = pair.get(1).map_or(0, |&v| v as i16 as u16);
+                pairs[oc * k2 + j] = (u32::from(lo) | (u32::from(hi) << 16)) as i32;
             }
+            wsum[oc] = row.iter().fold(0i32, |a, &v| a.wrapping_add(v as i32));
         }
         Self {
-            k,
-            kp,
-            w: packed,
+            k2,
+            pairs,
+            w: w.iter().map(|&v| v as i32).collect(),
             wsum,
             bias: (0..o).map(|oc| bias.get(oc).copied().unwrap_or(0) as i32).collect(),
         }
@@ -54,11 +59,36 @@ pub struct Stage<'a> {
 }
 
 impl Stage<'_> {
+    /// The output stage of channel `oc`.
     #[inline]
-    fn out(&self, acc: i32, oc: usize, pk: &Packed) -> i32 {
+    fn channel(&self, oc: usize, pk: &Packed) -> Channel {
         let (q, s) = self.requant[oc % self.requant.len()];
-        let a = acc.wrapping_sub(self.zp_in.wrapping_mul(pk.wsum[oc])).wrapping_add(pk.bias[oc]);
-        mbqm(a, q, s).wrapping_add(self.zp_out).clamp(self.range.0, self.range.1)
+        Channel {
+            q,
+            s,
+            offset: pk.bias[oc].wrapping_sub(self.zp_in.wrapping_mul(pk.wsum[oc])),
+            zp_out: self.zp_out,
+            range: self.range,
+        }
+    }
+}
+
+/// One channel's output stage: `M(acc + bias − zp_in·Σw) + zp_out`, clamped.
+#[derive(Clone, Copy)]
+struct Channel {
+    q: i32,
+    s: i32,
+    offset: i32,
+    zp_out: i32,
+    range: (i32, i32),
+}
+
+impl Channel {
+    #[inline]
+    fn out(&self, acc: i32) -> i32 {
+        mbqm(acc.wrapping_add(self.offset), self.q, self.s)
+            .wrapping_add(self.zp_out)
+            .clamp(self.range.0, self.range.1)
     }
 }
 
@@ -114,7 +144,13 @@ pub fn conv(g: &ConvGeom, x: &[i32], pk: &Packed, st: Stage, tile: &Tile) -> Res
         for r0 in (0..oh).step_by(rows) {
             let mut oc = 0;
             while oc < o {
-                let end = (oc + block).min(o).min((oc / per_group + 1) * per_group);
+                // A block of a grouped convolution stays in one group (one-channel groups
+                // run channel by channel inside any block).
+                let end = if cg == 1 {
+                    (oc + block).min(o)
+                } else {
+                    (oc + block).min(o).min((oc / per_group + 1) * per_group)
+                };
                 jobs.push(Job {
                     b,
                     rows: (r0, (r0 + rows).min(oh)),
@@ -124,9 +160,10 @@ pub fn conv(g: &ConvGeom, x: &[i32], pk: &Packed, st: Stage, tile: &Tile) -> Res
             }
         }
     }
-    let tap = |iy: usize, ky: usize| (iy * g.strides[0] + ky * g.dilations[0]).checked_sub(g.pads[0]).filter(|&v| v < h);
-    let tapx = |ix: usize, kx: usize| (ix * g.strides[1] + kx * g.dilations[1]).checked_sub(g.pads[1]).filter(|&v| v < wd);
     let plane = oh * ow;
+    let [pt, pl] = g.pads;
+    let [sy, sx] = g.strides;
+    let [dy, dx] = g.dilations;
     let results: Vec<(Job, Vec<i32>)> = jobs
         .into_par_iter()
         .map(|j| {
@@ -134,55 +171,93 @@ pub fn conv(g: &ConvGeom, x: &[i32], pk: &Packed, st: Stage, tile: &Tile) -> Res
             let p = (r1 - r0) * ow;
             let group = j.oc.0 / per_group.max(1);
             let mut out = vec![0i32; (j.oc.1 - j.oc.0) * p];
+            if p == 0 {
+                return (j, out);
+            }
             if cg == 1 {
-                // One input channel per group: a direct loop.
-                let chan = group;
-                let xp = &x[(j.b * c + chan) * h * wd..(j.b * c + chan + 1) * h * wd];
+                // One input channel per group: the tile's input rows, zero point
+                // subtracted and zero-padded, then a multiply-add per tap along each row.
+                let (y0, y1) = (r0 * sy, (r1 - 1) * sy + (kh - 1) * dy + 1);
+                let wp = (ow - 1) * sx + (kw - 1) * dx + 1;
+                let mut pad = vec![0i32; (y1 - y0) * wp];
+                let mut filled = None;
+                let mut acc = vec![0i32; ow];
                 for (l, oc) in (j.oc.0..j.oc.1).enumerate() {
-                    let wr = &pk.w[oc * pk.kp..oc * pk.kp + kh * kw];
-                    for oy in r0..r1 {
-                        for ox in 0..ow {
-                            let mut acc = 0i32;
-                            for ky in 0..kh {
-                                let Some(iy) = tap(oy, ky) else { continue };
-                                let row = &xp[iy * wd..(iy + 1) * wd];
-                                for kx in 0..kw {
-                                    if let Some(ix) = tapx(ox, kx) {
-                                        acc = acc.wrapping_add(i32::from(wr[ky * kw + kx]) * (row[ix] - st.zp_in));
-                                    }
-                                }
+                    let chan = oc / per_group.max(1);
+                    if filled != Some(chan) {
+                        let xp = &x[(j.b * c + chan) * h * wd..][..h * wd];
+                        for (r, iy) in (y0..y1).enumerate() {
+                            let dst = &mut pad[r * wp..(r + 1) * wp];
+                            let Some(iy) = iy.checked_sub(pt).filter(|&v| v < h) else {
+                                dst.fill(0);
+                                continue;
+                            };
+                            for (cx, d) in dst.iter_mut().enumerate() {
+                                *d = match cx.checked_sub(pl).filter(|&v| v < wd) {
+                                    Some(ix) => xp[iy * wd + ix] - st.zp_in,
+                                    None => 0,
+                                };
                             }
-                            // The direct loop subtracted zp_in per tap: undo the stage's
-                            // `zp_in·Σw` (same value modulo 2³²).
-                            let acc = acc.wrapping_add(st.zp_in.wrapping_mul(pk.wsum[oc]));
-                            out[l * p + (oy - r0) * ow + ox] = st.out(acc, oc, pk);
+                        }
+                        filled = Some(chan);
+                    }
+                    let wr = &pk.w[oc * kh * kw..(oc + 1) * kh * kw];
+                    for oy in r0..r1 {
+                        let taps = Taps {
+                            pad: &pad[(oy - r0) * sy * wp..],
+                            wp,
+                            w: wr,
+                            kw,
+                            dy,
+                            dx,
+                            sx,
+                        };
+                        #[cfg(target_arch = "x86_64")]
+                        if simd() {
+                            // SAFETY: AVX2 is present (checked at run time).
+                            unsafe { taps.row_avx2(&mut acc) };
+                        } else {
+                            taps.row(&mut acc);
+                        }
+                        #[cfg(not(target_arch = "x86_64"))]
+                        taps.row(&mut acc);
+                        // The loop subtracted zp_in per tap: add back the stage's
+                        // `zp_in·Σw` (the same value modulo 2³²).
+                        let back = st.zp_in.wrapping_mul(pk.wsum[oc]);
+                        let ch = st.channel(oc, pk);
+                        for (o, &a) in out[l * p + (oy - r0) * ow..][..ow].iter_mut().zip(&acc) {
+                            *o = ch.out(a.wrapping_add(back));
                         }
                     }
                 }
                 return (j, out);
             }
-            // im2col of the tile's rows: padded taps hold zp_in (so they add nothing).
-            let kp = pk.kp;
-            let mut cols = vec![0i16; p * kp];
-            for oy in r0..r1 {
-                for ox in 0..ow {
-                    let col = &mut cols[((oy - r0) * ow + ox) * kp..][..pk.k];
-                    for ic in 0..cg {
-                        let xp = &x[(j.b * c + group * cg + ic) * h * wd..][..h * wd];
-                        for ky in 0..kh {
-                            let iy = tap(oy, ky);
-                            for kx in 0..kw {
-                                let v = match (iy, tapx(ox, kx)) {
+            // im2col of the tile's rows as int16 pairs along the reduction, columns padded
+            // to 16: `cols[(kk·pp + q)·2 + e]` holds tap `2·kk + e` of output `q`. Taps
+            // outside the input hold zp_in (so they add nothing once `zp_in·Σw` is taken).
+            let pp = p.div_ceil(16) * 16;
+            let mut cols = vec![0i16; pk.k2 * pp * 2];
+            for ic in 0..cg {
+                let xp = &x[(j.b * c + group * cg + ic) * h * wd..][..h * wd];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let kk = (ic * kh + ky) * kw + kx;
+                        let base = (kk / 2) * pp * 2 + kk % 2;
+                        for oy in r0..r1 {
+                            let iy = (oy * sy + ky * dy).checked_sub(pt).filter(|&v| v < h);
+                            for ox in 0..ow {
+                                let q = (oy - r0) * ow + ox;
+                                let v = match (iy, (ox * sx + kx * dx).checked_sub(pl).filter(|&v| v < wd)) {
                                     (Some(iy), Some(ix)) => xp[iy * wd + ix],
                                     _ => st.zp_in,
                                 };
-                                col[(ic * kh + ky) * kw + kx] = v as i16;
+                                cols[base + q * 2] = v as i16;
                             }
                         }
                     }
                 }
             }
-            gemm(pk, j.oc, &cols, p, &mut out, st);
+            gemm(pk, j.oc, &cols, p, pp, &mut out, st);
             (j, out)
         })
         .collect();
@@ -197,71 +272,116 @@ pub fn conv(g: &ConvGeom, x: &[i32], pk: &Packed, st: Stage, tile: &Tile) -> Res
     Ok(y)
 }
 
-/// `out[l][q] = stage(Σ_k w[oc0 + l][k] · cols[q][k])` for the channels `oc` and `p` columns.
-fn gemm(pk: &Packed, (oc0, oc1): (usize, usize), cols: &[i16], p: usize, out: &mut [i32], st: Stage) {
-    let kp = pk.kp;
+/// One output row of a one-channel-per-group convolution: the zero-point-subtracted,
+/// zero-padded input rows from its first tap row, and the channel's taps.
+struct Taps<'a> {
+    pad: &'a [i32],
+    wp: usize,
+    w: &'a [i32],
+    kw: usize,
+    dy: usize,
+    dx: usize,
+    sx: usize,
+}
+
+impl Taps<'_> {
+    /// `acc[ox] = Σ_taps w·pad` in wrapping int32.
+    #[inline(always)]
+    fn row(&self, acc: &mut [i32]) {
+        acc.fill(0);
+        for (t, &wv) in self.w.iter().enumerate() {
+            let (ky, kx) = (t / self.kw, t % self.kw);
+            let src = &self.pad[ky * self.dy * self.wp + kx * self.dx..];
+            if self.sx == 1 {
+                for (a, &v) in acc.iter_mut().zip(src) {
+                    *a = a.wrapping_add(wv * v);
+                }
+            } else {
+                for (ox, a) in acc.iter_mut().enumerate() {
+                    *a = a.wrapping_add(wv * src[ox * self.sx]);
+                }
+            }
+        }
+    }
+
+    /// [`Self::row`] compiled for AVX2 (the same loop, eight lanes).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn row_avx2(&self, acc: &mut [i32]) {
+        self.row(acc);
+    }
+}
+
+/// `out[l][q] = stage(Σ_k w[oc0 + l][k] · col_q[k])` for the channels `oc` and the `p`
+/// columns (of `pp`, a multiple of 16), four channels by sixteen columns at a time.
+fn gemm(pk: &Packed, (oc0, oc1): (usize, usize), cols: &[i16], p: usize, pp: usize, out: &mut [i32], st: Stage) {
     let mut oc = oc0;
+    let mut acc = [[0i32; 16]; 4];
     while oc < oc1 {
         let m = (oc1 - oc).min(4);
-        let w = &pk.w[oc * kp..(oc + m) * kp];
-        for q in 0..p {
-            let col = &cols[q * kp..(q + 1) * kp];
-            let mut acc = [0i32; 4];
-            dots(w, m, col, &mut acc);
-            for (i, &a) in acc[..m].iter().enumerate() {
-                out[(oc - oc0 + i) * p + q] = st.out(a, oc + i, pk);
+        for q0 in (0..pp).step_by(16) {
+            block(pk, oc, m, cols, pp, q0, &mut acc);
+            for (i, row) in acc[..m].iter().enumerate() {
+                let ch = st.channel(oc + i, pk);
+                let n = p.saturating_sub(q0).min(16);
+                for (o, &a) in out[(oc - oc0 + i) * p + q0..][..n].iter_mut().zip(row) {
+                    *o = ch.out(a);
+                }
             }
         }
         oc += m;
     }
 }
 
-/// `acc[i] = Σ w[i·kp..][k]·col[k]` for the `m` ≤ 4 rows of `w`, in wrapping int32.
+/// The accumulators of `m` ≤ 4 channels from `oc` and the 16 columns from `q0`, in
+/// wrapping int32.
 #[inline]
-fn dots(w: &[i16], m: usize, col: &[i16], acc: &mut [i32; 4]) {
+fn block(pk: &Packed, oc: usize, m: usize, cols: &[i16], pp: usize, q0: usize, acc: &mut [[i32; 16]; 4]) {
     #[cfg(target_arch = "x86_64")]
-    if m == 4 && simd() {
-        // SAFETY: AVX2 is present (checked at run time); rows and column have `kp`
-        // (a multiple of 16) values each.
-        unsafe { dots4_avx2(w, col, acc) };
+    if simd() {
+        // SAFETY: AVX2 is present (checked at run time); every load is inside `cols`
+        // (`k2` rows of `pp` pairs, `q0 + 16 ≤ pp`) and `pairs` (`m` rows of `k2`).
+        unsafe { block_avx2(pk, oc, m, cols, pp, q0, acc) };
         return;
     }
-    let kp = col.len();
-    for (i, a) in acc[..m].iter_mut().enumerate() {
-        *a = w[i * kp..(i + 1) * kp]
-            .iter()
-            .zip(col)
-            .fold(0i32, |s, (&x, &y)| s.wrapping_add(i32::from(x) * i32::from(y)));
+    for (i, row) in acc[..m].iter_mut().enumerate() {
+        row.fill(0);
+        let w = &pk.pairs[(oc + i) * pk.k2..(oc + i + 1) * pk.k2];
+        for (kk, &pair) in w.iter().enumerate() {
+            let (w0, w1) = (i32::from(pair as i16), pair >> 16);
+            let c = &cols[(kk * pp + q0) * 2..(kk * pp + q0 + 16) * 2];
+            for (e, a) in row.iter_mut().enumerate() {
+                let v = w0 * i32::from(c[2 * e]) + w1 * i32::from(c[2 * e + 1]);
+                *a = a.wrapping_add(v);
+            }
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn dots4_avx2(w: &[i16], col: &[i16], acc: &mut [i32; 4]) {
+unsafe fn block_avx2(pk: &Packed, oc: usize, m: usize, cols: &[i16], pp: usize, q0: usize, acc: &mut [[i32; 16]; 4]) {
     use std::arch::x86_64::*;
-    let kp = col.len();
-    debug_assert!(kp % 16 == 0 && w.len() >= 4 * kp);
-    // SAFETY: every load reads 16 int16 inside `col` or one of the four rows of `w`.
+    let k2 = pk.k2;
+    debug_assert!(cols.len() >= k2 * pp * 2 && q0 + 16 <= pp && pk.pairs.len() >= (oc + m) * k2);
+    // SAFETY: see `block`.
     unsafe {
-        let mut s = [_mm256_setzero_si256(); 4];
-        let cp = col.as_ptr();
-        let wp = w.as_ptr();
-        let mut k = 0;
-        while k < kp {
-            let c = _mm256_loadu_si256(cp.add(k).cast());
-            for (i, si) in s.iter_mut().enumerate() {
-                let r = _mm256_loadu_si256(wp.add(i * kp + k).cast());
-                *si = _mm256_add_epi32(*si, _mm256_madd_epi16(r, c));
+        let mut s = [[_mm256_setzero_si256(); 2]; 4];
+        let cp = cols.as_ptr();
+        let wp = pk.pairs.as_ptr().add(oc * k2);
+        for kk in 0..k2 {
+            let at = cp.add((kk * pp + q0) * 2);
+            let x0 = _mm256_loadu_si256(at.cast());
+            let x1 = _mm256_loadu_si256(at.add(16).cast());
+            for (i, si) in s.iter_mut().enumerate().take(m) {
+                let w = _mm256_set1_epi32(*wp.add(i * k2 + kk));
+                si[0] = _mm256_add_epi32(si[0], _mm256_madd_epi16(x0, w));
+                si[1] = _mm256_add_epi32(si[1], _mm256_madd_epi16(x1, w));
             }
-            k += 16;
         }
-        for (i, si) in s.iter().enumerate() {
-            let lo = _mm256_castsi256_si128(*si);
-            let hi = _mm256_extracti128_si256(*si, 1);
-            let v = _mm_add_epi32(lo, hi);
-            let v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0b01_00_11_10));
-            let v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0b10_11_00_01));
-            acc[i] = _mm_cvtsi128_si32(v);
+        for (i, si) in s.iter().enumerate().take(m) {
+            _mm256_storeu_si256(acc[i].as_mut_ptr().cast(), si[0]);
+            _mm256_storeu_si256(acc[i].as_mut_ptr().add(8).cast(), si[1]);
         }
     }
 }

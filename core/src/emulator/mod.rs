@@ -11,6 +11,7 @@
 
 pub mod check;
 pub mod mac;
+pub mod trace;
 
 use crate::compiler::binary::{self, Binary, BinaryError};
 use crate::compiler::lower::Step;
@@ -118,59 +119,96 @@ impl Emulator {
 
     /// Runs the schedule on one input per graph input (in order): every tensor's codes.
     pub fn run(&self, inputs: Vec<Input>) -> Result<Vec<Option<Vec<i32>>>, EmulateError> {
-        let (b, p) = (&self.binary, &self.program);
-        let mut values = prepare(p, inputs)?;
-        for (step, s) in b.steps.iter().enumerate() {
-            let (what, index, op, fused, lut): (_, _, &IOp, Option<&IOp>, &[i32]) = match *s {
-                Step::Npu(k) => {
-                    let c = &b.commands[k];
-                    ("command", k, &c.op, c.fused.as_ref(), &c.lut)
-                }
-                Step::Host(h) => ("host op", h, &b.host[h], None, &[]),
-            };
-            let fail = |message: String| EmulateError::Step {
-                step,
-                what,
-                index,
-                node: op.node.clone(),
-                message,
-            };
-            for &x in op.inputs.iter().chain(fused.iter().flat_map(|f| f.inputs.iter())) {
-                materialize(x, &self.view_of, &mut values);
+        self.run_timed(inputs, None)
+    }
+
+    /// [`Self::run`], recording each step's seconds in `times` (one per step).
+    pub fn run_timed(
+        &self,
+        inputs: Vec<Input>,
+        mut times: Option<&mut Vec<f64>>,
+    ) -> Result<Vec<Option<Vec<i32>>>, EmulateError> {
+        let b = &self.binary;
+        let mut values = prepare(&self.program, inputs)?;
+        for step in 0..b.steps.len() {
+            let t0 = std::time::Instant::now();
+            self.step(step, &mut values)?;
+            if let Some(t) = times.as_deref_mut() {
+                t.push(t0.elapsed().as_secs_f64());
             }
-            let packed = match *s {
-                Step::Npu(k) => self.packed[k].as_ref(),
-                Step::Host(_) => None,
-            };
-            let out = match (packed, *s) {
-                (Some(pk), Step::Npu(k)) => self.conv(&b.commands[k], pk, &values).map_err(fail)?,
-                _ => eval_op(p, op, &values).map_err(fail)?,
-            };
-            let y = &p.tensors[op.outputs[0]];
-            if out.len() != y.shape.iter().product::<usize>() {
-                return Err(fail(format!("{} values for output {} of shape {:?}", out.len(), y.name, y.shape)));
-            }
-            values[op.outputs[0]] = Some(out);
-            let Some(f) = fused else { continue };
-            let y = if lut.len() == 256 {
-                let mid = values[op.outputs[0]].as_deref().unwrap_or_default();
-                mid.iter()
-                    .map(|&c| {
-                        usize::try_from(c + 128)
-                            .ok()
-                            .and_then(|i| lut.get(i).copied())
-                            .ok_or_else(|| fail(format!("code {c} outside the table's int8 range")))
-                    })
-                    .collect::<Result<Vec<i32>, _>>()?
-            } else {
-                eval_op(p, f, &values).map_err(fail)?
-            };
-            values[f.outputs[0]] = Some(y);
         }
         for &o in &b.outputs {
             materialize(o, &self.view_of, &mut values);
         }
         Ok(values)
+    }
+
+    /// Runs step `step` on `values` (its inputs computed; views are filled from their
+    /// sources), writing its output (and a fused table's).
+    pub fn step(&self, step: usize, values: &mut [Option<Vec<i32>>]) -> Result<(), EmulateError> {
+        let (b, p) = (&self.binary, &self.program);
+        let s = b.steps[step];
+        let (what, index, op, fused, lut): (_, _, &IOp, Option<&IOp>, &[i32]) = match s {
+            Step::Npu(k) => {
+                let c = &b.commands[k];
+                ("command", k, &c.op, c.fused.as_ref(), &c.lut)
+            }
+            Step::Host(h) => ("host op", h, &b.host[h], None, &[]),
+        };
+        let fail = |message: String| EmulateError::Step {
+            step,
+            what,
+            index,
+            node: op.node.clone(),
+            message,
+        };
+        for &x in op.inputs.iter().chain(fused.iter().flat_map(|f| f.inputs.iter())) {
+            materialize(x, &self.view_of, values);
+        }
+        let out = match s {
+            Step::Npu(k) if self.packed[k].is_some() => {
+                let pk = self.packed[k].as_ref().ok_or_else(|| fail("no packed weights".into()))?;
+                self.conv(&b.commands[k], pk, values).map_err(fail)?
+            }
+            _ => eval_op(p, op, values).map_err(fail)?,
+        };
+        let y = &p.tensors[op.outputs[0]];
+        if out.len() != y.shape.iter().product::<usize>() {
+            return Err(fail(format!("{} values for output {} of shape {:?}", out.len(), y.name, y.shape)));
+        }
+        values[op.outputs[0]] = Some(out);
+        let Some(f) = fused else { return Ok(()) };
+        let y = if lut.len() == 256 {
+            let mid = values[op.outputs[0]].as_deref().unwrap_or_default();
+            mid.iter()
+                .map(|&c| {
+                    usize::try_from(c + 128)
+                        .ok()
+                        .and_then(|i| lut.get(i).copied())
+                        .ok_or_else(|| fail(format!("code {c} outside the table's int8 range")))
+                })
+                .collect::<Result<Vec<i32>, _>>()?
+        } else {
+            eval_op(p, f, values).map_err(fail)?
+        };
+        values[f.outputs[0]] = Some(y);
+        Ok(())
+    }
+
+    /// The tensors (by index) step `step` reads and writes: its op's, and a fused table's.
+    pub fn step_ops(&self, step: usize) -> Vec<&IOp> {
+        match self.binary.steps[step] {
+            Step::Npu(k) => {
+                let c = &self.binary.commands[k];
+                std::iter::once(&c.op).chain(c.fused.as_ref()).collect()
+            }
+            Step::Host(h) => vec![&self.binary.host[h]],
+        }
+    }
+
+    /// The program the binary's tensor table makes (no ops).
+    pub fn program(&self) -> &Program {
+        &self.program
     }
 
     /// A convolution command on the MAC path, tile by tile.

@@ -678,6 +678,32 @@ impl<'m> Quantizer<'m> {
     }
 
     /// Puts a freshly made value on its grid when it has a quantizer of its own.
+    /// Every value of one sample by name, in float32: the FP32 model's (`plan` `None`) or
+    /// the fake-quant simulation's of `plan`.
+    pub fn values(
+        &self,
+        plan: Option<&QuantPlan>,
+        sample: &HashMap<String, Tensor>,
+    ) -> Result<HashMap<String, Vec<f32>>, QuantError> {
+        let g = self.graph();
+        let env = match plan {
+            None => self.forward(sample, &HashMap::new(), &mut |_, _| Ok(()), true)?,
+            Some(plan) => {
+                let weights = self.quantized_weights(plan);
+                let mut fq = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
+                    self.fake_quant(plan, v, t);
+                    Ok(())
+                };
+                self.forward(sample, &weights, &mut fq, true)?
+            }
+        };
+        Ok(env
+            .into_iter()
+            .filter(|(_, t)| t.dtype().is_float())
+            .map(|(v, t)| (g.values[v].name.clone(), t.to_f32().iter().copied().collect()))
+            .collect())
+    }
+
     fn fake_quant(&self, plan: &QuantPlan, v: ValueId, t: &mut Tensor) {
         if self.source[v] == Some(v)
             && let Some((f, r)) = self.grid(plan, v)

@@ -218,23 +218,41 @@ pub fn broadcast2(
         return Ok(a.par_iter().zip(b).map(|(&x, &y)| f(x, y)).collect());
     }
     let (ta, tb) = (broadcast_strides(sa, out), broadcast_strides(sb, out));
-    Ok((0..total)
-        .into_par_iter()
-        .map(|i| {
-            let (mut r, mut ia, mut ib) = (i, 0, 0);
-            for d in (0..out.len()).rev() {
-                let idx = r % out[d];
-                r /= out[d];
-                ia += idx * ta[d];
-                ib += idx * tb[d];
+    // Dims of one broadcast pattern merged, so the innermost run is as long as it can be.
+    let mut dims: Vec<(usize, usize, usize)> = Vec::new();
+    for d in 0..out.len() {
+        if out[d] == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(l) if (l.1 == 0) == (ta[d] == 0) && (l.2 == 0) == (tb[d] == 0) && l.1 == ta[d] * out[d] && l.2 == tb[d] * out[d] => {
+                l.0 *= out[d];
+                l.1 = ta[d];
+                l.2 = tb[d];
             }
-            f(a[ia], b[ib])
-        })
-        .collect())
+            _ => dims.push((out[d], ta[d], tb[d])),
+        }
+    }
+    let (inner, ia_step, ib_step) = dims.pop().unwrap_or((1, 0, 0));
+    if total == 0 {
+        return Ok(Vec::new());
+    }
+    let mut y = vec![0i32; total];
+    y.par_chunks_mut(inner).enumerate().for_each(|(row, o)| {
+        let (mut r, mut ia, mut ib) = (row, 0, 0);
+        for &(n, sa, sb) in dims.iter().rev() {
+            let idx = r % n;
+            r /= n;
+            ia += idx * sa;
+            ib += idx * sb;
+        }
+        for (e, v) in o.iter_mut().enumerate() {
+            *v = f(a[ia + e * ia_step], b[ib + e * ib_step]);
+        }
+    });
+    Ok(y)
 }
 
-/// MEAN int8 (`reference_ops::QuantizedMeanOrSum`): the raw int32 sum, the multiplier of
-/// s_in/s_out with 1/n folded in, `M(sum − zp_in·n) + zp_out`, clamped.
 pub fn mean(x: &[i32], shape: &[usize], axes: &[usize], xq: &QParams, yq: &QParams) -> Vec<i32> {
     let rank = shape.len();
     let reduced = |d: usize| axes.contains(&d);
@@ -243,7 +261,14 @@ pub fn mean(x: &[i32], shape: &[usize], axes: &[usize], xq: &QParams, yq: &QPara
     let n: usize = axes.iter().map(|&a| shape.get(a).copied().unwrap_or(1)).product();
     let mut sums = vec![0i32; total_out];
     let ost = broadcast_strides(&out_shape, shape);
-    for (i, &v) in x.iter().enumerate() {
+    // Trailing axes reduced: each sum is one contiguous run.
+    let trailing = (0..rank).filter(|d| reduced(*d)).eq(rank - axes.len()..rank) && n > 0;
+    if trailing && x.len() == total_out * n {
+        for (s, run) in sums.iter_mut().zip(x.chunks(n)) {
+            *s = run.iter().fold(0i32, |a, &v| a.wrapping_add(v));
+        }
+    }
+    for (i, &v) in x.iter().enumerate().filter(|_| !(trailing && x.len() == total_out * n)) {
         let (mut r, mut oi) = (i, 0);
         for d in (0..rank).rev() {
             let idx = r % shape[d];
