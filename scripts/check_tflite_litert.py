@@ -5,16 +5,21 @@ For each model: calibrate a w8a8 plan (`npu-studio quantize`) on one set of imag
 export it (`npu-studio export --format tflite`), then on real inputs that were not in
 the calibration set run both LiteRT (`ai-edge-litert`, `OpResolverType.BUILTIN_REF`) on
 the .tflite file and our integer reference (`npu-studio run --plan`) on the same int8
-input codes, and compare every output's codes. With `--all-tensors MODEL`, every
-intermediate tensor LiteRT exposes (`experimental_preserve_all_tensors=True`) is
-compared with ours too. Exits non-zero on any mismatch, naming the tensor, the count of
-differing elements and the largest difference.
+input codes, and compare every output's codes. The same plan is also compiled for the
+U55 (`npu-studio compile --out FILE.npub`) and the binary emulated
+(`npu-studio emulate FILE.npub --model MODEL --plan PLAN --json`) on the same codes: its
+outputs are compared with LiteRT's too, and its output SQNR against FP32 is printed beside
+the fake-quant simulator's. With `--all-tensors MODEL`, every intermediate tensor LiteRT
+exposes (`experimental_preserve_all_tensors=True`) is compared with ours (the integer
+reference's and the emulator's) too. Exits non-zero on any mismatch, naming the tensor,
+the count of differing elements and the largest difference.
 
 Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16]
 """
 import argparse
 import json
 import os
+import subprocess
 import re
 import sys
 import tempfile
@@ -78,6 +83,7 @@ def main():
 
     failures = []
     summary = []
+    sqnr_rows = []
     for m in args.models.split(","):
         model = model_path(m)
         tmp = tempfile.mkdtemp(prefix=f"tflite_{m}_")
@@ -91,6 +97,12 @@ def main():
             cmd += ["--preprocess", PREPROCESS[m]]
         run(cmd)
         run([args.bin, "export", model, "--plan", plan, "--format", "tflite", "--out", tfl])
+        npub = os.path.join(tmp, "u55.npub")
+        r = subprocess.run([args.bin, "compile", model, "--plan", plan, "--target", "ethos-u55-128", "--out", npub],
+                           cwd=ROOT, capture_output=True, text=True)
+        compiled = r.returncode == 0
+        if not compiled:
+            summary.append(f"{m}: does not compile for the U55, not emulated: {r.stderr.strip().splitlines()[-1:]}")
         all_tensors = m in args.all_tensors.split(",")
         it = litert.Interpreter(
             model_path=tfl,
@@ -101,6 +113,7 @@ def main():
         (inp,) = it.get_input_details()
         scale, zp = inp["quantization"]
         checked = 0
+        emulated = 0
         tensors_checked = 0
         for path in evals:
             x = np.load(os.path.join(ROOT, path))
@@ -116,9 +129,30 @@ def main():
             if all_tensors:
                 cmd += ["--dump", dump]
             run(cmd)
+            eout = etrace = None
+            if compiled:
+                eout = os.path.join(tmp, "emulated")
+                etrace = os.path.join(tmp, "etrace")
+                # The float input for the FP32 and simulated comparisons; the codes as given.
+                fpath = os.path.join(tmp, "xf.npy")
+                np.save(fpath, x)
+                ecmd = [args.bin, "emulate", npub, "--input", f"{inp['name']}={cpath}", "--output-dir", eout, "--json"]
+                if all_tensors:
+                    ecmd += ["--trace", etrace]
+                run(ecmd)
+                rep = json.loads(run([args.bin, "emulate", npub, "--input", f"{inp['name']}={fpath}", "--output-dir",
+                                      os.path.join(tmp, "emulated_f"), "--model", model, "--plan", plan, "--json"]))
+                for o in rep["outputs"]:
+                    fmt = lambda v: "exact" if v is None else f"{v:.2f} dB"
+                    sqnr_rows.append(f"{m} {os.path.basename(path)} {o['name']}: emulated {fmt(o['emulated_sqnr_db'])}, "
+                                     f"simulated {fmt(o['simulated_sqnr_db'])} (vs FP32); "
+                                     f"{o['integer_mismatches']} codes differ from the integer reference")
             for d in it.get_output_details():
                 ours = to_file_layout(np.load(os.path.join(out, sanitize(d["name"]) + ".npy")), d["shape"])
                 checked += compare(f"{m} {os.path.basename(path)} output {d['name']}", ours, it.get_tensor(d["index"]), failures)
+                if eout:
+                    emu = to_file_layout(np.load(os.path.join(eout, sanitize(d["name"]) + ".npy")), d["shape"])
+                    emulated += compare(f"{m} {os.path.basename(path)} emulated output {d['name']}", emu, it.get_tensor(d["index"]), failures)
                 q = json.load(open(os.path.join(out, sanitize(d["name"]) + ".quant.json")))
                 if np.float32(q["scale"][0]) != np.float32(d["quantization"][0]) or q["zero_point"][0] != d["quantization"][1]:
                     failures.append(f"{m} output {d['name']}: grid {q} vs LiteRT {d['quantization']}")
@@ -131,11 +165,20 @@ def main():
                     ours = to_file_layout(ours, t["shape"]) if len(t["shape"]) == 4 else ours
                     checked += compare(f"{m} {os.path.basename(path)} tensor {t['name']}", ours, it.get_tensor(t["index"]), failures)
                     tensors_checked += 1
+                    f = os.path.join(etrace, sanitize(t["name"]) + ".npy") if etrace else ""
+                    if etrace and os.path.exists(f):
+                        emu = np.load(f)
+                        emu = to_file_layout(emu, t["shape"]) if len(t["shape"]) == 4 else emu
+                        emulated += compare(f"{m} {os.path.basename(path)} emulated tensor {t['name']}", emu,
+                                            it.get_tensor(t["index"]), failures)
         summary.append(
             f"{m}: {len(evals)} inputs, {checked} elements compared"
             + (f" ({tensors_checked} tensor comparisons incl. intermediates)" if all_tensors else "")
+            + f"; the emulated U55 binary: {emulated} elements compared with LiteRT"
         )
     for s in summary:
+        print(s)
+    for s in sqnr_rows:
         print(s)
     if failures:
         print(f"{len(failures)} mismatching tensors:")

@@ -539,7 +539,9 @@ fn the_emulated_binary_equals_the_integer_reference() {
             // Every tensor the binary computed (fused intermediates are never written).
             let mut tensors = 0;
             for (i, v) in e.values.iter().enumerate() {
-                let (Some(got), Some(exp)) = (v, want.values[i].as_deref()) else { continue };
+                let (Some(got), Some(exp)) = (v, want.values[i].as_deref()) else {
+                    continue;
+                };
                 let diff = got.iter().zip(exp).filter(|(a, b)| a != b).count();
                 assert!(
                     diff == 0 && got.len() == exp.len(),

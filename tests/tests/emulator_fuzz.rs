@@ -25,8 +25,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// A binary of `model` calibrated on `calib` for the first bundled target.
-fn binary_of(model: PathBuf, calib: PathBuf, pre: &str) -> Vec<u8> {
-    let (m, _) = npu_core::import::load(&model).expect("loads");
+fn binary_of(model: &std::path::Path, calib: &std::path::Path, pre: &str) -> Vec<u8> {
+    let (m, _) = npu_core::import::load(model).expect("loads");
     let m = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
         .expect("optimizes")
         .model;
@@ -34,7 +34,13 @@ fn binary_of(model: PathBuf, calib: PathBuf, pre: &str) -> Vec<u8> {
     let src = source(calib.to_str().expect("path")).expect("calibration data");
     let pre = Preprocess::parse(pre).expect("spec");
     let plan = q
-        .calibrate(&mut src.samples(&m, &pre), src.len(), "w8a8", Calibration::MinMax, &Silent)
+        .calibrate(
+            &mut src.samples(&m, &pre),
+            src.len(),
+            "w8a8",
+            Calibration::MinMax,
+            &Silent,
+        )
         .expect("calibrates");
     let p = legalize(&m, &plan, &HashMap::new()).expect("legalizes");
     let targets = load_dir(&builtin_dir()).expect("targets");
@@ -48,16 +54,16 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "sample",
             binary_of(
-                root.join("assets/models/sample_cnn.onnx"),
-                root.join("assets/calibration/sample_cnn"),
+                &root.join("assets/models/sample_cnn.onnx"),
+                &root.join("assets/calibration/sample_cnn"),
                 "",
             ),
         ),
         (
             "cls",
             binary_of(
-                npu_tests::data_dir().join("models/ppocr_cls.onnx"),
-                npu_tests::data_dir().join("crops8"),
+                &npu_tests::data_dir().join("models/ppocr_cls.onnx"),
+                &npu_tests::data_dir().join("crops8"),
                 "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5",
             ),
         ),
@@ -148,14 +154,12 @@ fn exercise(b: &[u8], what: &str, i: usize) -> (Result<(), String>, Duration) {
         },
     });
     let took = t0.elapsed();
-    match r {
-        Ok(r) => (r, took),
-        Err(_) => {
-            let path = std::env::temp_dir().join(format!("npu-fuzz-{what}-{i}.npub"));
-            let _ = std::fs::write(&path, b);
-            panic!("{what} mutation {i} panicked; input saved to {}", path.display());
-        }
+    if let Ok(r) = r {
+        return (r, took);
     }
+    let path = std::env::temp_dir().join(format!("npu-fuzz-{what}-{i}.npub"));
+    let _ = std::fs::write(&path, b);
+    panic!("{what} mutation {i} panicked; input saved to {}", path.display());
 }
 
 #[test]
@@ -192,7 +196,7 @@ fn every_mutated_binary_is_refused_with_a_message() {
         refused += 1;
     }
     let mut kinds: Vec<_> = kinds.into_iter().collect();
-    kinds.sort_by(|a, b| b.1.cmp(&a.1));
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
     println!(
         "{n} mutated binaries in {:.1} s: {refused} refused with a message (and {unchanged} mutations that left the bytes as they were, not counted); slowest {:.1} ms; no panic",
         t0.elapsed().as_secs_f64(),
@@ -234,5 +238,8 @@ fn mutations_behind_valid_checksums_never_panic() {
         t0.elapsed().as_secs_f64(),
         slowest.as_secs_f64() * 1e3
     );
-    assert!(refused > 0 && ran > 0, "the mutations reach both the checks and the kernels");
+    assert!(
+        refused > 0 && ran > 0,
+        "the mutations reach both the checks and the kernels"
+    );
 }

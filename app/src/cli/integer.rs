@@ -170,13 +170,17 @@ struct EmulatedOutput {
     scale: Vec<f32>,
     zero_point: Vec<i32>,
     file: String,
-    /// With `--model` and `--plan`: against FP32, the emulated and the simulated output.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    emulated_sqnr_db: Option<Option<f64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    simulated_sqnr_db: Option<Option<f64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    integer_mismatches: Option<Option<usize>>,
+    /// With `--model` and `--plan`.
+    #[serde(flatten)]
+    compared: Option<OutputCompared>,
+}
+
+/// An output against FP32 (emulated and simulated; `null`: exact) and the integer reference.
+#[derive(Serialize)]
+struct OutputCompared {
+    emulated_sqnr_db: Option<f64>,
+    simulated_sqnr_db: Option<f64>,
+    integer_mismatches: Option<usize>,
 }
 
 /// The options of `npu-studio emulate`.
@@ -212,7 +216,10 @@ pub fn emulate(a: &EmulateArgs) -> Result<()> {
     let traces = match (a.model, a.plan) {
         (Some(model), Some(plan)) => Some(compare_with(model, plan, &feeds, &e, &values)?),
         (None, None) => None,
-        _ => bail!("--model and --plan go together (the model and plan {} was compiled from)", file.display()),
+        _ => bail!(
+            "--model and --plan go together (the model and plan {} was compiled from)",
+            file.display()
+        ),
     };
     std::fs::create_dir_all(a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
     let mut outputs = Vec::new();
@@ -246,9 +253,11 @@ pub fn emulate(a: &EmulateArgs) -> Result<()> {
             scale: t.q.scale.clone(),
             zero_point: t.q.zero_point.clone(),
             file: path.display().to_string(),
-            emulated_sqnr_db: row.map(|r| r.emulated_sqnr_db),
-            simulated_sqnr_db: row.map(|r| r.simulated_sqnr_db),
-            integer_mismatches: row.map(|r| r.integer_mismatches),
+            compared: row.map(|r| OutputCompared {
+                emulated_sqnr_db: r.emulated_sqnr_db,
+                simulated_sqnr_db: r.simulated_sqnr_db,
+                integer_mismatches: r.integer_mismatches,
+            }),
         });
     }
     if let Some(dir) = a.trace {
@@ -270,8 +279,12 @@ pub fn emulate(a: &EmulateArgs) -> Result<()> {
             "{} tensors compared: {mism} codes differ from the integer reference; {} where the simulation promises over 1 dB more than the binary delivers{}",
             ts.len(),
             over.len(),
-            over.first()
-                .map_or_else(String::new, |r| format!(" (first: {} at node {}, {:+.2} dB)", r.name, r.node, r.gap_db().unwrap_or(0.0)))
+            over.first().map_or_else(String::new, |r| format!(
+                " (first: {} at node {}, {:+.2} dB)",
+                r.name,
+                r.node,
+                r.gap_db().unwrap_or(0.0)
+            ))
         );
     }
     if a.json {
@@ -313,16 +326,22 @@ fn compare_with(
         );
     }
     let q = pipeline::quantizer(&optimized, pipeline::default_threads())?;
-    let fp32 = q.values(None, feeds).with_context(|| format!("running {} in FP32", model.display()))?;
+    let fp32 = q
+        .values(None, feeds)
+        .with_context(|| format!("running {} in FP32", model.display()))?;
     let sim = q
         .values(Some(&plan), feeds)
         .with_context(|| format!("simulating {}", model.display()))?;
     let shapes: HashMap<String, Vec<usize>> = feeds.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
-    let p = pipeline::legalize(&optimized, &plan, &shapes).with_context(|| format!("legalizing {}", model.display()))?;
+    let p =
+        pipeline::legalize(&optimized, &plan, &shapes).with_context(|| format!("legalizing {}", model.display()))?;
     let ins = integer_inputs(feeds, p.inputs.iter().map(|&i| &p.tensors[i]), model)?;
     let integer = pipeline::run_integer(&p, ins).context("the integer reference")?;
     let same_table = p.tensors.len() == e.binary.tensors.len()
-        && p.tensors.iter().zip(&e.binary.tensors).all(|(a, b)| a.name == b.tensor.name);
+        && p.tensors
+            .iter()
+            .zip(&e.binary.tensors)
+            .all(|(a, b)| a.name == b.tensor.name);
     let refs = trace::References {
         fp32: &fp32,
         simulated: Some(&sim),

@@ -311,7 +311,7 @@ fn report(path: &Path, times: Vec<f64>, warmup: usize, threads: usize, optimize:
         warmup,
         threads,
         optimized: optimize,
-        times_ms: times.clone(),
+        times_ms: times,
     };
     if json {
         println!("{}", serde_json::to_string(&r)?);

@@ -867,7 +867,9 @@ pub fn reseal(b: &mut [u8]) {
         let e = HEADER_BYTES + k * ENTRY_BYTES;
         let off = u64::from_le_bytes(b[e + 8..e + 16].try_into().unwrap_or([0; 8]));
         let len = u64::from(u32::from_le_bytes(b[e + 16..e + 20].try_into().unwrap_or([0; 4])));
-        let Some(end) = off.checked_add(len).filter(|&x| x <= b.len() as u64) else { continue };
+        let Some(end) = off.checked_add(len).filter(|&x| x <= b.len() as u64) else {
+            continue;
+        };
         let crc = crc32(&b[off as usize..end as usize]);
         b[e + 20..e + 24].copy_from_slice(&crc.to_le_bytes());
     }

@@ -50,18 +50,26 @@ pub fn binary(b: &Binary) -> Result<(), String> {
         if cmd.unit == Unit::Mac && matches!(cmd.op.kind, OpKind::Conv { .. } | OpKind::TransposeConv { .. }) {
             let o = ts[cmd.op.inputs[1]].shape[0];
             if cmd.requant.len() != o && cmd.requant.len() != 1 {
-                return Err(at(format!("{} requantization pairs for {o} output channels", cmd.requant.len())));
+                return Err(at(format!(
+                    "{} requantization pairs for {o} output channels",
+                    cmd.requant.len()
+                )));
             }
         }
         for &(q, s) in &cmd.requant {
             if q < 0 || !(-31..=30).contains(&s) {
-                return Err(at(format!("requantization ({q}, {s}) is not a Q31 multiplier and shift")));
+                return Err(at(format!(
+                    "requantization ({q}, {s}) is not a Q31 multiplier and shift"
+                )));
             }
         }
         if let Some(f) = &cmd.fused {
             op(&ts, f).map_err(|m| format!("command {c}, fused node {}: {m}", f.node))?;
             if f.inputs.first() != Some(&cmd.op.outputs[0]) {
-                return Err(at(format!("the fused node {} does not read the command's output", f.node)));
+                return Err(at(format!(
+                    "the fused node {} does not read the command's output",
+                    f.node
+                )));
             }
         }
         match cmd.lut.len() {
@@ -124,12 +132,18 @@ pub fn binary(b: &Binary) -> Result<(), String> {
             }
             for &x in &o.inputs {
                 if !ready(x, &written) {
-                    return Err(format!("step {i} (node {}): input {} is read before it is written", o.node, ts[x].name));
+                    return Err(format!(
+                        "step {i} (node {}): input {} is read before it is written",
+                        o.node, ts[x].name
+                    ));
                 }
             }
             let y = o.outputs[0];
             if ts[y].data.is_some() || b.inputs.contains(&y) || written[y] {
-                return Err(format!("step {i} (node {}): output {} is written twice", o.node, ts[y].name));
+                return Err(format!(
+                    "step {i} (node {}): output {} is written twice",
+                    o.node, ts[y].name
+                ));
             }
             written[y] = true;
         }
@@ -149,9 +163,9 @@ pub fn binary(b: &Binary) -> Result<(), String> {
 
 /// A tensor's shape, grid and constant data agree with its type.
 fn tensor(t: &ITensor) -> Result<(), String> {
-    let n = elements(&t.shape).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
-        format!("shape {:?} is over {MAX_ELEMENTS} elements", t.shape)
-    })?;
+    let n = elements(&t.shape)
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| format!("shape {:?} is over {MAX_ELEMENTS} elements", t.shape))?;
     let q = &t.q;
     let quantized = matches!(q.ty, IntType::I4 | IntType::I8 | IntType::I16);
     if q.scale.is_empty() || q.zero_point.is_empty() {
@@ -168,7 +182,10 @@ fn tensor(t: &ITensor) -> Result<(), String> {
     }
     if q.scale.len() > 1 || q.zero_point.len() > 1 {
         let Some(a) = q.axis.filter(|&a| a < t.shape.len()) else {
-            return Err(format!("{} scales without a quantized axis in the shape", q.scale.len()));
+            return Err(format!(
+                "{} scales without a quantized axis in the shape",
+                q.scale.len()
+            ));
         };
         if q.scale.len() != t.shape[a] {
             return Err(format!("{} scales along axis {a} of {}", q.scale.len(), t.shape[a]));
@@ -200,18 +217,20 @@ fn broadcasts(shape: &[usize], out: &[usize]) -> bool {
 /// One op's operand count, parameters and shapes.
 pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
     let want = match &op.kind {
-        OpKind::Conv { .. } | OpKind::TransposeConv { .. } | OpKind::FullyConnected { .. } => 3..=3,
+        OpKind::Conv { .. }
+        | OpKind::TransposeConv { .. }
+        | OpKind::FullyConnected { .. }
+        | OpKind::Float { op: FloatOp::Where } => 3..=3,
         OpKind::Add { .. }
         | OpKind::Sub { .. }
         | OpKind::Mul { .. }
         | OpKind::BatchMatMul
         | OpKind::Maximum
-        | OpKind::Minimum => 2..=2,
-        OpKind::Concat { .. } => 1..=usize::MAX,
-        OpKind::Float { op: FloatOp::Where } => 3..=3,
-        OpKind::Float {
+        | OpKind::Minimum
+        | OpKind::Float {
             op: FloatOp::Div | FloatOp::Equal,
         } => 2..=2,
+        OpKind::Concat { .. } => 1..=usize::MAX,
         _ => 1..=1,
     };
     if !want.contains(&op.inputs.len()) || op.outputs.len() != 1 {
@@ -286,7 +305,9 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
             if span(h, kh, dilations[0], pads[0], pads[2], strides[0]) != Some(oh)
                 || span(w, kw, dilations[1], pads[1], pads[3], strides[1]) != Some(ow)
             {
-                return Err(format!("output {ys:?} does not follow from input {xs:?} and the kernel"));
+                return Err(format!(
+                    "output {ys:?} does not follow from input {xs:?} and the kernel"
+                ));
             }
         }
         OpKind::TransposeConv { strides, .. } => {
@@ -296,9 +317,17 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
             constant(1, "weights")?;
             constant(2, "bias")?;
             positive(strides, "strides")?;
-            if wi != ci || yn != n || yo != co || oh < h.saturating_sub(1) * strides[0] || ow < w.saturating_sub(1) * strides[1] {
+            if wi != ci
+                || yn != n
+                || yo != co
+                || oh < h.saturating_sub(1) * strides[0]
+                || ow < w.saturating_sub(1) * strides[1]
+            {
                 let _ = (kh, kw);
-                return Err(format!("input {xs:?}, weights {:?} and output {ys:?} do not agree", x(1).shape));
+                return Err(format!(
+                    "input {xs:?}, weights {:?} and output {ys:?} do not agree",
+                    x(1).shape
+                ));
             }
         }
         OpKind::ResizeNearest => {
@@ -313,8 +342,10 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
             let [nout, k] = <[usize; 2]>::try_from(x(1).shape.as_slice())
                 .map_err(|_| format!("weights {:?} are not rank 2", x(1).shape))?;
             let xe = elements(xs).unwrap_or(0);
-            if k == 0 || xe % k != 0 || elements(ys) != Some(xe / k * nout) {
-                return Err(format!("input {xs:?}, weights [{nout}, {k}] and output {ys:?} do not agree"));
+            if k == 0 || !xe.is_multiple_of(k) || elements(ys) != Some(xe / k * nout) {
+                return Err(format!(
+                    "input {xs:?}, weights [{nout}, {k}] and output {ys:?} do not agree"
+                ));
             }
         }
         OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Mul { .. } | OpKind::Maximum | OpKind::Minimum => {
@@ -379,7 +410,11 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
             for k in 0..op.inputs.len() {
                 let s = &x(k).shape;
                 let other = |a: &[usize]| -> Vec<usize> {
-                    a.iter().enumerate().filter(|(d, _)| d != axis).map(|(_, &v)| v).collect()
+                    a.iter()
+                        .enumerate()
+                        .filter(|(d, _)| d != axis)
+                        .map(|(_, &v)| v)
+                        .collect()
                 };
                 if s.len() != r || other(s) != other(ys) {
                     return Err(format!("input {s:?} does not stack into {ys:?} along axis {axis}"));
@@ -387,7 +422,10 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                 sum = sum.saturating_add(s[*axis]);
             }
             if sum != ys[*axis] {
-                return Err(format!("inputs add up to {sum} along axis {axis}, the output has {}", ys[*axis]));
+                return Err(format!(
+                    "inputs add up to {sum} along axis {axis}, the output has {}",
+                    ys[*axis]
+                ));
             }
         }
         OpKind::Slice { axes } => {
@@ -428,7 +466,11 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
             }
             match *mode {
                 PadMode::Reflect => {
-                    if xs.iter().zip(pads).any(|(&d, p)| (p[0] > 0 || p[1] > 0) && (p[0] >= d || p[1] >= d)) {
+                    if xs
+                        .iter()
+                        .zip(pads)
+                        .any(|(&d, p)| (p[0] > 0 || p[1] > 0) && (p[0] >= d || p[1] >= d))
+                    {
                         return Err(format!("reflection of {pads:?} over input {xs:?}"));
                     }
                 }

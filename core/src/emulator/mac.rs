@@ -361,7 +361,10 @@ fn block(pk: &Packed, oc: usize, m: usize, cols: &[i16], pp: usize, q0: usize, a
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn block_avx2(pk: &Packed, oc: usize, m: usize, cols: &[i16], pp: usize, q0: usize, acc: &mut [[i32; 16]; 4]) {
-    use std::arch::x86_64::*;
+    use std::arch::x86_64::{
+        _mm256_add_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_set1_epi32, _mm256_setzero_si256,
+        _mm256_storeu_si256,
+    };
     let k2 = pk.k2;
     debug_assert!(cols.len() >= k2 * pp * 2 && q0 + 16 <= pp && pk.pairs.len() >= (oc + m) * k2);
     // SAFETY: see `block`.

@@ -167,14 +167,21 @@ impl Emulator {
         }
         let out = match s {
             Step::Npu(k) if self.packed[k].is_some() => {
-                let pk = self.packed[k].as_ref().ok_or_else(|| fail("no packed weights".into()))?;
+                let pk = self.packed[k]
+                    .as_ref()
+                    .ok_or_else(|| fail("no packed weights".into()))?;
                 self.conv(&b.commands[k], pk, values).map_err(fail)?
             }
             _ => eval_op(p, op, values).map_err(fail)?,
         };
         let y = &p.tensors[op.outputs[0]];
         if out.len() != y.shape.iter().product::<usize>() {
-            return Err(fail(format!("{} values for output {} of shape {:?}", out.len(), y.name, y.shape)));
+            return Err(fail(format!(
+                "{} values for output {} of shape {:?}",
+                out.len(),
+                y.name,
+                y.shape
+            )));
         }
         values[op.outputs[0]] = Some(out);
         let Some(f) = fused else { return Ok(()) };

@@ -115,7 +115,11 @@ pub fn compare(e: &Emulator, emulated: &[Option<Vec<i32>>], r: &References) -> V
             }
         }
         let local_ok = e.step(step, &mut loc).is_ok();
-        let device = if matches!(b.steps[step], Step::Npu(_)) { "NPU" } else { "CPU" };
+        let device = if matches!(b.steps[step], Step::Npu(_)) {
+            "NPU"
+        } else {
+            "CPU"
+        };
         for op in &ops {
             let y = op.outputs[0];
             let t = &p.tensors[y];

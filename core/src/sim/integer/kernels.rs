@@ -225,7 +225,12 @@ pub fn broadcast2(
             continue;
         }
         match dims.last_mut() {
-            Some(l) if (l.1 == 0) == (ta[d] == 0) && (l.2 == 0) == (tb[d] == 0) && l.1 == ta[d] * out[d] && l.2 == tb[d] * out[d] => {
+            Some(l)
+                if (l.1 == 0) == (ta[d] == 0)
+                    && (l.2 == 0) == (tb[d] == 0)
+                    && l.1 == ta[d] * out[d]
+                    && l.2 == tb[d] * out[d] =>
+            {
                 l.0 *= out[d];
                 l.1 = ta[d];
                 l.2 = tb[d];
