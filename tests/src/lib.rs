@@ -4,6 +4,22 @@ use npu_core::import::onnx::{tensor_from_pb, value_from_pb};
 use npu_core::ir::{Tensor, Val, ValueKind};
 use std::path::{Path, PathBuf};
 
+/// A small xorshift generator, so the fuzzers and random tests are reproducible.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform-ish in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
 /// The workspace's data folder (filled by the scripts in `scripts/`).
 pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("data")

@@ -380,13 +380,8 @@ fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
     // is too short; nothing panics.
     let bytes = binary::write(&p, &c);
     assert!(binary::read(&bytes).is_ok());
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = npu_tests::Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rnd = move || rng.next();
     for _ in 0..300 {
         let mut b = bytes.clone();
         let at = (rnd() % b.len() as u64) as usize;

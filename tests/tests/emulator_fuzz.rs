@@ -20,6 +20,7 @@ use npu_core::quant::legalize::legalize;
 use npu_core::quant::observer::Calibration;
 use npu_core::sim::integer::Input;
 use npu_core::target::{builtin_dir, load_dir};
+use npu_tests::Rng;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -68,21 +69,6 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
     ]
-}
-
-/// xorshift, so a run is reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// One to four edits of `b[lo..hi]` (bit flip, random or boundary byte, a copied chunk)

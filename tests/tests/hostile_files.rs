@@ -9,6 +9,7 @@ use npu_core::import::onnx::proto::{
 use npu_core::import::onnx::{LoadOptions, from_bytes, load};
 use npu_core::ir::{Tensor, concrete};
 use npu_core::sim::Executor;
+use npu_tests::Rng;
 use prost::Message;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -301,21 +302,6 @@ fn unsupported_ops_are_listed_together() {
         e.contains("2 unsupported op(s)") && e.contains("'first'") && e.contains("'second'"),
         "{e}"
     );
-}
-
-/// A small xorshift generator so the fuzzer is reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
