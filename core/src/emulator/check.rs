@@ -246,6 +246,32 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
     if y.data.is_some() {
         return Err(format!("its output {} is a constant", y.name));
     }
+    // Ops that copy codes keep their type, so every tensor holds codes of its own type
+    // (the kernels clamp the rest), which the MAC path relies on.
+    let copies = matches!(
+        op.kind,
+        OpKind::Reshape
+            | OpKind::Transpose { .. }
+            | OpKind::Concat { .. }
+            | OpKind::Slice { .. }
+            | OpKind::Pad { .. }
+            | OpKind::BroadcastTo
+            | OpKind::ResizeNearest
+            | OpKind::Maximum
+            | OpKind::Minimum
+            | OpKind::ReduceMax { .. }
+            | OpKind::ReduceMin { .. }
+    );
+    if let Some(t) = op.inputs.iter().map(|&i| ts[i]).find(|t| copies && t.q.ty != y.q.ty) {
+        return Err(format!(
+            "{} copies {} ({:?}) into {} ({:?})",
+            op.kind.name(),
+            t.name,
+            t.q.ty,
+            y.name,
+            y.q.ty
+        ));
+    }
     let (xs, ys) = (&x(0).shape, &y.shape);
     let rank4 = |s: &[usize], what: &str| -> Result<[usize; 4], String> {
         <[usize; 4]>::try_from(s).map_err(|_| format!("{what} of shape {s:?} is not rank 4"))

@@ -131,10 +131,13 @@ impl Emulator {
         let b = &self.binary;
         let mut values = prepare(&self.program, inputs)?;
         for step in 0..b.steps.len() {
-            let t0 = std::time::Instant::now();
-            self.step(step, &mut values)?;
-            if let Some(t) = times.as_deref_mut() {
-                t.push(t0.elapsed().as_secs_f64());
+            match times.as_deref_mut() {
+                Some(t) => {
+                    let t0 = std::time::Instant::now();
+                    self.step(step, &mut values)?;
+                    t.push(t0.elapsed().as_secs_f64());
+                }
+                None => self.step(step, &mut values)?,
             }
         }
         for &o in &b.outputs {
@@ -165,15 +168,15 @@ impl Emulator {
         for &x in op.inputs.iter().chain(fused.iter().flat_map(|f| f.inputs.iter())) {
             materialize(x, &self.view_of, values);
         }
-        let out = match s {
-            Step::Npu(k) if self.packed[k].is_some() => {
-                let pk = self.packed[k]
-                    .as_ref()
-                    .ok_or_else(|| fail("no packed weights".into()))?;
-                self.conv(&b.commands[k], pk, values).map_err(fail)?
-            }
-            _ => eval_op(p, op, values).map_err(fail)?,
+        let packed = match s {
+            Step::Npu(k) => self.packed[k].as_ref().map(|pk| (&b.commands[k], pk)),
+            Step::Host(_) => None,
         };
+        let out = match packed {
+            Some((c, pk)) => self.conv(c, pk, values),
+            None => eval_op(p, op, values),
+        }
+        .map_err(fail)?;
         let y = &p.tensors[op.outputs[0]];
         if out.len() != y.shape.iter().product::<usize>() {
             return Err(fail(format!(
@@ -252,7 +255,7 @@ impl Emulator {
             zp_out: y.q.zp(),
             range: act_range(*act, &y.q),
         };
-        mac::conv(&g, x, pk, stage, &c.tile)
+        Ok(mac::conv(&g, x, pk, stage, &c.tile))
     }
 }
 

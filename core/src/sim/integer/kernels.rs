@@ -225,12 +225,8 @@ pub fn broadcast2(
             continue;
         }
         match dims.last_mut() {
-            Some(l)
-                if (l.1 == 0) == (ta[d] == 0)
-                    && (l.2 == 0) == (tb[d] == 0)
-                    && l.1 == ta[d] * out[d]
-                    && l.2 == tb[d] * out[d] =>
-            {
+            // Contiguous with the inner dim in both operands (both broadcast: 0 = 0·n).
+            Some(l) if l.1 == ta[d] * out[d] && l.2 == tb[d] * out[d] => {
                 l.0 *= out[d];
                 l.1 = ta[d];
                 l.2 = tb[d];
@@ -267,20 +263,21 @@ pub fn mean(x: &[i32], shape: &[usize], axes: &[usize], xq: &QParams, yq: &QPara
     let mut sums = vec![0i32; total_out];
     let ost = broadcast_strides(&out_shape, shape);
     // Trailing axes reduced: each sum is one contiguous run.
-    let trailing = (0..rank).filter(|d| reduced(*d)).eq(rank - axes.len()..rank) && n > 0;
-    if trailing && x.len() == total_out * n {
+    let trailing = n > 0 && x.len() == total_out * n && (0..rank).filter(|d| reduced(*d)).eq(rank - axes.len()..rank);
+    if trailing {
         for (s, run) in sums.iter_mut().zip(x.chunks(n)) {
             *s = run.iter().fold(0i32, |a, &v| a.wrapping_add(v));
         }
-    }
-    for (i, &v) in x.iter().enumerate().filter(|_| !(trailing && x.len() == total_out * n)) {
-        let (mut r, mut oi) = (i, 0);
-        for d in (0..rank).rev() {
-            let idx = r % shape[d];
-            r /= shape[d];
-            oi += idx * ost[d];
+    } else {
+        for (i, &v) in x.iter().enumerate() {
+            let (mut r, mut oi) = (i, 0);
+            for d in (0..rank).rev() {
+                let idx = r % shape[d];
+                r /= shape[d];
+                oi += idx * ost[d];
+            }
+            sums[oi] = sums[oi].wrapping_add(v);
         }
-        sums[oi] = sums[oi].wrapping_add(v);
     }
     let (mut q, mut s) = quantize_multiplier(f64::from(xq.s()) / f64::from(yq.s()));
     let n64 = n.max(1) as i64;
