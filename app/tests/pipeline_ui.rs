@@ -197,7 +197,7 @@ fn pipeline_stages_run_export_and_go_stale() {
     assert!(matches!(st.stage_status(Stage::Import), Status::Done(_)));
     assert!(matches!(st.stage_status(Stage::Calibrate), Status::Waiting(_)));
     assert!(matches!(st.stage_status(Stage::Compile), Status::Waiting(_)));
-    assert!(matches!(st.stage_status(Stage::Emulate), Status::Unavailable(_)));
+    assert!(matches!(st.stage_status(Stage::Emulate), Status::Waiting(_)));
     assert!(h.query_by_label("Run import").is_some());
     // Run the calibration from the pipeline: it shows progress while it runs.
     h.state_mut().quant.setup.data = dir.display().to_string();
@@ -367,12 +367,56 @@ fn pipeline_stages_run_export_and_go_stale() {
     assert_eq!(b.commands.len(), compiled.lowered.commands.len());
     assert_eq!(b.host.len(), compiled.headline().host_ops);
     assert!(!b.host.is_empty(), "the forced node runs on the host");
+    // Emulate that binary: every tensor equals the integer reference, and the overlays
+    // and the inspector show what the binary delivers beside what the simulation promises.
+    h.get_by_label("Run emulate").click();
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let Status::Done(e) = h.state().stage_status(Stage::Emulate) else {
+        panic!("{:?}", h.state().stage_status(Stage::Emulate))
+    };
+    assert!(e.starts_with("phone-npu: 0 codes off the integer reference"), "{e}");
+    println!("emulated: {}", h.state().status);
+    h.state_mut().quant.overlay = npu_studio::studio::quantize::Overlay::EmulatedSqnr;
+    let st = h.state();
+    let r = st.emulate.result.as_ref().expect("emulated");
+    assert_eq!(r.mismatches, 0);
+    assert!(
+        r.tensors > 50 && r.nodes.len() > 30,
+        "{} tensors, {} nodes",
+        r.tensors,
+        r.nodes.len()
+    );
+    assert!(r.outputs.iter().all(|(_, e, s)| e.is_some() && s.is_some()));
+    let marks = st
+        .emulate
+        .card_marks(false, 1.0, |x| st.quant.heat(&st.theme.quant, x), &st.theme.quant);
+    assert!(marks.values().all(|(_, b)| b.starts_with("emu ")) && marks.len() == r.nodes.len());
+    let gaps = st
+        .emulate
+        .card_marks(true, 1.0, |x| st.quant.heat(&st.theme.quant, x), &st.theme.quant);
+    let over = gaps.values().filter(|(c, _)| *c == st.theme.quant.low).count();
+    let expect = r
+        .nodes
+        .values()
+        .filter(|n| n.trace.gap_db().is_some_and(|g| g > 1.0))
+        .count();
+    assert_eq!(over, expect);
+    h.state_mut().send(Command::Select(Some(Selection::Node(placed))));
+    for _ in 0..3 {
+        h.step();
+    }
+    assert!(
+        h.query_by_label_contains("Emulated on phone-npu").is_some(),
+        "the inspector's emulated section"
+    );
     // A precision edit makes the export stale; the simulation follows it.
     h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::FP16));
     settle(&mut h);
     assert!(matches!(h.state().stage_status(Stage::Export), Status::Stale(_)));
     // fp16 has no integer form: the compile cannot follow, says why and stays stale.
     assert!(matches!(h.state().stage_status(Stage::Compile), Status::Stale(_)));
+    assert!(matches!(h.state().stage_status(Stage::Emulate), Status::Stale(_)));
     assert!(
         h.state().status.starts_with("Compile not updated: "),
         "{}",

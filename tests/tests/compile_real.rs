@@ -381,7 +381,7 @@ fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
     let bytes = binary::write(&p, &c);
     assert!(binary::read(&bytes).is_ok());
     let mut rng = npu_tests::Rng(0x9E37_79B9_7F4A_7C15);
-    let mut rnd = move || rng.next();
+    let mut rnd = move || rng.next_u64();
     for _ in 0..300 {
         let mut b = bytes.clone();
         let at = (rnd() % b.len() as u64) as usize;

@@ -79,7 +79,7 @@ fn mutate(rng: &mut Rng, b: &mut Vec<u8>, lo: usize, hi: usize, resize: bool) {
         let i = (lo + rng.below(span)).min(b.len().saturating_sub(1));
         match rng.below(4) {
             0 => b[i] ^= 1 << rng.below(8),
-            1 => b[i] = rng.next() as u8,
+            1 => b[i] = rng.next_u64() as u8,
             2 => b[i] = [0u8, 1, 0x7f, 0x80, 0xff][rng.below(5)],
             _ => {
                 let j = lo + rng.below(span);
@@ -93,10 +93,10 @@ fn mutate(rng: &mut Rng, b: &mut Vec<u8>, lo: usize, hi: usize, resize: bool) {
     if resize && rng.below(4) == 0 {
         match rng.below(3) {
             0 => b.truncate(rng.below(b.len())),
-            1 => b.extend((0..=rng.below(64)).map(|_| rng.next() as u8)),
+            1 => b.extend((0..=rng.below(64)).map(|_| rng.next_u64() as u8)),
             _ => {
                 let i = rng.below(b.len());
-                b.insert(i, rng.next() as u8);
+                b.insert(i, rng.next_u64() as u8);
             }
         }
     }

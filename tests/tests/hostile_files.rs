@@ -308,7 +308,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     let mut b = seed.to_vec();
     for _ in 0..=rng.below(4) {
         if b.is_empty() {
-            b.push(rng.next() as u8);
+            b.push(rng.next_u64() as u8);
         }
         match rng.below(6) {
             0 => {
@@ -317,12 +317,12 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
             }
             1 => {
                 let i = rng.below(b.len());
-                b[i] = rng.next() as u8;
+                b[i] = rng.next_u64() as u8;
             }
             2 => b.truncate(rng.below(b.len())),
             3 => {
                 let i = rng.below(b.len());
-                b.insert(i, rng.next() as u8);
+                b.insert(i, rng.next_u64() as u8);
             }
             4 => {
                 let i = rng.below(b.len());

@@ -74,7 +74,17 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect, out: &mut Vec<Comma
     // The quantization overlay frames the cards; the placement rides beside it as a corner
     // badge (or takes the frame when there is no quantization overlay, or when it colours
     // by latency).
-    let quant = st.quant.card_marks(&st.theme.quant);
+    let quant = if st.quant.overlay.emulated() {
+        let q = &st.quant;
+        st.emulate.card_marks(
+            q.overlay == quantize::Overlay::Gap,
+            q.gap_db,
+            |x| q.heat(&st.theme.quant, x),
+            &st.theme.quant,
+        )
+    } else {
+        st.quant.card_marks(&st.theme.quant)
+    };
     let (marks, side) = if st.compile.show_placement && st.compile.result.is_some() {
         let placed = st.compile.card_marks(&st.theme.quant);
         if st.compile.colour_by_latency || quant.is_empty() {

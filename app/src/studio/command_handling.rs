@@ -212,6 +212,16 @@ impl Studio {
                 None => self.error = Some("Compile failed: nothing to compile: run the calibration first".into()),
             },
             Command::CancelCompile => self.compile.cancel(),
+            Command::RunEmulate => {
+                let r = match (&self.quant.session, &self.compile.result) {
+                    (Some(s), Some(c)) => self.emulate.start(s, c, self.ctx.as_ref()),
+                    _ => Err("nothing to emulate: compile first".into()),
+                };
+                if let Err(e) = r {
+                    self.error = Some(format!("Emulate failed: {e}"));
+                }
+            }
+            Command::CancelEmulate => self.emulate.cancel(),
             Command::SetTarget(id) => {
                 self.compile.target = id;
                 self.quant.dirty = true;
@@ -525,6 +535,19 @@ impl Studio {
             Some(Ok(super::compile::Note::Append(more))) => self.status = format!("{}; {more}", self.status),
             Some(Err(e)) => self.error = Some(e),
             None => {}
+        }
+        match self.emulate.poll() {
+            Some(Ok(line)) => self.status = line,
+            Some(Err(e)) => self.error = Some(e),
+            None => {}
+        }
+        // An emulation follows its compile (a precision edit, another target) by itself.
+        if let (Some(s), Some(c)) = (&self.quant.session, &self.compile.result)
+            && !self.compile.busy()
+            && self.emulate.wants_update(c)
+            && let Err(e) = self.emulate.start(s, c, self.ctx.as_ref())
+        {
+            self.error = Some(format!("Emulate failed: {e}"));
         }
         // Keep the compile current as the plan, target or overrides change (not while the
         // calibration is stale: its plan is about to be replaced).

@@ -176,6 +176,9 @@ pub enum Command {
     /// Compile the current plan for the chosen target (the pipeline's Compile stage).
     RunCompile,
     CancelCompile,
+    /// Emulates the compiled binary on the first sample.
+    RunEmulate,
+    CancelEmulate,
     /// Choose the Compile stage's target (an id of `plugins/targets`).
     SetTarget(String),
     /// Keep these nodes on the CPU in the compile (or let the partitioner place them).

@@ -19,6 +19,7 @@ pub mod commands;
 pub mod compile;
 pub mod dialogs;
 pub mod document;
+pub mod emulate;
 pub mod export;
 pub mod graph_view;
 pub mod inspector;
@@ -70,6 +71,7 @@ pub struct Studio {
     pub pipeline: pipeline::PipelineState,
     /// The Compile stage: target, last compile, placement overlay.
     pub compile: compile::CompileState,
+    pub emulate: emulate::EmulateState,
     /// The project file, once saved or opened.
     pub project_path: Option<PathBuf>,
     /// The project as last saved or opened.
@@ -122,6 +124,7 @@ impl Studio {
                 formats: npu_core::pipeline::BundleFormats::default(),
             },
             compile: compile::CompileState::default(),
+            emulate: emulate::EmulateState::default(),
             project_path: None,
             saved_project: None,
             recovery: None,
@@ -159,6 +162,7 @@ impl Studio {
             || self.quant.busy()
             || self.inspector.busy()
             || self.compile.busy()
+            || self.emulate.busy()
     }
 
     /// What the pipeline row reads.
@@ -172,6 +176,7 @@ impl Studio {
             export_dir: self.pipeline.export_dir(self.loaded.as_ref()),
             formats: self.pipeline.formats,
             compile: &self.compile,
+            emulate: &self.emulate,
         }
     }
 
@@ -219,6 +224,7 @@ impl Studio {
                 let quant = &mut self.quant;
                 let theme = &self.theme;
                 let placement = self.compile.placement_line(self.selection, &self.theme.quant);
+                let emulated = &self.emulate;
                 inspector::inspector_ui(
                     ui,
                     &mut self.inspector,
@@ -233,6 +239,7 @@ impl Studio {
                             ui.strong("Placement");
                             ui.colored_label(colour, line);
                         }
+                        emulate::inspector_ui(ui, emulated, n);
                     },
                 );
             });

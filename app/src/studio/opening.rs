@@ -84,6 +84,7 @@ impl Studio {
         // The plan belongs to the previous model; the setup form stays.
         self.quant.reset();
         self.compile.reset();
+        self.emulate.reset();
         self.recovery = None;
         self.menu_node = None;
         if let Some(p) = self.pending_project.take() {

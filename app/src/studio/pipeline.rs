@@ -111,6 +111,7 @@ pub struct PipelineCx<'a> {
     pub export_dir: Option<PathBuf>,
     pub formats: npu_core::pipeline::BundleFormats,
     pub compile: &'a super::compile::CompileState,
+    pub emulate: &'a super::emulate::EmulateState,
 }
 
 /// Why stages are stale, worked out once per frame (one look at the model file).
@@ -276,7 +277,20 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
                 _ => Status::Waiting("needs a simulated plan".into()),
             }
         }
-        Stage::Emulate => Status::Unavailable("not in the studio yet (npu-studio emulate)".into()),
+        Stage::Emulate => {
+            if let Some(p) = st.emulate.progress() {
+                let (f, what) = p.fraction();
+                return Status::Running(f, what);
+            }
+            let compile_stale = matches!(status_with(st, Stage::Compile, stale), Status::Stale(_));
+            match (st.emulate.status(st.compile.result.as_ref()), &st.compile.result) {
+                (Some(Ok(_)), _) if compile_stale => Status::Stale("its compile is stale".into()),
+                (Some(Ok(line)), _) => Status::Done(line),
+                (Some(Err(why)), _) => Status::Stale(why),
+                (None, Some(c)) => Status::Waiting(format!("ready (the {} binary)", c.target)),
+                (None, None) => Status::Waiting("needs a compiled binary".into()),
+            }
+        }
         Stage::Export => {
             if let Some(p) = st.exporting {
                 let (f, what) = p.fraction();
@@ -299,8 +313,8 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
 }
 
 /// What a stage's Run button asks for.
-fn run(st: &PipelineCx<'_>, stage: Stage) -> Option<Command> {
-    Some(match stage {
+fn run(st: &PipelineCx<'_>, stage: Stage) -> Command {
+    match stage {
         Stage::Import => match st.loaded {
             Some(l) => Command::Open(l.path.clone()),
             None => Command::Dialog(Dialog::OpenModel),
@@ -311,9 +325,9 @@ fn run(st: &PipelineCx<'_>, stage: Stage) -> Option<Command> {
         Stage::Calibrate => Command::StartQuantization,
         Stage::Simulate => Command::Resimulate,
         Stage::Compile => Command::RunCompile,
-        Stage::Emulate => return None,
+        Stage::Emulate => Command::RunEmulate,
         Stage::Export => Command::ExportPlan,
-    })
+    }
 }
 
 /// What a stage's Cancel button asks for.
@@ -327,7 +341,8 @@ fn cancel(st: &PipelineCx<'_>, stage: Stage) -> Option<Command> {
             _ => Command::CancelQuantization,
         },
         Stage::Compile => Command::CancelCompile,
-        Stage::Emulate | Stage::Export => return None,
+        Stage::Emulate => Command::CancelEmulate,
+        Stage::Export => return None,
     })
 }
 
@@ -357,7 +372,7 @@ fn can_run(st: &PipelineCx<'_>, stage: Stage, status: &Status, stale: &Staleness
         Stage::Simulate => ready && stale.calibration.is_none(),
         Stage::Export => ready,
         Stage::Compile => ready && st.compile.targets.is_ok() && stale.calibration.is_none(),
-        Stage::Emulate => false,
+        Stage::Emulate => st.compile.result.is_some() && !st.compile.busy(),
     }
 }
 
@@ -535,5 +550,5 @@ pub fn panel_ui(ui: &mut egui::Ui, st: &PipelineCx<'_>, theme: &Theme, out: &mut
         }
     });
     out.extend(clicked_cancel.and_then(|s| cancel(st, s)));
-    out.extend(clicked_run.and_then(|s| run(st, s)));
+    out.extend(clicked_run.map(|s| run(st, s)));
 }

@@ -57,6 +57,8 @@ pub struct QuantView {
     /// Cards below this SQNR are red, above `green_above` green, yellow between.
     pub red_below: f64,
     pub green_above: f64,
+    /// The Gap overlay marks nodes whose simulated SQNR exceeds the emulated one by more.
+    pub gap_db: f64,
     pub session: Option<Session>,
     /// The precision edits and their undo history (the project's state).
     history: History,
@@ -102,6 +104,7 @@ impl Default for QuantView {
             overlay: Overlay::CumulativeSqnr,
             red_below: 20.0,
             green_above: 40.0,
+            gap_db: 1.0,
             session: None,
             history: History::default(),
             menu_node: None,

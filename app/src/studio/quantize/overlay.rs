@@ -16,16 +16,35 @@ pub enum Overlay {
     LocalSqnr,
     CumulativeSqnr,
     Precision,
+    /// The emulated binary's SQNR against FP32 (the Emulate stage's).
+    EmulatedSqnr,
+    /// Where the simulation promises more than the binary delivers.
+    Gap,
 }
 
 impl Overlay {
-    pub const ALL: [Self; 4] = [Self::Off, Self::LocalSqnr, Self::CumulativeSqnr, Self::Precision];
+    pub const ALL: [Self; 6] = [
+        Self::Off,
+        Self::LocalSqnr,
+        Self::CumulativeSqnr,
+        Self::Precision,
+        Self::EmulatedSqnr,
+        Self::Gap,
+    ];
+
+    /// Painted from the Emulate stage's result, not the simulation's.
+    pub fn emulated(self) -> bool {
+        matches!(self, Self::EmulatedSqnr | Self::Gap)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Self::Off => "No overlay",
             Self::LocalSqnr => "Local SQNR",
             Self::CumulativeSqnr => "Cumulative SQNR",
             Self::Precision => "Precision",
+            Self::EmulatedSqnr => "Emulated SQNR",
+            Self::Gap => "Gap (simulated − emulated)",
         }
     }
 }
@@ -62,6 +81,9 @@ impl QuantView {
     pub fn card_marks(&self, colours: &QuantColours) -> HashMap<NodeId, (Color32, String)> {
         let mut out = HashMap::new();
         let Some(s) = &self.session else { return out };
+        if self.overlay.emulated() {
+            return out;
+        }
         let Some(r) = &s.result else { return out };
         for &node in s.rows.keys() {
             let Some(t) = s.row(node) else { continue };
@@ -78,7 +100,9 @@ impl QuantView {
                     self.heat(colours, t.sqnr_cumulative_db),
                     format!("{} {}", badge(p), db(t.sqnr_cumulative_db)),
                 ),
-                Overlay::Precision | Overlay::Off => (precision_colour(colours, p), badge(p).to_string()),
+                Overlay::Precision | Overlay::Off | Overlay::EmulatedSqnr | Overlay::Gap => {
+                    (precision_colour(colours, p), badge(p).to_string())
+                }
             };
             out.insert(node, mark);
         }
@@ -124,7 +148,12 @@ pub fn legend_ui(ui: &mut egui::Ui, q: &QuantView, c: &QuantColours) {
             Overlay::Off => {
                 ui.weak("badges on the layers whose precision was edited");
             }
-            Overlay::LocalSqnr | Overlay::CumulativeSqnr => {
+            Overlay::Gap => {
+                swatch(ui, c.low, &format!("simulation over-promises by > {:.1} dB", q.gap_db));
+                swatch(ui, c.high, "within");
+                ui.weak("(run the Emulate stage)");
+            }
+            Overlay::LocalSqnr | Overlay::CumulativeSqnr | Overlay::EmulatedSqnr => {
                 swatch(ui, q.heat(c, Some(q.red_below)), &format!("≤ {:.0} dB", q.red_below));
                 swatch(
                     ui,

@@ -137,6 +137,15 @@ fn results_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, out: &mut 
         ui.add(egui::DragValue::new(&mut q.red_below).speed(0.5).suffix(" dB"));
         ui.label("green above");
         ui.add(egui::DragValue::new(&mut q.green_above).speed(0.5).suffix(" dB"));
+        if q.overlay == Overlay::Gap {
+            ui.label("gap above");
+            ui.add(
+                egui::DragValue::new(&mut q.gap_db)
+                    .speed(0.1)
+                    .range(0.0..=60.0)
+                    .suffix(" dB"),
+            );
+        }
         ui.separator();
         if ui.add_enabled(q.can_undo(), egui::Button::new("Undo")).clicked() {
             out.push(Command::Undo);
