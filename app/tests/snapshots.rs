@@ -161,6 +161,36 @@ fn readme_quantization_heatmap() {
     h.state_mut().send(Command::Reveal(Selection::Node(n)));
     settle(&mut h);
     h.snapshot_options("studio_placement", &shots);
+    // The binary emulated: the Gap overlay marks where the simulation promises more than
+    // the binary delivers; the inspector shows the worst node's simulated, integer and
+    // emulated values side by side.
+    h.state_mut().send(Command::RunEmulate);
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    h.state_mut().quant.overlay = npu_studio::studio::quantize::Overlay::Gap;
+    let worst = {
+        let r = h.state().emulate.result.as_ref().expect("emulated");
+        assert_eq!(r.mismatches, 0);
+        *r.nodes
+            .iter()
+            .max_by(|a, b| {
+                let g = |n: &npu_studio::studio::emulate::EmulatedNode| n.trace.gap_db().unwrap_or(f64::MIN);
+                g(a.1).total_cmp(&g(b.1)).then(b.0.cmp(a.0))
+            })
+            .expect("a node")
+            .0
+    };
+    h.state_mut().compile.report_open = false;
+    h.state_mut().send(Command::Reveal(Selection::Node(worst)));
+    settle(&mut h);
+    h.get_by_label_contains("Emulated on ethos-u55-128").scroll_to_me();
+    for _ in 0..5 {
+        h.step();
+    }
+    h.event(egui::Event::PointerGone);
+    h.step();
+    h.step();
+    h.snapshot_options("studio_emulated", &shots);
 }
 
 /// The first run as a demo: the sample model opened with its bundled calibration images
