@@ -420,6 +420,17 @@ fn fused_tables_match_the_kernels_and_corrupt_binaries_are_refused() {
             let _ = binary::read(&b);
         }
     }
+    // A section table entry whose offset and size overflow (found by the libFuzzer
+    // target): a clear error, not an overflow.
+    let mut b = bytes.clone();
+    let (e, _, _) = table(&b, 0);
+    b[e + 8..e + 16].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+    binary::reseal(&mut b);
+    let err = binary::read(&b).expect_err("refused").to_string();
+    assert!(
+        err.contains("STRS") && err.contains("past the end of the file"),
+        "{err}"
+    );
     // A changed section names it; a changed table entry names the header.
     let mut b = bytes.clone();
     let (e, off, _) = table(&b, 3);

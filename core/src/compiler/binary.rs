@@ -1052,7 +1052,7 @@ pub fn read(b: &[u8]) -> Result<Binary, BinaryError> {
                 at: 0,
                 what: format!(
                     "bytes {off}..{} are past the end of the file ({} bytes)",
-                    off + size,
+                    off.saturating_add(size),
                     b.len()
                 ),
             });

@@ -17,8 +17,8 @@ use crate::compiler::binary::{self, Binary, BinaryError};
 use crate::compiler::lower::Step;
 use crate::quant::legalize::{IOp, OpKind, Program};
 use crate::quant::params::IntType;
-use crate::sim::integer::kernels::{ConvGeom, act_range};
-use crate::sim::integer::{Input, RunError, eval_op, prepare};
+use crate::sim::integer::kernels::{ConvGeom, act_range, broadcast2};
+use crate::sim::integer::{Input, RunError, eval_op, mul_multiplier, prepare};
 
 /// Why an emulation stopped; names the command or host op.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +69,16 @@ pub fn emulate(bytes: &[u8], inputs: Vec<Input>) -> Result<Emulation, EmulateErr
         binary: e.binary,
         values,
     })
+}
+
+/// A MUL of int8 codes (the elementwise unit's int8 path).
+fn int8_mul(p: &Program, op: &IOp) -> bool {
+    matches!(op.kind, OpKind::Mul { .. })
+        && op
+            .inputs
+            .iter()
+            .chain(&op.outputs)
+            .all(|&t| p.tensors[t].q.ty == IntType::I8)
 }
 
 /// A convolution the MAC path runs: int8 (or int4) weights on int8 activations.
@@ -174,6 +184,7 @@ impl Emulator {
         };
         let out = match packed {
             Some((c, pk)) => self.conv(c, pk, values),
+            None if matches!(s, Step::Npu(_)) && int8_mul(p, op) => self.mul(op, values),
             None => eval_op(p, op, values),
         }
         .map_err(fail)?;
@@ -219,6 +230,32 @@ impl Emulator {
     /// The program the binary's tensor table makes (no ops).
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// An int8 MUL on the elementwise unit: the products of the zero-point-subtracted
+    /// codes (broadcast), then the unit's output stage.
+    fn mul(&self, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+        let p = &self.program;
+        let OpKind::Mul { act } = op.kind else {
+            return Err("not a multiplication".into());
+        };
+        let t = |k: usize| &p.tensors[op.inputs[k]];
+        let v = |k: usize| {
+            values[op.inputs[k]]
+                .as_deref()
+                .ok_or_else(|| format!("input {} was not computed", t(k).name))
+        };
+        let y = &p.tensors[op.outputs[0]];
+        let (za, zb) = (t(0).q.zp(), t(1).q.zp());
+        let prod = broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
+            (a - za) * (b - zb)
+        })?;
+        Ok(mac::requantize(
+            &prod,
+            mul_multiplier(&t(0).q, &t(1).q, &y.q),
+            y.q.zp(),
+            act_range(act, &y.q),
+        ))
     }
 
     /// A convolution command on the MAC path, tile by tile.

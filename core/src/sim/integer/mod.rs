@@ -114,6 +114,12 @@ pub(crate) fn channel_multipliers(x: &QParams, w: &QParams, y: &QParams) -> Vec<
         .collect()
 }
 
+/// MUL's `QuantizeMultiplier(s_a·s_b/s_out)`, the product and quotient in float32 as
+/// `mul.cc` computes them.
+pub fn mul_multiplier(a: &QParams, b: &QParams, y: &QParams) -> (i32, i32) {
+    fixed::quantize_multiplier(f64::from(a.s() * b.s() / y.s()))
+}
+
 /// One op on the tensors' current codes (its inputs must be computed).
 pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
     let t = |k: usize| &p.tensors[op.inputs[k]];
@@ -208,8 +214,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             })?
         }
         OpKind::Mul { act } => {
-            let real = f64::from(xq.s() * t(1).q.s() / yq.s());
-            let (q, s) = fixed::quantize_multiplier(real);
+            let (q, s) = mul_multiplier(xq, &t(1).q, yq);
             let (lo, hi) = kernels::act_range(*act, yq);
             let (za, zb, zy) = (xq.zp(), t(1).q.zp(), yq.zp());
             kernels::broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
