@@ -91,12 +91,7 @@ pub fn compare(e: &Emulator, emulated: &[Option<Vec<i32>>], r: &References) -> V
     let b = &e.binary;
     // Local runs: constants, plus each step's inputs from FP32 (hidden tensors from the
     // emulation), cleared after the step.
-    let constants: Vec<Option<Vec<i32>>> = p
-        .tensors
-        .iter()
-        .map(|t| t.data.as_ref().map(|d| d.iter().map(|&c| c as i32).collect()))
-        .collect();
-    let mut loc = constants.clone();
+    let mut loc = crate::sim::integer::constants(p);
     let mut rows = Vec::new();
     for step in 0..b.steps.len() {
         let ops = e.step_ops(step);

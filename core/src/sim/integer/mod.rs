@@ -59,6 +59,15 @@ pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
     Ok(Run { values })
 }
 
+/// The constants as i32 codes (int64 biases are read from the program by their kernels);
+/// `None` for the other tensors.
+pub fn constants(p: &Program) -> Vec<Option<Vec<i32>>> {
+    p.tensors
+        .iter()
+        .map(|t| t.data.as_ref().map(|d| d.iter().map(|&c| c as i32).collect()))
+        .collect()
+}
+
 /// Every tensor's codes before the first op: the constants, and the inputs (floats
 /// quantized as TFLite's QUANTIZE does); `None` for the rest.
 pub fn prepare(p: &Program, inputs: Vec<Input>) -> Result<Vec<Option<Vec<i32>>>, RunError> {
@@ -68,12 +77,7 @@ pub fn prepare(p: &Program, inputs: Vec<Input>) -> Result<Vec<Option<Vec<i32>>>,
             got: inputs.len(),
         });
     }
-    // Constants as i32 codes (int64 biases are read from the program by their kernels).
-    let mut values: Vec<Option<Vec<i32>>> = p
-        .tensors
-        .iter()
-        .map(|t| t.data.as_ref().map(|d| d.iter().map(|&c| c as i32).collect()))
-        .collect();
+    let mut values = constants(p);
     for (&t, x) in p.inputs.iter().zip(inputs) {
         let info = &p.tensors[t];
         let codes = match x {
