@@ -536,7 +536,7 @@ impl Studio {
             Some(Err(e)) => self.error = Some(e),
             None => {}
         }
-        match self.emulate.poll() {
+        match self.emulate.poll(self.quant.show_timings) {
             Some(Ok(line)) => self.status = line,
             Some(Err(e)) => self.error = Some(e),
             None => {}

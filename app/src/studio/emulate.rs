@@ -198,8 +198,9 @@ impl EmulateState {
         Ok(())
     }
 
-    /// Takes the finished job: the status line, or an error.
-    pub fn poll(&mut self) -> Option<Result<String, String>> {
+    /// Takes the finished job: the status line (with the time it took when `timings`), or
+    /// an error.
+    pub fn poll(&mut self, timings: bool) -> Option<Result<String, String>> {
         let ran = self.running_for.take();
         let r = match take_finished(&mut self.job)? {
             Ok(r) => r,
@@ -214,11 +215,15 @@ impl EmulateState {
             .iter()
             .map(|(n, e, s)| format!("{n} {} (simulated {})", db(*e), db(*s)))
             .collect();
+        let took = if timings {
+            format!(" in {:.0} ms", r.ms)
+        } else {
+            String::new()
+        };
         let line = format!(
-            "Emulated the {} binary on {} in {:.0} ms: {}; {} tensors, {} codes differ from the integer reference",
+            "Emulated the {} binary on {}{took}: {}; {} tensors, {} codes differ from the integer reference",
             r.target,
             r.sample,
-            r.ms,
             outs.join(", "),
             r.tensors,
             r.mismatches
