@@ -35,7 +35,7 @@ python3 scripts/check_fusions_ort.py
 # for element: int8 (every tensor of four models), the 16x8 scheme, 4-bit weights, and a
 # mixed int8/int16 plan.
 python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample --all-tensors cls,rec,pitch,magika,sample
-python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample --all-tensors cls --preset w8a16
+python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample --all-tensors cls --preset w8a16 --no-emulate
 python3 scripts/check_tflite_litert.py --models cls,rec --preset w4a16
 python3 scripts/check_tflite_litert.py --models cls --all-tensors cls --target-sqnr 27
 # The compiler: our U55 estimate within 2x of Arm Vela's on every model, and PP-OCR det

@@ -92,6 +92,31 @@ pub fn compare(e: &Emulator, emulated: &[Option<Vec<i32>>], r: &References) -> V
     // Local runs: constants, plus each step's inputs from FP32 (hidden tensors from the
     // emulation), cleared after the step.
     let mut loc = crate::sim::integer::constants(p);
+    // The row of tensor `y` (when the emulation computed it); `local`: its codes from the
+    // step run alone.
+    let row = |y: usize, node: &str, op: &str, device: &str, local: Option<&[i32]>| -> Option<TensorTrace> {
+        let t = &p.tensors[y];
+        let got = emulated[y].as_deref()?;
+        let got_f = dequantize(t, got);
+        let fp = r.fp32.get(&t.name);
+        let sim = r.simulated.and_then(|s| s.get(&t.name));
+        Some(TensorTrace {
+            name: t.name.clone(),
+            node: node.to_string(),
+            op: op.to_string(),
+            device: device.to_string(),
+            elements: got.len(),
+            emulated_sqnr_db: fp.and_then(|f| sqnr_db(f, &got_f)),
+            emulated_local_sqnr_db: local.zip(fp).and_then(|(l, f)| sqnr_db(f, &dequantize(t, l))),
+            simulated_sqnr_db: fp.zip(sim).and_then(|(f, s)| sqnr_db(f, s)),
+            emulated_vs_simulated_sqnr_db: sim.and_then(|s| sqnr_db(s, &got_f)),
+            integer_mismatches: r
+                .integer
+                .and_then(|i| i.get(y))
+                .and_then(|v| v.as_deref())
+                .map(|want| got.iter().zip(want).filter(|(a, b)| a != b).count() + got.len().abs_diff(want.len())),
+        })
+    };
     let mut rows = Vec::new();
     for step in 0..b.steps.len() {
         let ops = e.step_ops(step);
@@ -117,32 +142,8 @@ pub fn compare(e: &Emulator, emulated: &[Option<Vec<i32>>], r: &References) -> V
         };
         for op in &ops {
             let y = op.outputs[0];
-            let t = &p.tensors[y];
-            let Some(got) = emulated[y].as_deref() else { continue };
-            let got_f = dequantize(t, got);
-            let fp = r.fp32.get(&t.name);
-            let sim = r.simulated.and_then(|s| s.get(&t.name));
-            let local = loc[y]
-                .as_deref()
-                .filter(|_| local_ok)
-                .zip(fp)
-                .and_then(|(l, f)| sqnr_db(f, &dequantize(t, l)));
-            rows.push(TensorTrace {
-                name: t.name.clone(),
-                node: op.node.clone(),
-                op: op.kind.name().to_string(),
-                device: device.to_string(),
-                elements: got.len(),
-                emulated_sqnr_db: fp.and_then(|f| sqnr_db(f, &got_f)),
-                emulated_local_sqnr_db: local,
-                simulated_sqnr_db: fp.zip(sim).and_then(|(f, s)| sqnr_db(f, s)),
-                emulated_vs_simulated_sqnr_db: sim.and_then(|s| sqnr_db(s, &got_f)),
-                integer_mismatches: r
-                    .integer
-                    .and_then(|i| i.get(y))
-                    .and_then(|v| v.as_deref())
-                    .map(|want| got.iter().zip(want).filter(|(a, b)| a != b).count() + got.len().abs_diff(want.len())),
-            });
+            let local = loc[y].as_deref().filter(|_| local_ok);
+            rows.extend(row(y, &op.node, op.kind.name(), device, local));
         }
         for op in &ops {
             for &y in &op.outputs {
@@ -151,6 +152,12 @@ pub fn compare(e: &Emulator, emulated: &[Option<Vec<i32>>], r: &References) -> V
         }
         for x in set {
             loc[x] = None;
+        }
+    }
+    // Graph outputs that are views (a RESHAPE's output) are no step's: their own rows.
+    for &o in &b.outputs {
+        if !rows.iter().any(|x| x.name == p.tensors[o].name) {
+            rows.extend(row(o, "", "Reshape", "NPU", None));
         }
     }
     rows
