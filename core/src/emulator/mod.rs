@@ -6,8 +6,10 @@
 //! with the integer reference's kernels, RESHAPE views from their source. What it computes
 //! comes from the file, not from the compiler's memory.
 //!
-//! Commands other than convolutions run whole (their tiles split the same arithmetic), as do
-//! convolutions on 16-bit activations (the reference kernel's int64 accumulator).
+//! Elementwise and table commands whose tile cuts the rows run one row tile at a time too
+//! ([`Emulator::step`]). Pooling, DMA (resize, concat, transpose, pad), fully connected,
+//! matmul and transposed convolutions, and convolutions on 16-bit activations (the
+//! reference kernel's int64 accumulator), run whole: their tiles split the same arithmetic.
 
 pub mod check;
 pub mod mac;
@@ -15,7 +17,7 @@ pub mod trace;
 
 use crate::compiler::binary::{self, Binary, BinaryError};
 use crate::compiler::lower::Step;
-use crate::quant::legalize::{IOp, OpKind, Program};
+use crate::quant::legalize::{IOp, ITensor, OpKind, Program};
 use crate::quant::params::IntType;
 use crate::sim::integer::kernels::{ConvGeom, act_range, broadcast2};
 use crate::sim::integer::{Input, RunError, eval_op, mul_multiplier, prepare};
@@ -69,6 +71,34 @@ pub fn emulate(bytes: &[u8], inputs: Vec<Input>) -> Result<Emulation, EmulateErr
         binary: e.binary,
         values,
     })
+}
+
+/// Output rows per tile when an NPU command's op is elementwise along the rows and its
+/// tile cuts the rows (`None`: it runs whole): a rank-4 output, each input of its shape or
+/// broadcast along the rows.
+fn row_tiles(p: &Program, op: &IOp, rows: usize) -> Option<usize> {
+    let y = &p.tensors[op.outputs[0]].shape;
+    let rowwise = matches!(
+        op.kind,
+        OpKind::Add { .. }
+            | OpKind::Sub { .. }
+            | OpKind::Mul { .. }
+            | OpKind::Maximum
+            | OpKind::Minimum
+            | OpKind::Requantize
+            | OpKind::HardSwish
+            | OpKind::Logistic
+            | OpKind::Tanh
+            | OpKind::Exp
+            | OpKind::Log
+            | OpKind::Sqrt
+    );
+    let separable = y.len() == 4
+        && op.inputs.iter().all(|&x| {
+            let s = &p.tensors[x].shape;
+            s.len() < 2 || (s.len() == 4 && (s[2] == y[2] || s[2] == 1)) || (s.len() < 4 && s[s.len() - 2] == 1)
+        });
+    (rowwise && separable && rows > 0 && rows < y[2]).then_some(rows)
 }
 
 /// A MUL of int8 codes (the elementwise unit's int8 path).
@@ -182,10 +212,15 @@ impl Emulator {
             Step::Npu(k) => self.packed[k].as_ref().map(|pk| (&b.commands[k], pk)),
             Step::Host(_) => None,
         };
-        let out = match packed {
-            Some((c, pk)) => self.conv(c, pk, values),
-            None if matches!(s, Step::Npu(_)) && int8_mul(p, op) => self.mul(op, values),
-            None => eval_op(p, op, values),
+        let tiled = match s {
+            Step::Npu(k) => row_tiles(p, op, b.commands[k].tile.rows),
+            Step::Host(_) => None,
+        };
+        let out = match (packed, tiled) {
+            (Some((c, pk)), _) => self.conv(c, pk, values),
+            (None, Some(rows)) => self.by_rows(op, rows, values),
+            (None, None) if matches!(s, Step::Npu(_)) && int8_mul(p, op) => self.mul(op, values),
+            (None, None) => eval_op(p, op, values),
         }
         .map_err(fail)?;
         let y = &p.tensors[op.outputs[0]];
@@ -232,10 +267,77 @@ impl Emulator {
         &self.program
     }
 
+    /// An elementwise command run one row tile at a time: each input's rows of the tile (an
+    /// input broadcast along the rows whole), the op on them, the output rows written back.
+    fn by_rows(&self, op: &IOp, rows: usize, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+        let p = &self.program;
+        let y = &p.tensors[op.outputs[0]];
+        let [n, c, h, w] = [y.shape[0], y.shape[1], y.shape[2], y.shape[3]];
+        let mut out = vec![0i32; n * c * h * w];
+        for r0 in (0..h).step_by(rows) {
+            let r1 = (r0 + rows).min(h);
+            let tile = |t: &ITensor| {
+                let mut t = t.clone();
+                if t.shape.len() == 4 && t.shape[2] == h {
+                    t.shape[2] = r1 - r0;
+                }
+                t
+            };
+            let mut tensors: Vec<ITensor> = Vec::new();
+            let mut vals: Vec<Option<Vec<i32>>> = Vec::new();
+            for &x in &op.inputs {
+                let t = &p.tensors[x];
+                let v = values[x]
+                    .as_deref()
+                    .ok_or_else(|| format!("input {} was not computed", t.name))?;
+                vals.push(Some(if t.shape.len() == 4 && t.shape[2] == h {
+                    let plane = h * t.shape[3];
+                    v.chunks(plane.max(1))
+                        .flat_map(|pl| &pl[r0 * t.shape[3]..r1 * t.shape[3]])
+                        .copied()
+                        .collect()
+                } else {
+                    v.to_vec()
+                }));
+                tensors.push(tile(t));
+            }
+            tensors.push(tile(y));
+            vals.push(None);
+            let k = op.inputs.len();
+            let mini = Program {
+                graph: String::new(),
+                tensors,
+                ops: Vec::new(),
+                inputs: Vec::new(),
+                outputs: vec![k],
+                constraints: Vec::new(),
+            };
+            let sub = IOp {
+                node: op.node.clone(),
+                kind: op.kind.clone(),
+                inputs: (0..k).collect(),
+                outputs: vec![k],
+            };
+            let part = if int8_mul(&mini, &sub) {
+                self.mul_in(&mini, &sub, &vals)?
+            } else {
+                eval_op(&mini, &sub, &vals)?
+            };
+            let band = (r1 - r0) * w;
+            for (plane, rows) in part.chunks(band.max(1)).enumerate() {
+                out[plane * h * w + r0 * w..][..rows.len()].copy_from_slice(rows);
+            }
+        }
+        Ok(out)
+    }
+
     /// An int8 MUL on the elementwise unit: the products of the zero-point-subtracted
     /// codes (broadcast), then the unit's output stage.
     fn mul(&self, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
-        let p = &self.program;
+        self.mul_in(&self.program, op, values)
+    }
+
+    fn mul_in(&self, p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
         let OpKind::Mul { act } = op.kind else {
             return Err("not a multiplication".into());
         };
