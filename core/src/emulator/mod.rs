@@ -73,6 +73,31 @@ pub fn emulate(bytes: &[u8], inputs: Vec<Input>) -> Result<Emulation, EmulateErr
     })
 }
 
+/// An int8 MUL on the elementwise unit: the products of the zero-point-subtracted codes
+/// (broadcast), then the unit's output stage.
+fn int8_mul_eval(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+    let OpKind::Mul { act } = op.kind else {
+        return Err("not a multiplication".into());
+    };
+    let t = |k: usize| &p.tensors[op.inputs[k]];
+    let v = |k: usize| {
+        values[op.inputs[k]]
+            .as_deref()
+            .ok_or_else(|| format!("input {} was not computed", t(k).name))
+    };
+    let y = &p.tensors[op.outputs[0]];
+    let (za, zb) = (t(0).q.zp(), t(1).q.zp());
+    let prod = broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
+        (a - za) * (b - zb)
+    })?;
+    Ok(mac::requantize(
+        &prod,
+        mul_multiplier(&t(0).q, &t(1).q, &y.q),
+        y.q.zp(),
+        act_range(act, &y.q),
+    ))
+}
+
 /// Output rows per tile when an NPU command's op is elementwise along the rows and its
 /// tile cuts the rows (`None`: it runs whole): a rank-4 output, each input of its shape or
 /// broadcast along the rows.
@@ -219,7 +244,7 @@ impl Emulator {
         let out = match (packed, tiled) {
             (Some((c, pk)), _) => self.conv(c, pk, values),
             (None, Some(rows)) => self.by_rows(op, rows, values),
-            (None, None) if matches!(s, Step::Npu(_)) && int8_mul(p, op) => self.mul(op, values),
+            (None, None) if matches!(s, Step::Npu(_)) && int8_mul(p, op) => int8_mul_eval(p, op, values),
             (None, None) => eval_op(p, op, values),
         }
         .map_err(fail)?;
@@ -319,7 +344,7 @@ impl Emulator {
                 outputs: vec![k],
             };
             let part = if int8_mul(&mini, &sub) {
-                self.mul_in(&mini, &sub, &vals)?
+                int8_mul_eval(&mini, &sub, &vals)?
             } else {
                 eval_op(&mini, &sub, &vals)?
             };
@@ -329,35 +354,6 @@ impl Emulator {
             }
         }
         Ok(out)
-    }
-
-    /// An int8 MUL on the elementwise unit: the products of the zero-point-subtracted
-    /// codes (broadcast), then the unit's output stage.
-    fn mul(&self, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
-        self.mul_in(&self.program, op, values)
-    }
-
-    fn mul_in(&self, p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
-        let OpKind::Mul { act } = op.kind else {
-            return Err("not a multiplication".into());
-        };
-        let t = |k: usize| &p.tensors[op.inputs[k]];
-        let v = |k: usize| {
-            values[op.inputs[k]]
-                .as_deref()
-                .ok_or_else(|| format!("input {} was not computed", t(k).name))
-        };
-        let y = &p.tensors[op.outputs[0]];
-        let (za, zb) = (t(0).q.zp(), t(1).q.zp());
-        let prod = broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
-            (a - za) * (b - zb)
-        })?;
-        Ok(mac::requantize(
-            &prod,
-            mul_multiplier(&t(0).q, &t(1).q, &y.q),
-            y.q.zp(),
-            act_range(act, &y.q),
-        ))
     }
 
     /// A convolution command on the MAC path, tile by tile.
