@@ -94,6 +94,36 @@ pub fn binary(b: &Binary) -> Result<(), String> {
         if cmd.pieces == 0 || cmd.tile.rows == 0 || cmd.tile.channels == 0 || cmd.tile.count == 0 {
             return Err(at("a tile or piece count of 0".into()));
         }
+        // The tile count is the row tiles × channel blocks the record's sizes make, and
+        // only a strided convolution is split into pieces, one per output position.
+        let y = &ts[cmd.op.outputs[0]].shape;
+        let (rows, chans) = match y.len() {
+            4 => (y[2], y[1]),
+            0 => (1, 1),
+            n => (1, y[n - 1]),
+        };
+        let want = rows.max(1).div_ceil(cmd.tile.rows) * chans.max(1).div_ceil(cmd.tile.channels);
+        if cmd.tile.count != want {
+            return Err(at(format!(
+                "{} tiles, but {} rows in tiles of {} and {} channels in blocks of {} make {want}",
+                cmd.tile.count, rows, cmd.tile.rows, chans, cmd.tile.channels
+            )));
+        }
+        if cmd.pieces > 1 {
+            let split = match (&cmd.op.kind, y.len()) {
+                (OpKind::Conv { strides, .. }, 4) => {
+                    let (a, b) = (y[2] * usize::from(strides[0] > 1), y[3] * usize::from(strides[1] > 1));
+                    [a, b, a * b].contains(&cmd.pieces)
+                }
+                _ => false,
+            };
+            if !split {
+                return Err(at(format!(
+                    "{} pieces, not one per output position of a strided axis",
+                    cmd.pieces
+                )));
+            }
+        }
     }
     for (h, o) in b.host.iter().enumerate() {
         op(&ts, o).map_err(|m| format!("host op {h} (node {}): {m}", o.node))?;

@@ -47,6 +47,11 @@ impl Packed {
             bias: (0..o).map(|oc| bias.get(oc).copied().unwrap_or(0) as i32).collect(),
         }
     }
+
+    /// Output channels packed.
+    pub fn outputs(&self) -> usize {
+        self.bias.len()
+    }
 }
 
 /// The output stage of one accumulator: bias, the channel's multiplier, zero point, clamp.

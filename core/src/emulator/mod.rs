@@ -1,23 +1,23 @@
 //! The emulator of the NPU binary: it reads a `.npub` from its bytes (every checksum and
 //! index checked by [`binary::read`]), checks every tensor, buffer and operand shape
-//! before anything runs ([`check`]), and runs the schedule: MAC convolutions tile by tile
-//! with an exact int8 GEMM and the binary's own requantization ([`mac`]), fused tables from
-//! the binary's 256-entry LUTs, the other NPU commands and the host ops of CPU segments
-//! with the integer reference's kernels, RESHAPE views from their source. What it computes
-//! comes from the file, not from the compiler's memory.
-//!
-//! Elementwise and table commands whose tile cuts the rows run one row tile at a time too
-//! ([`Emulator::step`]). Pooling, DMA (resize, concat, transpose, pad), fully connected,
-//! matmul and transposed convolutions, and convolutions on 16-bit activations (the
-//! reference kernel's int64 accumulator), run whole: their tiles split the same arithmetic.
+//! before anything runs ([`check`]), and runs the schedule. Every NPU command runs tile
+//! by tile as its tile record says ([`tile`]): row tiles × channel blocks, and the stride
+//! pieces of a split convolution, each tile computed from its own input window (with the
+//! kernel's halo) and weight block. int8 convolutions use an exact int8 GEMM and the
+//! binary's own requantization ([`mac`]); tables come from the binary's 256-entry LUTs;
+//! the other commands' tiles and the host ops of CPU segments use the integer reference's
+//! kernels; RESHAPE views come from their source. What it computes comes from the file,
+//! not from the compiler's memory. An op whose tiles cannot be cut (a mean, a reduction,
+//! a reflection pad) runs whole; [`Emulator::tiles`] says how many tiles a command ran as.
 
 pub mod check;
 pub mod mac;
+pub mod tile;
 pub mod trace;
 
 use crate::compiler::binary::{self, Binary, BinaryError};
-use crate::compiler::lower::Step;
-use crate::quant::legalize::{IOp, ITensor, OpKind, Program};
+use crate::compiler::lower::{Step, Unit};
+use crate::quant::legalize::{IOp, OpKind, Program};
 use crate::quant::params::IntType;
 use crate::sim::integer::kernels::{ConvGeom, act_range, broadcast2};
 use crate::sim::integer::{Input, RunError, eval_op, mul_multiplier, prepare};
@@ -47,6 +47,8 @@ pub struct Emulator {
     program: Program,
     /// Per command, its packed convolution weights (convolutions on int8 activations).
     packed: Vec<Option<mac::Packed>>,
+    /// Per command, its tiles (empty: it runs whole).
+    plans: Vec<Vec<tile::Plan>>,
     view_of: Vec<Option<usize>>,
 }
 
@@ -98,34 +100,6 @@ fn int8_mul_eval(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<V
     ))
 }
 
-/// Output rows per tile when an NPU command's op is elementwise along the rows and its
-/// tile cuts the rows (`None`: it runs whole): a rank-4 output, each input of its shape or
-/// broadcast along the rows.
-fn row_tiles(p: &Program, op: &IOp, rows: usize) -> Option<usize> {
-    let y = &p.tensors[op.outputs[0]].shape;
-    let rowwise = matches!(
-        op.kind,
-        OpKind::Add { .. }
-            | OpKind::Sub { .. }
-            | OpKind::Mul { .. }
-            | OpKind::Maximum
-            | OpKind::Minimum
-            | OpKind::Requantize
-            | OpKind::HardSwish
-            | OpKind::Logistic
-            | OpKind::Tanh
-            | OpKind::Exp
-            | OpKind::Log
-            | OpKind::Sqrt
-    );
-    let separable = y.len() == 4
-        && op.inputs.iter().all(|&x| {
-            let s = &p.tensors[x].shape;
-            s.len() < 2 || (s.len() == 4 && (s[2] == y[2] || s[2] == 1)) || (s.len() < 4 && s[s.len() - 2] == 1)
-        });
-    (rowwise && separable && rows > 0 && rows < y[2]).then_some(rows)
-}
-
 /// A MUL of int8 codes (the elementwise unit's int8 path).
 fn int8_mul(p: &Program, op: &IOp) -> bool {
     matches!(op.kind, OpKind::Mul { .. })
@@ -170,6 +144,24 @@ impl Emulator {
                 })
             })
             .collect();
+        // Each command's tiles: the MAC path cuts a convolution's row tiles and channel
+        // blocks itself, so its windows are the stride pieces alone.
+        let plans = b
+            .commands
+            .iter()
+            .zip(&packed)
+            .map(|(c, pk): (&binary::BinCommand, &Option<mac::Packed>)| {
+                let windows = tile::windows(&program, &c.op, &c.tile, c.pieces, pk.is_none());
+                if windows.len() < 2 {
+                    return Vec::new();
+                }
+                windows
+                    .iter()
+                    .map(|w| tile::plan(&program, &c.op, w))
+                    .collect::<Option<Vec<_>>>()
+                    .unwrap_or_default()
+            })
+            .collect();
         let mut view_of = vec![None; program.tensors.len()];
         for &(src, view) in &b.views {
             view_of[view] = Some(src);
@@ -178,6 +170,7 @@ impl Emulator {
             binary: b,
             program,
             packed,
+            plans,
             view_of,
         })
     }
@@ -233,19 +226,9 @@ impl Emulator {
         for &x in op.inputs.iter().chain(fused.iter().flat_map(|f| f.inputs.iter())) {
             materialize(x, &self.view_of, values);
         }
-        let packed = match s {
-            Step::Npu(k) => self.packed[k].as_ref().map(|pk| (&b.commands[k], pk)),
-            Step::Host(_) => None,
-        };
-        let tiled = match s {
-            Step::Npu(k) => row_tiles(p, op, b.commands[k].tile.rows),
-            Step::Host(_) => None,
-        };
-        let out = match (packed, tiled) {
-            (Some((c, pk)), _) => self.conv(c, pk, values),
-            (None, Some(rows)) => self.by_rows(op, rows, values),
-            (None, None) if matches!(s, Step::Npu(_)) && int8_mul(p, op) => int8_mul_eval(p, op, values),
-            (None, None) => eval_op(p, op, values),
+        let out = match s {
+            Step::Npu(k) => self.command(k, values),
+            Step::Host(_) => eval_op(p, op, values),
         }
         .map_err(fail)?;
         let y = &p.tensors[op.outputs[0]];
@@ -260,15 +243,7 @@ impl Emulator {
         values[op.outputs[0]] = Some(out);
         let Some(f) = fused else { return Ok(()) };
         let y = if lut.len() == 256 {
-            let mid = values[op.outputs[0]].as_deref().unwrap_or_default();
-            mid.iter()
-                .map(|&c| {
-                    usize::try_from(c + 128)
-                        .ok()
-                        .and_then(|i| lut.get(i).copied())
-                        .ok_or_else(|| fail(format!("code {c} outside the table's int8 range")))
-                })
-                .collect::<Result<Vec<i32>, _>>()?
+            table(lut, values[op.outputs[0]].as_deref().unwrap_or_default()).map_err(fail)?
         } else {
             eval_op(p, f, values).map_err(fail)?
         };
@@ -292,106 +267,113 @@ impl Emulator {
         &self.program
     }
 
-    /// An elementwise command run one row tile at a time: each input's rows of the tile (an
-    /// input broadcast along the rows whole), the op on them, the output rows written back.
-    fn by_rows(&self, op: &IOp, rows: usize, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
-        let p = &self.program;
-        let y = &p.tensors[op.outputs[0]];
-        let [n, c, h, w] = [y.shape[0], y.shape[1], y.shape[2], y.shape[3]];
-        let mut out = vec![0i32; n * c * h * w];
-        for r0 in (0..h).step_by(rows) {
-            let r1 = (r0 + rows).min(h);
-            let tile = |t: &ITensor| {
-                let mut t = t.clone();
-                if t.shape.len() == 4 && t.shape[2] == h {
-                    t.shape[2] = r1 - r0;
-                }
-                t
-            };
-            let mut tensors: Vec<ITensor> = Vec::new();
-            let mut vals: Vec<Option<Vec<i32>>> = Vec::new();
-            for &x in &op.inputs {
-                let t = &p.tensors[x];
-                let v = values[x]
-                    .as_deref()
-                    .ok_or_else(|| format!("input {} was not computed", t.name))?;
-                vals.push(Some(if t.shape.len() == 4 && t.shape[2] == h {
-                    let plane = h * t.shape[3];
-                    v.chunks(plane.max(1))
-                        .flat_map(|pl| &pl[r0 * t.shape[3]..r1 * t.shape[3]])
-                        .copied()
-                        .collect()
-                } else {
-                    v.to_vec()
-                }));
-                tensors.push(tile(t));
-            }
-            tensors.push(tile(y));
-            vals.push(None);
-            let k = op.inputs.len();
-            let mini = Program {
-                graph: String::new(),
-                tensors,
-                ops: Vec::new(),
-                inputs: Vec::new(),
-                outputs: vec![k],
-                constraints: Vec::new(),
-            };
-            let sub = IOp {
-                node: op.node.clone(),
-                kind: op.kind.clone(),
-                inputs: (0..k).collect(),
-                outputs: vec![k],
-            };
-            let part = if int8_mul(&mini, &sub) {
-                int8_mul_eval(&mini, &sub, &vals)?
-            } else {
-                eval_op(&mini, &sub, &vals)?
-            };
-            let band = (r1 - r0) * w;
-            for (plane, rows) in part.chunks(band.max(1)).enumerate() {
-                out[plane * h * w + r0 * w..][..rows.len()].copy_from_slice(rows);
-            }
+    /// NPU command `k` on `values`: tile by tile as its plans say, or whole.
+    fn command(&self, k: usize, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+        let (p, c) = (&self.program, &self.binary.commands[k]);
+        let plans = &self.plans[k];
+        if plans.is_empty() {
+            return self.kernel(k, p, &c.op, values);
         }
-        Ok(out)
+        tile::run(
+            p,
+            &c.op,
+            plans,
+            values,
+            &|p: &Program, op: &IOp, v: &[Option<Vec<i32>>]| self.kernel(k, p, op, v),
+        )
     }
 
-    /// A convolution command on the MAC path, tile by tile.
-    fn conv(&self, c: &binary::BinCommand, pk: &mac::Packed, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
-        let p = &self.program;
-        let OpKind::Conv {
-            strides,
-            dilations,
-            pads,
-            groups,
-            act,
-        } = &c.op.kind
-        else {
-            return Err("not a convolution".into());
-        };
-        let t = |k: usize| &p.tensors[c.op.inputs[k]];
-        let y = &p.tensors[c.op.outputs[0]];
-        let x = values[c.op.inputs[0]]
-            .as_deref()
-            .ok_or_else(|| format!("input {} was not computed", t(0).name))?;
-        let s4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
-        let g = ConvGeom {
-            x: s4(&t(0).shape),
-            w: s4(&t(1).shape),
-            y: [y.shape[2], y.shape[3]],
-            strides: *strides,
-            dilations: *dilations,
-            pads: [pads[0], pads[1]],
-            groups: *groups,
-        };
-        let stage = mac::Stage {
-            requant: &c.requant,
-            zp_in: t(0).q.zp(),
-            zp_out: y.q.zp(),
-            range: act_range(*act, &y.q),
-        };
-        Ok(mac::conv(&g, x, pk, stage, &c.tile))
+    /// Command `k`'s unit on `op` of `p` (the command's op, or one tile of it): the MAC
+    /// path for int8 convolutions, the binary's table for a LUT command, the elementwise
+    /// unit's int8 MUL, the integer reference's kernel for the rest.
+    fn kernel(&self, k: usize, p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<i32>, String> {
+        let c = &self.binary.commands[k];
+        if let Some(pk) = &self.packed[k] {
+            return mac_conv(p, op, values, c, pk);
+        }
+        if c.unit == Unit::Lut && c.fused.is_none() && c.lut.len() == 256 {
+            let x = op.inputs[0];
+            let v = values[x]
+                .as_deref()
+                .ok_or_else(|| format!("input {} was not computed", p.tensors[x].name))?;
+            return table(&c.lut, v);
+        }
+        if int8_mul(p, op) {
+            return int8_mul_eval(p, op, values);
+        }
+        eval_op(p, op, values)
     }
+
+    /// Tiles command `k` runs as (1: whole): its windows, times the row tiles and channel
+    /// blocks the MAC path cuts each into.
+    pub fn tiles(&self, k: usize) -> usize {
+        let c = &self.binary.commands[k];
+        let windows = self.plans[k].len().max(1);
+        if self.packed[k].is_some() {
+            windows * c.tile.count
+        } else {
+            windows
+        }
+    }
+}
+
+/// The binary's 256-entry table on int8 codes.
+fn table(lut: &[i32], codes: &[i32]) -> Result<Vec<i32>, String> {
+    codes
+        .iter()
+        .map(|&c| {
+            usize::try_from(c + 128)
+                .ok()
+                .and_then(|i| lut.get(i).copied())
+                .ok_or_else(|| format!("code {c} outside the table's int8 range"))
+        })
+        .collect()
+}
+
+/// A convolution on the MAC path (the whole command or one piece of it): the command's
+/// row tiles × channel blocks, its packed weights and requantization.
+fn mac_conv(
+    p: &Program,
+    op: &IOp,
+    values: &[Option<Vec<i32>>],
+    c: &binary::BinCommand,
+    pk: &mac::Packed,
+) -> Result<Vec<i32>, String> {
+    let OpKind::Conv {
+        strides,
+        dilations,
+        pads,
+        groups,
+        act,
+    } = &op.kind
+    else {
+        return Err("not a convolution".into());
+    };
+    let t = |k: usize| &p.tensors[op.inputs[k]];
+    let y = &p.tensors[op.outputs[0]];
+    let x = values[op.inputs[0]]
+        .as_deref()
+        .ok_or_else(|| format!("input {} was not computed", t(0).name))?;
+    let s4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
+    if t(1).shape[0] != pk.outputs() || c.requant.len() != pk.outputs() {
+        return Err("a piece of a convolution cuts its channels".into());
+    }
+    let g = ConvGeom {
+        x: s4(&t(0).shape),
+        w: s4(&t(1).shape),
+        y: [y.shape[2], y.shape[3]],
+        strides: *strides,
+        dilations: *dilations,
+        pads: [pads[0], pads[1]],
+        groups: *groups,
+    };
+    let stage = mac::Stage {
+        requant: &c.requant,
+        zp_in: t(0).q.zp(),
+        zp_out: y.q.zp(),
+        range: act_range(*act, &y.q),
+    };
+    Ok(mac::conv(&g, x, pk, stage, &c.tile))
 }
 
 /// A view's codes from its source's (views of views followed; a cycle stops).

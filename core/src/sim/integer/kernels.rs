@@ -558,7 +558,7 @@ pub fn transpose_conv(
 /// index `o` reads `min(floor(o · in/out), in − 1)` in float32.
 pub fn resize_nearest(x: &[i32], xs: &[usize], ys: &[usize]) -> Vec<i32> {
     let (h, w, oh, ow) = (xs[2], xs[3], ys[2], ys[3]);
-    let src = |o: usize, i: usize, n: usize| (((o as f32) * (i as f32 / n as f32)).floor() as usize).min(i - 1);
+    let src = nearest_source;
     let planes = xs[0] * xs[1];
     let mut y = Vec::with_capacity(planes * oh * ow);
     for p in 0..planes {
@@ -570,6 +570,12 @@ pub fn resize_nearest(x: &[i32], xs: &[usize], ys: &[usize]) -> Vec<i32> {
         }
     }
     y
+}
+
+/// The input index RESIZE_NEAREST_NEIGHBOR reads for output index `o` along an axis of
+/// `i` inputs and `n` outputs: `min(floor(o · (i / n)), i − 1)` in float32.
+pub fn nearest_source(o: usize, i: usize, n: usize) -> usize {
+    (((o as f32) * (i as f32 / n as f32)).floor() as usize).min(i.saturating_sub(1))
 }
 
 /// BATCH_MATMUL int8 (`reference_ops::BatchMatMul`): `a` `[.., M, K]` times `b`
