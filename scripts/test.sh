@@ -4,10 +4,10 @@
 # test, then checks the CLI against onnxruntime on the real models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# System packages: Mesa's software Vulkan/GL for the studio's rendered snapshot tests, and
-# Xvfb + ImageMagick for screenshots of the real window.
+# System packages: Mesa's software Vulkan/GL for the studio's rendered snapshot tests,
+# Xvfb + ImageMagick for screenshots of the real window, Chromium for the HTML report.
 apt_packages="mesa-vulkan-drivers libvulkan1 libegl1 libegl-mesa0 libgl1 libglx-mesa0 libgl1-mesa-dri \
-  libxkbcommon-x11-0 libxcursor1 libxi6 libxrandr2 libx11-xcb1 libwayland-client0 xvfb xauth imagemagick"
+  libxkbcommon-x11-0 libxcursor1 libxi6 libxrandr2 libx11-xcb1 libwayland-client0 xvfb xauth imagemagick chromium"
 missing=""
 if command -v dpkg >/dev/null && command -v apt-get >/dev/null; then
   for p in $apt_packages; do
@@ -44,5 +44,8 @@ python3 bench/compare_vela.py
 python3 bench/compile_cost.py --models det,sample
 # Our QDQ ONNX export in onnxruntime against the simulator's prediction.
 python3 scripts/check_qdq_ort.py
+# The HTML report in headless Chromium with the network refused: nothing fetched, the
+# table sorts by a column.
+python3 scripts/check_report.py --screenshot target/report.png
 # The real window, as a user starts it, under Xvfb.
 scripts/screenshot_window.sh assets/models/sample_cnn.onnx target/window.png 8

@@ -262,7 +262,16 @@ fn pipeline_stages_run_export_and_go_stale() {
     assert_eq!(&tfl[4..8], b"TFL3");
     let qdq = npu_core::import::onnx::load(&out.join("ppocr_cls.qdq.onnx")).expect("the QDQ ONNX loads");
     assert!(qdq.0.graph.nodes.iter().any(|n| n.op == "QuantizeLinear"));
-    assert!(h.state().status.contains("Exported 5 files"), "{}", h.state().status);
+    // The HTML report, with its JSON and CSV: every simulated tensor in the table.
+    let page = std::fs::read_to_string(out.join("ppocr_cls.report.html")).expect("the HTML report");
+    assert!(page.contains("<section id=\"layers\"") && page.contains("<section id=\"graph\""));
+    let csv = std::fs::read_to_string(out.join("ppocr_cls.report.csv")).expect("the report's CSV");
+    assert_eq!(
+        csv.lines().count(),
+        s.result.as_ref().expect("r").report.tensors.len() + 1
+    );
+    assert!(out.join("ppocr_cls.report.json").exists());
+    assert!(h.state().status.contains("Exported 8 files"), "{}", h.state().status);
     // The formats menu: with TFLite unticked the next export leaves it out.
     h.get_by_label("Formats").click();
     for _ in 0..4 {
@@ -279,7 +288,7 @@ fn pipeline_stages_run_export_and_go_stale() {
     h.state_mut().send(Command::SetExportDir(out2.clone()));
     h.state_mut().send(Command::ExportPlan);
     settle(&mut h);
-    assert!(h.state().status.contains("Exported 4 files"), "{}", h.state().status);
+    assert!(h.state().status.contains("Exported 7 files"), "{}", h.state().status);
     assert!(out2.join("ppocr_cls.qdq.onnx").exists() && !out2.join("ppocr_cls.int8.tflite").exists());
     // Compile for the default target: PP-OCR cls runs on the NPU whole, and the graph
     // shows the placement.

@@ -11,5 +11,6 @@ pub mod passes;
 pub mod pipeline;
 pub mod progress;
 pub mod quant;
+pub mod report;
 pub mod sim;
 pub mod target;

@@ -421,6 +421,8 @@ pub struct BundleFormats {
     pub tflite: bool,
     /// `<stem>.qdq.onnx`.
     pub qdq: bool,
+    /// `<stem>.report.html` with `.report.json` and `.report.csv` beside it.
+    pub report: bool,
 }
 
 impl Default for BundleFormats {
@@ -428,8 +430,20 @@ impl Default for BundleFormats {
         Self {
             tflite: true,
             qdq: true,
+            report: true,
         }
     }
+}
+
+/// Writes a study report: the HTML page at `html`, its JSON and its per-layer CSV beside
+/// it (the same stem, `.json` and `.csv`), each atomically. Returns the three paths.
+pub fn write_study_report(r: &crate::report::StudyReport, html: &Path) -> Result<[PathBuf; 3], ExportError> {
+    let page = crate::report::html(r);
+    crate::export::write_atomic(html, page.as_bytes())?;
+    let (json, csv) = (html.with_extension("json"), html.with_extension("csv"));
+    export_json(r, &json)?;
+    crate::export::write_atomic(&csv, r.layers_csv().as_bytes())?;
+    Ok([html.to_path_buf(), json, csv])
 }
 
 /// What the export stage wrote, and why a chosen file was not written.
@@ -445,7 +459,8 @@ pub struct Bundle {
 /// (`<stem>.quant.ron`, what `analyze --plan` reads), its error report
 /// (`<stem>.quant_report.json`) and the chosen deployable files (`<stem>.int8.tflite` —
 /// `.int16.tflite` with 16-bit layers — and `<stem>.qdq.onnx`) in `dir`, each written
-/// atomically. A TFLite file the plan cannot
+/// atomically; with `study` and [`BundleFormats::report`], the study report
+/// (`<stem>.report.html`, `.json`, `.csv`). A TFLite file the plan cannot
 /// become (no integer form yet) is skipped with the reason; every other failure is an
 /// error.
 pub fn export_bundle(
@@ -455,6 +470,7 @@ pub fn export_bundle(
     dir: &Path,
     stem: &str,
     formats: BundleFormats,
+    study: Option<&crate::report::StudyReport>,
     progress: &dyn Progress,
 ) -> Result<Bundle, ExportError> {
     std::fs::create_dir_all(dir).map_err(|source| ExportError::Io {
@@ -516,6 +532,15 @@ pub fn export_bundle(
         })?;
         export_qdq(&q, plan, &path)?;
         bundle.files.push(path);
+    }
+    if let (true, Some(r)) = (formats.report, study) {
+        if progress.cancelled() {
+            return Err(ExportError::Cancelled);
+        }
+        progress.update(steps, steps + 1, "writing the HTML report");
+        bundle
+            .files
+            .extend(write_study_report(r, &dir.join(format!("{stem}.report.html")))?);
     }
     progress.update(steps, steps, "exported");
     Ok(bundle)

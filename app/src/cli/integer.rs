@@ -415,6 +415,6 @@ pub fn export(model: &Path, plan: &Path, format: &str, out: &Path, io: &str, sha
             );
             Ok(())
         }
-        other => bail!("--format {other}: expected tflite or onnx-qdq"),
+        other => bail!("--format {other}: expected tflite, onnx-qdq or report"),
     }
 }

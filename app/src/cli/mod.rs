@@ -9,6 +9,7 @@ mod integer;
 mod optimize;
 pub mod progress;
 mod quant;
+mod report;
 mod run;
 
 use anyhow::Result;
@@ -84,14 +85,40 @@ enum Command {
     },
     /// Exports a quantization plan as a deployable model: `--format tflite` writes a fully
     /// quantized int8 TFLite file (NHWC, per-channel weights, a serving_default signature);
-    /// `--format onnx-qdq` the optimized graph with QuantizeLinear/DequantizeLinear pairs.
+    /// `--format onnx-qdq` the optimized graph with QuantizeLinear/DequantizeLinear pairs;
+    /// `--format report` a self-contained HTML report measured on `--eval` (model, recipe,
+    /// per-layer SQNR, plots, graph heatmap; placement and latency with `--target`), with
+    /// FILE.json and FILE.csv beside it.
     Export {
         model: PathBuf,
         #[arg(long, value_name = "PLAN.ron")]
         plan: PathBuf,
-        /// tflite or onnx-qdq.
+        /// tflite, onnx-qdq or report.
         #[arg(long, default_value = "tflite")]
         format: String,
+        /// Report: the evaluation data (a folder of .npy/.npz/images, or one file).
+        #[arg(long, value_name = "PATH")]
+        eval: Option<String>,
+        /// Report: how images become inputs (as `quantize --preprocess`).
+        #[arg(long, value_name = "SPEC", default_value = "")]
+        preprocess: String,
+        /// Report: add the placement and latency tables for this NPU target (an id or a .ron).
+        #[arg(long, value_name = "TARGET")]
+        target: Option<String>,
+        /// Report: add the mixed-precision curve up to this output SQNR (searched on --calib).
+        #[arg(long, value_name = "DB", requires = "calib")]
+        target_sqnr: Option<f64>,
+        /// Report: the calibration data the mixed-precision search runs on.
+        #[arg(long, value_name = "PATH")]
+        calib: Option<String>,
+        /// Report: what the mixed-precision search promotes layers to.
+        #[arg(long, default_value = "int16")]
+        promote_to: String,
+        /// Report: leave out the per-layer sensitivity sweeps (two simulations per layer).
+        #[arg(long)]
+        no_sensitivity: bool,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
         /// The file, written atomically.
         #[arg(long)]
         out: PathBuf,
@@ -349,8 +376,42 @@ pub fn main() -> Result<()> {
             plan,
             format,
             out,
+            io: _,
+            shapes,
+            eval,
+            preprocess,
+            target,
+            target_sqnr,
+            calib,
+            promote_to,
+            no_sensitivity,
+            threads,
+        }) if format == "report" => {
+            let shapes: std::collections::HashMap<String, Vec<usize>> =
+                shapes.iter().map(|s| run::parse_shape(s)).collect::<Result<_>>()?;
+            report::report(&report::ReportArgs {
+                model: &model,
+                plan: &plan,
+                out: &out,
+                eval: eval.as_deref(),
+                calib: calib.as_deref(),
+                preprocess: &preprocess,
+                target: target.as_deref(),
+                target_sqnr,
+                promote_to: &promote_to,
+                shapes: &shapes,
+                threads,
+                no_sensitivity,
+            })
+        }
+        Some(Command::Export {
+            model,
+            plan,
+            format,
+            out,
             io,
             shapes,
+            ..
         }) => integer::export(&model, &plan, &format, &out, &io, &shapes),
         Some(Command::Targets { json, markdown }) => compile::targets(json, markdown),
         Some(Command::Compile {

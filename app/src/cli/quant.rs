@@ -25,7 +25,7 @@ fn write_report(path: &Path, report: &impl Serialize) -> Result<()> {
 }
 
 /// Opens a calibration or evaluation set, warning loudly when it is synthetic.
-fn open_set(what: &str, path: &str, preprocess: &str) -> Result<Samples> {
+pub(super) fn open_set(what: &str, path: &str, preprocess: &str) -> Result<Samples> {
     let set = Samples::open(path, preprocess)?;
     if set.is_synthetic() {
         eprintln!(
@@ -287,7 +287,7 @@ pub fn simulate_plan(
     Ok(())
 }
 
-fn simulate(q: &npu_core::quant::Quantizer<'_>, plan: &QuantPlan, set: &Samples) -> Result<Report> {
+pub(super) fn simulate(q: &npu_core::quant::Quantizer<'_>, plan: &QuantPlan, set: &Samples) -> Result<Report> {
     let r = pipeline::simulate(q, plan, set, &Stderr);
     end_progress();
     Ok(r?)

@@ -3,5 +3,6 @@
 
 pub mod doc;
 pub mod layout;
+pub mod picture;
 pub mod scene;
 pub mod synthetic;

@@ -496,9 +496,30 @@ impl Studio {
         };
         let (optimized, plan, report) = (m.optimized.clone(), r.plan.clone(), r.report.clone());
         let (generation, stem, formats) = (s.generation(), l.stem(), self.pipeline.formats);
+        // The report's placement section: the compile of this very plan, if there is one.
+        let compiled = self
+            .compile
+            .result
+            .as_ref()
+            .filter(|c| c.generation == generation)
+            .map(|c| c.compiled.clone());
+        let file = l.path.display().to_string();
         self.writes.spawn("export-plan", self.ctx.as_ref(), move |p| {
-            let bundle = npu_core::pipeline::export_bundle(&optimized, &plan, &report, &dir, &stem, formats, p)
-                .map_err(|e| JobError::Failed(format!("Export failed: {e}")))?;
+            let study = formats.report.then(|| {
+                let mut r = npu_core::report::StudyReport::new(
+                    npu_core::report::ModelSummary::of(&optimized, &file, &plan.input_shapes),
+                    &plan,
+                    &report,
+                    None,
+                    None,
+                    compiled.as_deref(),
+                );
+                r.graph = crate::graph::picture::picture(&optimized, &r);
+                r
+            });
+            let bundle =
+                npu_core::pipeline::export_bundle(&optimized, &plan, &report, &dir, &stem, formats, study.as_ref(), p)
+                    .map_err(|e| JobError::Failed(format!("Export failed: {e}")))?;
             Ok(Written::Exported {
                 generation,
                 dir,

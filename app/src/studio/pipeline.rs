@@ -384,6 +384,11 @@ fn export_menu(ui: &mut egui::Ui, st: &PipelineCx<'_>, out: &mut Vec<Command>) {
             .on_hover_text("A fully quantized int8 TFLite model, when every layer has an integer form");
         ui.checkbox(&mut f.qdq, "QDQ ONNX (.qdq.onnx)")
             .on_hover_text("The optimized graph with QuantizeLinear/DequantizeLinear pairs");
+        ui.checkbox(&mut f.report, "HTML report (.report.html, .json, .csv)")
+            .on_hover_text(
+                "One self-contained page: model, recipe, per-layer SQNR (sortable), plots, the graph heatmap, \
+             and the placement and latency of the current compile",
+            );
         if f != st.formats {
             out.push(Command::SetExportFormats(f));
         }
