@@ -21,25 +21,9 @@ pub(super) fn read_npy(path: &Path) -> Result<Tensor> {
     npu_core::ir::npy::read(path).with_context(|| path.display().to_string())
 }
 
+/// Writes `t` as an `.npy` file of its own dtype, atomically.
 pub(super) fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
-    use ndarray_npy::WriteNpyExt;
-    let tmp = path.with_extension("npy.tmp");
-    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let w = std::io::BufWriter::new(file);
-    match t {
-        Tensor::F32(a) => a.write_npy(w)?,
-        Tensor::F64(a) => a.write_npy(w)?,
-        Tensor::I64(a) => a.write_npy(w)?,
-        Tensor::I32(a) => a.write_npy(w)?,
-        Tensor::I8(a) => a.write_npy(w)?,
-        Tensor::U8(a) => a.write_npy(w)?,
-        Tensor::I16(a) => a.write_npy(w)?,
-        Tensor::U16(a) => a.write_npy(w)?,
-        Tensor::Bool(a) => a.write_npy(w)?,
-        other => other.to_f32().write_npy(w)?,
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    npu_core::ir::npy::write(path, t).with_context(|| path.display().to_string())
 }
 
 pub(super) fn parse_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
