@@ -9,12 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
+use npu_core::report::esc;
 
 fn fill(c: egui::Color32) -> String {
     let (hex, a) = Theme::svg(c);

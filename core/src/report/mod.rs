@@ -10,7 +10,7 @@ use crate::compiler::Compiled;
 use crate::ir::Model;
 use crate::quant::amp::MixedPrecision;
 use crate::quant::analysis::Analysis;
-use crate::quant::{QuantPlan, Report};
+use crate::quant::{QuantPlan, Report, csv_field};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -186,10 +186,7 @@ impl TargetSection {
                 .map(|l| TargetLayer {
                     node: l.node.clone(),
                     op: l.op.clone(),
-                    device: serde_json::to_value(l.place)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
+                    device: l.place.name().to_owned(),
                     precision: l.precision.clone(),
                     reason: l.reason.clone(),
                     macs: l.macs,
@@ -267,11 +264,9 @@ impl StudyReport {
         let mut placed: HashMap<&str, (String, f64)> = HashMap::new();
         if let Some(c) = compiled {
             for l in &c.layers {
-                let dev = serde_json::to_value(l.place)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                let e = placed.entry(l.node.as_str()).or_insert((dev, 0.0));
+                let e = placed
+                    .entry(l.node.as_str())
+                    .or_insert((l.place.name().to_owned(), 0.0));
                 e.1 += l.latency_us;
             }
         }
@@ -346,14 +341,6 @@ impl StudyReport {
             );
         }
         s
-    }
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
     }
 }
 
