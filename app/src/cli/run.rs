@@ -65,9 +65,23 @@ pub(super) fn sanitize(name: &str) -> String {
     format!("{}_{h:016x}", &s[..100])
 }
 
+/// Feeds named by a TFLite signature's input names get the tensor names they stand for.
+pub(super) fn by_tensor_name(model: &npu_core::ir::Model, feeds: HashMap<String, Tensor>) -> HashMap<String, Tensor> {
+    feeds
+        .into_iter()
+        .map(|(name, t)| {
+            let is_input = model.graph.inputs.iter().any(|&i| model.graph.values[i].name == name);
+            match model.meta.props.get(&format!("signature.input.{name}")) {
+                Some(tensor) if !is_input => (tensor.clone(), t),
+                _ => (name, t),
+            }
+        })
+        .collect()
+}
+
 pub fn run(path: &Path, inputs: &[String], out_dir: &Path, threads: usize, dump: Option<&Path>) -> Result<()> {
     let model = super::load(path)?;
-    let feeds = parse_inputs(inputs)?;
+    let feeds = by_tensor_name(&model, parse_inputs(inputs)?);
     for &i in &model.graph.inputs {
         let name = &model.graph.values[i].name;
         if !feeds.contains_key(name) {
@@ -182,7 +196,7 @@ pub fn bench(
             .with_context(|| format!("optimizing {}", path.display()))?
             .model;
     }
-    let mut feeds = parse_inputs(inputs)?;
+    let mut feeds = by_tensor_name(&model, parse_inputs(inputs)?);
     let shape_map: HashMap<String, Vec<usize>> = shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?;
     for &i in &model.graph.inputs {
         let v = &model.graph.values[i];

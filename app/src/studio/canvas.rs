@@ -54,7 +54,7 @@ fn main_pane(st: &mut Studio, ui: &mut egui::Ui, rect: Rect, out: &mut Vec<Comma
         painter.text(
             rect.center(),
             Align2::CENTER_CENTER,
-            "Open a model: File › Open… (Ctrl+O), or drop an .onnx file here",
+            "Open a model: File › Open… (Ctrl+O), or drop an .onnx or .tflite file here",
             FontId::proportional(16.0),
             st.theme.text_weak,
         );

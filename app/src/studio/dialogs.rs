@@ -23,7 +23,9 @@ pub fn spawn(dialog: Dialog, start: DialogStart, ctx: Option<&egui::Context>) ->
         let stem = start.stem.unwrap_or_else(|| "graph".into());
         let picked = match dialog {
             Dialog::OpenModel => d
+                .add_filter("Model (ONNX, TFLite)", &["onnx", "tflite"])
                 .add_filter("ONNX model", &["onnx"])
+                .add_filter("TFLite model", &["tflite"])
                 .add_filter("All files", &["*"])
                 .pick_file(),
             Dialog::OpenProject => d.add_filter("NPU Studio project", &["ron"]).pick_file(),

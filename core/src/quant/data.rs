@@ -208,10 +208,14 @@ impl Preprocess {
             .decode()
             .map_err(|e| ImageError::Decode(e.to_string()))?
             .to_rgb8();
+        // An NHWC input (a TFLite model's: last dim 3, second not) takes NHWC images even
+        // when the spec does not say `layout=nhwc`.
+        let nhwc = self.nhwc
+            || input_shape.is_some_and(|d| d.len() == 4 && d[3] == Dim::Fixed(3) && d[1] != Dim::Fixed(3));
         let (h, w) = match (self.size, input_shape) {
             (Some(s), _) => s,
             (None, Some(dims)) if dims.len() == 4 => {
-                let (hd, wd) = if self.nhwc {
+                let (hd, wd) = if nhwc {
                     (&dims[1], &dims[2])
                 } else {
                     (&dims[2], &dims[3])
@@ -266,7 +270,7 @@ impl Preprocess {
                 for c in 0..3 {
                     let src = if self.bgr { 2 - c } else { c };
                     let v = (f32::from(px[src]) * self.scale - self.mean[c]) / self.std[c];
-                    let i = if self.nhwc {
+                    let i = if nhwc {
                         (y * w + x) * 3 + c
                     } else {
                         c * h * w + y * w + x
@@ -275,7 +279,7 @@ impl Preprocess {
                 }
             }
         }
-        let shape = if self.nhwc { [1, h, w, 3] } else { [1, 3, h, w] };
+        let shape = if nhwc { [1, h, w, 3] } else { [1, 3, h, w] };
         let t = Tensor::from_f32(&shape, out).ok_or(ImageError::Empty)?;
         Ok(match (self.dtype, t) {
             (ImageDType::U8, Tensor::F32(a)) => Tensor::U8(a.mapv(|v| v.round().clamp(0.0, 255.0) as u8)),

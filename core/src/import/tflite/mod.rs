@@ -286,7 +286,9 @@ pub fn from_bytes(bytes: &[u8], path: &Path, opts: &LoadOptions) -> Result<(Mode
     if b.fp16_weights {
         meta.props.insert("weights.fp16".into(), "dequantized to float32 at import".into());
     }
-    let mut model = Model { graph: b.g, meta };
+    let mut graph = b.g;
+    drop_unread_constants(&mut graph);
+    let mut model = Model { graph, meta };
     model.validate().map_err(|e| ImportError::Invalid {
         file: path.to_path_buf(),
         error: e,
@@ -628,12 +630,23 @@ impl<'f> Builder<'f> {
         self.file.buffers.get(b).filter(|d| !d.is_empty()).map(|d| &d[..])
     }
 
+    /// Whether a tensor is constant: data in the file, or a constant folded at import
+    /// (a dequantized weight).
     pub(crate) fn is_const(&self, t: usize) -> bool {
-        self.raw(t).is_some()
+        self.raw(t).is_some() || self.folded(t).is_some()
+    }
+
+    /// The constant an import-time fold made for a tensor.
+    fn folded(&self, t: usize) -> Option<&Tensor> {
+        let v = self.forms[t].nhwc?;
+        self.g.values[v].constant.as_ref().map(Constant::tensor)
     }
 
     /// A constant's data as a tensor of its file type.
     pub(crate) fn const_tensor(&self, t: usize) -> Result<Tensor, ops::OpError> {
+        if let Some(c) = self.folded(t) {
+            return Ok(c.clone());
+        }
         let raw = self
             .raw(t)
             .ok_or_else(|| ops::OpError::Invalid(format!("tensor '{}' must be a constant", self.name_of(t))))?;
@@ -654,6 +667,9 @@ impl<'f> Builder<'f> {
     /// A constant as the graph computes on it: fp16 and quantized integer data become
     /// float32.
     pub(crate) fn const_value(&mut self, t: usize) -> Result<Tensor, ops::OpError> {
+        if let Some(c) = self.folded(t) {
+            return Ok(c.clone());
+        }
         let raw = self.const_tensor(t)?;
         if let Some(q) = self.quant_float(t) {
             return Ok(dequantize(&raw, &q, &self.name_of(t))?);
@@ -698,6 +714,37 @@ pub(crate) fn dequantize(t: &Tensor, q: &Quant, name: &str) -> Result<Tensor, op
         })
         .collect();
     Tensor::from_f32(&shape, data).ok_or_else(|| ops::OpError::Invalid(format!("tensor '{name}': bad shape")))
+}
+
+/// Removes constants no node reads and no output names (a weight folded at import and
+/// then used in another layout); remaps value ids.
+fn drop_unread_constants(g: &mut Graph) {
+    let mut used = vec![false; g.values.len()];
+    for n in &g.nodes {
+        for &v in n.inputs.iter().chain(&n.outputs).flatten() {
+            used[v] = true;
+        }
+    }
+    for &v in g.inputs.iter().chain(&g.outputs) {
+        used[v] = true;
+    }
+    let mut map = vec![usize::MAX; g.values.len()];
+    let mut kept = Vec::with_capacity(g.values.len());
+    for (i, v) in std::mem::take(&mut g.values).into_iter().enumerate() {
+        if used[i] || v.constant.is_none() {
+            map[i] = kept.len();
+            kept.push(v);
+        }
+    }
+    g.values = kept;
+    for n in &mut g.nodes {
+        for v in n.inputs.iter_mut().chain(n.outputs.iter_mut()).flatten() {
+            *v = map[*v];
+        }
+    }
+    for v in g.inputs.iter_mut().chain(g.outputs.iter_mut()) {
+        *v = map[*v];
+    }
 }
 
 pub(crate) fn attrs(list: Vec<(&str, Attr)>) -> BTreeMap<String, Attr> {

