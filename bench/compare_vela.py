@@ -44,6 +44,7 @@ def vela(tflite, out_dir):
         "cycles_npu": float(row["cycles_npu"]),
         "cycles_total": float(row["cycles_total"]),
         "macs": float(row["nn_macs"]),
+        "sram_kib": float(row["sram_memory_used"]),
     }, None
 
 
@@ -65,7 +66,7 @@ def main():
         rows.append((m, ours, v, err))
     print("Ethos-U55-128, w8a8 plans; NPU cycles: ours npu_cycles, Vela cycles_npu")
     print(f"{'model':8} {'Vela NPU ops':>14} {'ours NPU ops':>14} {'Vela NPU cycles':>16} {'ours NPU cycles':>16} "
-          f"{'ratio':>6} {'ours total ms (with CPU)':>24}")
+          f"{'ratio':>6} {'Vela SRAM KiB':>14} {'ours total ms (with CPU)':>24}")
     ratios = []
     for m, o, v, err in rows:
         ours_ops = f"{o['ops_on_npu']}/{o['ops_total']}"
@@ -76,7 +77,7 @@ def main():
         ratio = o["npu_cycles"] / v["cycles_npu"] if v["cycles_npu"] else float("nan")
         ratios.append(ratio)
         print(f"{m:8} {v['npu_ops']:>6}/{total:<7} {ours_ops:>14} {v['cycles_npu']:>16.0f} {o['npu_cycles']:>16.0f} "
-              f"{ratio:>6.2f} {o['latency_ms']:>24.3f}")
+              f"{ratio:>6.2f} {v['sram_kib']:>14.1f} {o['latency_ms']:>24.3f}")
     if ratios:
         print(f"ratio ours/Vela: min {min(ratios):.2f}, max {max(ratios):.2f}")
     # Our estimate must stay within a factor of 2 of Vela's on every model it compiles.

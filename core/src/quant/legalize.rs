@@ -1155,6 +1155,19 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     self.op(node, OpKind::Mul { act }, vec![a, b], vec![y]);
                     return Ok(());
                 }
+                // A Relu (or Relu6, ReluN1To1) after an Add, Sub or Mul whose output has no grid
+                // of its own runs as the op's fused activation, as TFLite's converter fuses it.
+                let clamp_after = matches!(
+                    &self.consumers[out][..],
+                    [c] if matches!(self.g().nodes[*c].op.as_str(), "Relu" | "Clip")
+                );
+                let (act, out) = match (act, self.q.grid(self.plan, out)) {
+                    (Act::None, None) if clamp_after && !self.g().outputs.contains(&out) => match self.absorb_consumer(out)? {
+                        (Epilogue::Act(a), y) => (a, y),
+                        _ => (act, out),
+                    },
+                    _ => (act, out),
+                };
                 let ty = self.ty_of(out)?;
                 let a = self.operand(node, 0, ty)?;
                 let b = self.operand(node, 1, ty)?;
