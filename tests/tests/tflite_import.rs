@@ -33,16 +33,23 @@ fn input(stem: &str) -> Tensor {
 fn run(model: &npu_core::ir::Model, x: Tensor) -> HashMap<String, Tensor> {
     let name = model.graph.values[model.graph.inputs[0]].name.clone();
     let exec = Executor::new(model, 2).expect("plan");
-    exec.run(&HashMap::from([(name, x)])).expect("runs").into_iter().collect()
+    exec.run(&HashMap::from([(name, x)]))
+        .expect("runs")
+        .into_iter()
+        .collect()
 }
 
 #[test]
 fn real_tflite_models_import_and_run() {
     for (name, stem) in MODELS {
         let path = model_path(name);
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", path.display()));
+        let bytes =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", path.display()));
         let (model, _) = load(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(model.meta.props.get("source.format").map(String::as_str), Some("tflite"));
+        assert_eq!(
+            model.meta.props.get("source.format").map(String::as_str),
+            Some("tflite")
+        );
         // The file's own declared output shapes and names.
         let file = tflite_schema::root_as_model(&bytes).expect("flatbuffer").unpack();
         let sg = &file.subgraphs.as_ref().expect("subgraphs")[0];
@@ -51,7 +58,9 @@ fn real_tflite_models_import_and_run() {
         for &o in sg.outputs.as_ref().expect("outputs") {
             let t = &tensors[o as usize];
             let tname = t.name.clone().expect("named");
-            let got = outs.get(&tname).unwrap_or_else(|| panic!("{name}: no output '{tname}'"));
+            let got = outs
+                .get(&tname)
+                .unwrap_or_else(|| panic!("{name}: no output '{tname}'"));
             let want: Vec<usize> = t.shape.as_ref().expect("shape").iter().map(|&d| d as usize).collect();
             assert_eq!(got.shape(), want.as_slice(), "{name}: {tname}");
             assert!(got.to_f32().iter().all(|v| v.is_finite()), "{name}: {tname} not finite");
@@ -62,7 +71,10 @@ fn real_tflite_models_import_and_run() {
         if name.starts_with("face") || name.starts_with("iris") {
             assert!(transposes <= 6, "{name}: {transposes} Transposes for {convs} convs");
         }
-        println!("{name}: {} nodes, {convs} Conv, {transposes} Transpose", model.graph.nodes.len());
+        println!(
+            "{name}: {} nodes, {convs} Conv, {transposes} Transpose",
+            model.graph.nodes.len()
+        );
     }
 }
 
@@ -70,22 +82,37 @@ fn real_tflite_models_import_and_run() {
 fn fp16_weights_are_widened_and_recorded() {
     let (model, _) = load(&model_path("face_short")).expect("loads");
     assert!(model.meta.props.contains_key("weights.fp16"));
-    assert!(model.graph.nodes.iter().all(|n| n.op != "Cast" && n.op != "DequantizeLinear"));
+    assert!(
+        model
+            .graph
+            .nodes
+            .iter()
+            .all(|n| n.op != "Cast" && n.op != "DequantizeLinear")
+    );
     let (model, _) = load(&model_path("face_landmark")).expect("loads");
-    assert!(!model.meta.props.contains_key("weights.fp16"), "face_landmark has float32 weights");
+    assert!(
+        !model.meta.props.contains_key("weights.fp16"),
+        "face_landmark has float32 weights"
+    );
 }
 
 #[test]
 fn basic_pitch_onnx_and_tflite_agree() {
     let (t, _) = load(&model_path("basic_pitch")).expect("tflite loads");
     let (o, _) = load(&data_dir().join("models").join("basic_pitch.onnx")).expect("onnx loads");
-    assert!(t.meta.props.contains_key("signature.input.input_2"), "{:?}", t.meta.props);
+    assert!(
+        t.meta.props.contains_key("signature.input.input_2"),
+        "{:?}",
+        t.meta.props
+    );
     for stem in ["pitch_house0", "pitch_boom"] {
         let a = run(&t, input(stem));
         let b = run(&o, input(stem));
         assert_eq!(a.len(), 3);
         for (name, x) in &a {
-            let y = b.get(name).unwrap_or_else(|| panic!("the ONNX file has no output '{name}'"));
+            let y = b
+                .get(name)
+                .unwrap_or_else(|| panic!("the ONNX file has no output '{name}'"));
             let e = max_rel_err(x, y);
             assert!(e <= 1e-4, "{stem} {name}: {e}");
         }
@@ -94,13 +121,17 @@ fn basic_pitch_onnx_and_tflite_agree() {
 
 #[test]
 fn unsupported_ops_are_listed_together() {
-    let e = load(&model_path("face_full_sparse")).expect_err("DENSIFY is not supported").to_string();
+    let e = load(&model_path("face_full_sparse"))
+        .expect_err("DENSIFY is not supported")
+        .to_string();
     let listed = e.matches("DENSIFY").count();
     assert_eq!(listed, 46, "every DENSIFY, each with its tensor:\n{e}");
     assert!(e.contains("face_full_sparse.tflite"), "{e}");
     let (m, r) = npu_core::import::load_with(
         &model_path("face_full_sparse"),
-        &LoadOptions { allow_unsupported: true },
+        &LoadOptions {
+            allow_unsupported: true,
+        },
     )
     .expect("kept for viewing");
     assert_eq!(m.graph.nodes.iter().filter(|n| n.op == "DENSIFY").count(), 46);
@@ -110,7 +141,8 @@ fn unsupported_ops_are_listed_together() {
 /// Loads and, if it loads, runs the model on zeros; panics are failures.
 fn load_and_run(bytes: &[u8]) -> Result<(), String> {
     let r = std::panic::catch_unwind(|| -> Result<(), String> {
-        let (m, _) = from_bytes(bytes, Path::new("hostile.tflite"), &LoadOptions::default()).map_err(|e| e.to_string())?;
+        let (m, _) =
+            from_bytes(bytes, Path::new("hostile.tflite"), &LoadOptions::default()).map_err(|e| e.to_string())?;
         let mut feeds = HashMap::new();
         for &i in &m.graph.inputs {
             let v = &m.graph.values[i];
@@ -155,7 +187,10 @@ fn hostile_tflite_files_fail_cleanly() {
     // A buffer that points past the end of the file.
     let mut m = tflite_schema::root_as_model(&good).expect("valid").unpack();
     let bufs = m.buffers.as_mut().expect("buffers");
-    let k = bufs.iter().position(|b| b.data.as_ref().is_some_and(|d| !d.is_empty())).expect("a weight");
+    let k = bufs
+        .iter()
+        .position(|b| b.data.as_ref().is_some_and(|d| !d.is_empty()))
+        .expect("a weight");
     bufs[k].data = None;
     bufs[k].offset = 1 << 40;
     bufs[k].size = 16;
@@ -220,8 +255,12 @@ fn fuzz_tflite_loader() {
                     .filter_map(|&v| {
                         let val = &m.graph.values[v];
                         let dims = npu_core::ir::concrete(val.shape.as_ref()?)?;
-                        (dims.iter().product::<usize>() <= 1 << 20)
-                            .then(|| (val.name.clone(), Tensor::from_f32(&dims, vec![0.0; dims.iter().product()]).expect("dims")))
+                        (dims.iter().product::<usize>() <= 1 << 20).then(|| {
+                            (
+                                val.name.clone(),
+                                Tensor::from_f32(&dims, vec![0.0; dims.iter().product()]).expect("dims"),
+                            )
+                        })
                     })
                     .collect();
                 e.run(&feeds).is_ok()

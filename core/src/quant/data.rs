@@ -210,8 +210,8 @@ impl Preprocess {
             .to_rgb8();
         // An NHWC input (a TFLite model's: last dim 3, second not) takes NHWC images even
         // when the spec does not say `layout=nhwc`.
-        let nhwc = self.nhwc
-            || input_shape.is_some_and(|d| d.len() == 4 && d[3] == Dim::Fixed(3) && d[1] != Dim::Fixed(3));
+        let nhwc =
+            self.nhwc || input_shape.is_some_and(|d| d.len() == 4 && d[3] == Dim::Fixed(3) && d[1] != Dim::Fixed(3));
         let (h, w) = match (self.size, input_shape) {
             (Some(s), _) => s,
             (None, Some(dims)) if dims.len() == 4 => {

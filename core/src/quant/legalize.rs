@@ -1162,10 +1162,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     [c] if matches!(self.g().nodes[*c].op.as_str(), "Relu" | "Clip")
                 );
                 let (act, out) = match (act, self.q.grid(self.plan, out)) {
-                    (Act::None, None) if clamp_after && !self.g().outputs.contains(&out) => match self.absorb_consumer(out)? {
-                        (Epilogue::Act(a), y) => (a, y),
-                        _ => (act, out),
-                    },
+                    (Act::None, None) if clamp_after && !self.g().outputs.contains(&out) => {
+                        match self.absorb_consumer(out)? {
+                            (Epilogue::Act(a), y) => (a, y),
+                            _ => (act, out),
+                        }
+                    }
                     _ => (act, out),
                 };
                 let ty = self.ty_of(out)?;

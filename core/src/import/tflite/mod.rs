@@ -66,7 +66,10 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<File, ImportError> {
     if model.version != 3 {
         return Err(format_err(
             path,
-            format!("TFLite schema version {} (this importer reads version 3)", model.version),
+            format!(
+                "TFLite schema version {} (this importer reads version 3)",
+                model.version
+            ),
         ));
     }
     let mut buffers = Vec::new();
@@ -101,7 +104,10 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<File, ImportError> {
     if subgraph >= subgraphs.len() {
         return Err(format_err(
             path,
-            format!("signature refers to subgraph {subgraph}, the model has {}", subgraphs.len()),
+            format!(
+                "signature refers to subgraph {subgraph}, the model has {}",
+                subgraphs.len()
+            ),
         ));
     }
     let n_codes = model.operator_codes.as_ref().map_or(0, Vec::len);
@@ -129,7 +135,11 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<File, ImportError> {
                 ));
             }
             check(&format!("operator {k}"), op.inputs.as_deref().unwrap_or_default(), true)?;
-            check(&format!("operator {k}"), op.outputs.as_deref().unwrap_or_default(), false)?;
+            check(
+                &format!("operator {k}"),
+                op.outputs.as_deref().unwrap_or_default(),
+                false,
+            )?;
         }
         for (k, t) in tensors.iter().enumerate() {
             if t.buffer as usize >= buffers.len().max(1) && t.buffer != 0 {
@@ -224,7 +234,10 @@ pub(crate) fn quant_of(t: &fb::TensorT) -> Option<Quant> {
 }
 
 pub(crate) fn tensor_name(t: &fb::TensorT, k: usize) -> String {
-    t.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("tensor_{k}"))
+    t.name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("tensor_{k}"))
 }
 
 /// Parses a TFLite model from bytes.
@@ -266,10 +279,8 @@ pub fn from_bytes(bytes: &[u8], path: &Path, opts: &LoadOptions) -> Result<(Mode
             .into(),
     );
     if let Some(sig) = &file.signature {
-        meta.props.insert(
-            "signature".into(),
-            sig.signature_key.clone().unwrap_or_default(),
-        );
+        meta.props
+            .insert("signature".into(), sig.signature_key.clone().unwrap_or_default());
         let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[file.subgraph];
         let tensors = sg.tensors.as_deref().unwrap_or_default();
         for (dir, maps) in [("input", &sig.inputs), ("output", &sig.outputs)] {
@@ -284,7 +295,8 @@ pub fn from_bytes(bytes: &[u8], path: &Path, opts: &LoadOptions) -> Result<(Mode
         }
     }
     if b.fp16_weights {
-        meta.props.insert("weights.fp16".into(), "dequantized to float32 at import".into());
+        meta.props
+            .insert("weights.fp16".into(), "dequantized to float32 at import".into());
     }
     let mut graph = b.g;
     drop_unread_constants(&mut graph);
@@ -376,21 +388,27 @@ impl<'f> Builder<'f> {
                 match e {
                     ops::OpError::Unsupported(why) => {
                         let out = op.outputs.as_deref().unwrap_or_default();
-                        let node = out
-                            .first()
-                            .map_or_else(|| format!("operator {k}"), |&t| tensor_name(&self.tensors[t as usize], t as usize));
+                        let node = out.first().map_or_else(
+                            || format!("operator {k}"),
+                            |&t| tensor_name(&self.tensors[t as usize], t as usize),
+                        );
                         let name = op_name(code);
                         self.unsupported.push(UnsupportedOp {
                             node,
-                            op: if why.is_empty() { name } else { format!("{name} ({why})") },
+                            op: if why.is_empty() {
+                                name
+                            } else {
+                                format!("{name} ({why})")
+                            },
                         });
                         self.keep_unsupported(op, code);
                     }
                     ops::OpError::Invalid(why) => {
                         let out = op.outputs.as_deref().unwrap_or_default();
-                        let node = out
-                            .first()
-                            .map_or_else(|| format!("operator {k}"), |&t| tensor_name(&self.tensors[t as usize], t as usize));
+                        let node = out.first().map_or_else(
+                            || format!("operator {k}"),
+                            |&t| tensor_name(&self.tensors[t as usize], t as usize),
+                        );
                         self.errors
                             .push(format!("operator {k} ({}) making '{node}': {why}", op_name(code)));
                     }
@@ -436,7 +454,7 @@ impl<'f> Builder<'f> {
             let fresh = self.unique(format!("{name}:{suffix}"));
             self.g.values[other].name = fresh;
         }
-        self.g.values[v].name = name.to_owned();
+        name.clone_into(&mut self.g.values[v].name);
         self.names.insert(name.to_owned());
         v
     }
@@ -550,7 +568,10 @@ impl<'f> Builder<'f> {
     }
 
     fn const_i64(&mut self, name: String, data: &[i64]) -> ValueId {
-        let t = Tensor::I64(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[data.len()]), data.to_vec()).unwrap_or_else(|_| unreachable!()));
+        let t = Tensor::I64(
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[data.len()]), data.to_vec())
+                .unwrap_or_else(|_| unreachable!()),
+        );
         self.constant(name, &t)
     }
 
@@ -672,13 +693,13 @@ impl<'f> Builder<'f> {
         }
         let raw = self.const_tensor(t)?;
         if let Some(q) = self.quant_float(t) {
-            return Ok(dequantize(&raw, &q, &self.name_of(t))?);
+            return dequantize(&raw, &q, &self.name_of(t));
         }
         // An int32 bias with scales (a quantized model's) is dequantized too.
         if self.dtype_of(t) == Some(DType::I32)
             && let Some(q) = quant_of(&self.tensors[t])
         {
-            return Ok(dequantize(&raw, &q, &self.name_of(t))?);
+            return dequantize(&raw, &q, &self.name_of(t));
         }
         Ok(raw)
     }
@@ -704,7 +725,11 @@ pub(crate) fn dequantize(t: &Tensor, q: &Quant, name: &str) -> Result<Tensor, op
             q.zero_point.len()
         )));
     }
-    let inner: usize = if per_channel { shape[q.axis + 1..].iter().product() } else { 1 };
+    let inner: usize = if per_channel {
+        shape[q.axis + 1..].iter().product()
+    } else {
+        1
+    };
     let data: Vec<f32> = codes
         .iter()
         .enumerate()
@@ -750,4 +775,3 @@ fn drop_unread_constants(g: &mut Graph) {
 pub(crate) fn attrs(list: Vec<(&str, Attr)>) -> BTreeMap<String, Attr> {
     list.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
-

@@ -1,8 +1,8 @@
 //! TFLite operators as IR nodes (ONNX semantics, opset 18).
 
 use super::{Builder, Layout, Quant, TO_NCHW, TO_NHWC, attrs, builtin};
-use fb::BuiltinOperator as B;
 use crate::ir::{Attr, DType, Tensor, ValueId};
+use fb::BuiltinOperator as B;
 use std::collections::BTreeMap;
 use tflite_schema as fb;
 
@@ -30,7 +30,10 @@ const NHWC_AXIS_IN_NCHW: [usize; 4] = [0, 2, 3, 1];
 fn transpose_tensor(t: &Tensor, perm: &[usize]) -> R<Tensor> {
     macro_rules! tr {
         ($a:expr) => {
-            $a.view().permuted_axes(perm.to_vec()).as_standard_layout().into_owned()
+            $a.view()
+                .permuted_axes(perm.to_vec())
+                .as_standard_layout()
+                .into_owned()
         };
     }
     Ok(match t {
@@ -46,7 +49,10 @@ fn transpose_tensor(t: &Tensor, perm: &[usize]) -> R<Tensor> {
     })
 }
 
-fn act_of(f: fb::ActivationFunctionType) -> R<Option<(&'static str, Option<(f32, f32)>)>> {
+/// A fused activation: the op, and the bounds of a Clip.
+type Activation = Option<(&'static str, Option<(f32, f32)>)>;
+
+fn act_of(f: fb::ActivationFunctionType) -> R<Activation> {
     Ok(match f {
         fb::ActivationFunctionType::NONE => None,
         fb::ActivationFunctionType::RELU => Some(("Relu", None)),
@@ -141,7 +147,13 @@ impl Builder<'_> {
     pub(crate) fn quantize_linear(&mut self, x: ValueId, q: &Quant, out: &str) -> ValueId {
         let (scale, zp) = self.qparams(q, out);
         let dt = self.g.values[zp].dtype;
-        self.node1("QuantizeLinear", out.to_owned(), dt, vec![Some(x), Some(scale), Some(zp)], BTreeMap::new())
+        self.node1(
+            "QuantizeLinear",
+            out.to_owned(),
+            dt,
+            vec![Some(x), Some(scale), Some(zp)],
+            BTreeMap::new(),
+        )
     }
 
     pub(crate) fn dequantize_linear(&mut self, x: ValueId, q: &Quant, out: String) -> ValueId {
@@ -321,7 +333,11 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 b.forms[o].nhwc = Some(v);
                 return Ok(());
             }
-            let layout = if b.forms[x].nchw.is_some() { Layout::Nchw } else { Layout::Nhwc };
+            let layout = if b.forms[x].nchw.is_some() {
+                Layout::Nchw
+            } else {
+                Layout::Nhwc
+            };
             let xv = b.input_in(x, layout)?;
             let v = if let Some(q) = super::quant_of(&b.tensors[x]) {
                 let mut q = q;
@@ -344,7 +360,11 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
         B::QUANTIZE => {
             // float → int: the output's grid is applied by `finish`; int → int requantizes.
             let x = req(ins, 0)?;
-            let layout = if b.rank(x) == 4 && b.forms[x].nchw.is_some() { Layout::Nchw } else { Layout::Nhwc };
+            let layout = if b.rank(x) == 4 && b.forms[x].nchw.is_some() {
+                Layout::Nchw
+            } else {
+                Layout::Nhwc
+            };
             let xv = b.input_in(x, layout)?;
             b.emit("Identity", vec![Some(xv)], BTreeMap::new(), o, layout, none)?;
         }
@@ -357,13 +377,31 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 return invalid("convolution input and weights must have rank 4");
             }
             let (pad, sh, sw, dh, dw, act, depthwise) = if code == B::CONV_2D {
-                let Some(c) = opts.as_conv_2_doptions() else { return invalid("no Conv2DOptions") };
-                (c.padding, c.stride_h, c.stride_w, c.dilation_h_factor, c.dilation_w_factor, c.fused_activation_function, false)
+                let Some(c) = opts.as_conv_2_doptions() else {
+                    return invalid("no Conv2DOptions");
+                };
+                (
+                    c.padding,
+                    c.stride_h,
+                    c.stride_w,
+                    c.dilation_h_factor,
+                    c.dilation_w_factor,
+                    c.fused_activation_function,
+                    false,
+                )
             } else {
                 let Some(c) = opts.as_depthwise_conv_2_doptions() else {
                     return invalid("no DepthwiseConv2DOptions");
                 };
-                (c.padding, c.stride_h, c.stride_w, c.dilation_h_factor, c.dilation_w_factor, c.fused_activation_function, true)
+                (
+                    c.padding,
+                    c.stride_h,
+                    c.stride_w,
+                    c.dilation_h_factor,
+                    c.dilation_w_factor,
+                    c.fused_activation_function,
+                    true,
+                )
             };
             let [sh, sw, dh, dw] = [sh, sw, dh, dw].map(|v| usize::try_from(v).unwrap_or(1).max(1));
             let (kh, kw) = (ws[1], ws[2]);
@@ -404,7 +442,9 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
         B::TRANSPOSE_CONV => {
             let (shape_t, w, x) = (req(ins, 0)?, req(ins, 1)?, req(ins, 2)?);
             let bias = opt(ins, 3);
-            let Some(c) = opts.as_transpose_conv_options() else { return invalid("no TransposeConvOptions") };
+            let Some(c) = opts.as_transpose_conv_options() else {
+                return invalid("no TransposeConvOptions");
+            };
             let out_shape = b.const_ints(shape_t)?;
             let (xs, ws) = (b.shape(x), b.shape(w));
             if xs.len() != 4 || ws.len() != 4 || out_shape.len() != 4 {
@@ -414,9 +454,12 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let (kh, kw) = (ws[1] as i64, ws[2] as i64);
             let mut pads = [0i64; 4];
             let mut extra = [0i64; 2];
-            for (i, (inp, k, s, out)) in [(xs[1] as i64, kh, sh, out_shape[1]), (xs[2] as i64, kw, sw, out_shape[2])]
-                .into_iter()
-                .enumerate()
+            for (i, (inp, k, s, out)) in [
+                (xs[1] as i64, kh, sh, out_shape[1]),
+                (xs[2] as i64, kw, sw, out_shape[2]),
+            ]
+            .into_iter()
+            .enumerate()
             {
                 let total = (inp - 1) * s + k - out;
                 if c.padding == fb::Padding::SAME && total > 0 {
@@ -442,17 +485,26 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             if extra != [0, 0] {
                 a.push(("output_padding", ints(&extra)));
             }
-            b.emit("ConvTranspose", vec![Some(xv), Some(wv), bv], attrs(a), o, Layout::Nchw, c.fused_activation_function)?;
+            b.emit(
+                "ConvTranspose",
+                vec![Some(xv), Some(wv), bv],
+                attrs(a),
+                o,
+                Layout::Nchw,
+                c.fused_activation_function,
+            )?;
         }
         B::MAX_POOL_2D | B::AVERAGE_POOL_2D => {
             let x = req(ins, 0)?;
-            let Some(p) = opts.as_pool_2_doptions() else { return invalid("no Pool2DOptions") };
+            let Some(p) = opts.as_pool_2_doptions() else {
+                return invalid("no Pool2DOptions");
+            };
             let xs = b.shape(x);
             if xs.len() != 4 {
                 return invalid("pooling input must have rank 4");
             }
-            let [sh, sw, kh, kw] =
-                [p.stride_h, p.stride_w, p.filter_height, p.filter_width].map(|v| usize::try_from(v).unwrap_or(1).max(1));
+            let [sh, sw, kh, kw] = [p.stride_h, p.stride_w, p.filter_height, p.filter_width]
+                .map(|v| usize::try_from(v).unwrap_or(1).max(1));
             let (t0, b0) = same_pad(p.padding, xs[1], kh, sh, 1);
             let (l0, r0) = same_pad(p.padding, xs[2], kw, sw, 1);
             let xv = b.nchw(x)?;
@@ -467,12 +519,21 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 a.push(("count_include_pad", Attr::Int(0)));
                 "AveragePool"
             };
-            b.emit(onnx, vec![Some(xv)], attrs(a), o, Layout::Nchw, p.fused_activation_function)?;
+            b.emit(
+                onnx,
+                vec![Some(xv)],
+                attrs(a),
+                o,
+                Layout::Nchw,
+                p.fused_activation_function,
+            )?;
         }
         B::FULLY_CONNECTED => {
             let (x, w) = (req(ins, 0)?, req(ins, 1)?);
             let bias = opt(ins, 2);
-            let Some(c) = opts.as_fully_connected_options() else { return invalid("no FullyConnectedOptions") };
+            let Some(c) = opts.as_fully_connected_options() else {
+                return invalid("no FullyConnectedOptions");
+            };
             if c.weights_format != fb::FullyConnectedOptionsWeightsFormat::DEFAULT {
                 return unsupported("shuffled weights");
             }
@@ -487,7 +548,13 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 xv
             } else {
                 let s = b.const_i64(format!("{name}:flat_shape"), &[-1, k]);
-                b.node1("Reshape", format!("{name}:flat"), Some(DType::F32), vec![Some(xv), Some(s)], BTreeMap::new())
+                b.node1(
+                    "Reshape",
+                    format!("{name}:flat"),
+                    Some(DType::F32),
+                    vec![Some(xv), Some(s)],
+                    BTreeMap::new(),
+                )
             };
             let wv = b.weight(w, &[0, 1], "w")?;
             let bv = match bias {
@@ -509,7 +576,14 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                     attrs(vec![("transB", Attr::Int(1))]),
                 );
                 let s = b.const_i64(format!("{name}:shape"), &shape);
-                b.emit("Reshape", vec![Some(g), Some(s)], BTreeMap::new(), o, Layout::Nhwc, c.fused_activation_function)?;
+                b.emit(
+                    "Reshape",
+                    vec![Some(g), Some(s)],
+                    BTreeMap::new(),
+                    o,
+                    Layout::Nhwc,
+                    c.fused_activation_function,
+                )?;
             } else {
                 b.emit(
                     "Gemm",
@@ -521,9 +595,25 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 )?;
             }
         }
-        B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::POW | B::SQUARED_DIFFERENCE | B::PRELU
-        | B::EQUAL | B::NOT_EQUAL | B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::LOGICAL_AND
-        | B::LOGICAL_OR | B::FLOOR_DIV | B::FLOOR_MOD => {
+        B::ADD
+        | B::SUB
+        | B::MUL
+        | B::DIV
+        | B::MAXIMUM
+        | B::MINIMUM
+        | B::POW
+        | B::SQUARED_DIFFERENCE
+        | B::PRELU
+        | B::EQUAL
+        | B::NOT_EQUAL
+        | B::LESS
+        | B::LESS_EQUAL
+        | B::GREATER
+        | B::GREATER_EQUAL
+        | B::LOGICAL_AND
+        | B::LOGICAL_OR
+        | B::FLOOR_DIV
+        | B::FLOOR_MOD => {
             let (x, y) = (req(ins, 0)?, req(ins, 1)?);
             let act = match code {
                 B::ADD => opts.as_add_options().map_or(none, |a| a.fused_activation_function),
@@ -539,7 +629,7 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 B::ADD => "Add",
                 B::SUB | B::SQUARED_DIFFERENCE => "Sub",
                 B::MUL => "Mul",
-                B::DIV => "Div",
+                B::DIV | B::FLOOR_DIV => "Div",
                 B::MAXIMUM => "Max",
                 B::MINIMUM => "Min",
                 B::POW => "Pow",
@@ -551,15 +641,24 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 B::GREATER_EQUAL => "GreaterOrEqual",
                 B::LOGICAL_AND => "And",
                 B::LOGICAL_OR => "Or",
-                B::FLOOR_DIV => "Div",
                 _ => "Mod",
             };
             match code {
                 B::SQUARED_DIFFERENCE | B::NOT_EQUAL | B::FLOOR_DIV => {
                     let name = b.out_name(o);
-                    let dt = if code == B::SQUARED_DIFFERENCE { Some(DType::F32) } else { b.dtype_of(x) };
+                    let dt = if code == B::SQUARED_DIFFERENCE {
+                        Some(DType::F32)
+                    } else {
+                        b.dtype_of(x)
+                    };
                     let dt = if code == B::NOT_EQUAL { Some(DType::Bool) } else { dt };
-                    let d = b.node1(onnx, format!("{name}:pre"), dt, vec![Some(xv), Some(yv)], BTreeMap::new());
+                    let d = b.node1(
+                        onnx,
+                        format!("{name}:pre"),
+                        dt,
+                        vec![Some(xv), Some(yv)],
+                        BTreeMap::new(),
+                    );
                     let (op2, ins2) = match code {
                         B::SQUARED_DIFFERENCE => ("Mul", vec![Some(d), Some(d)]),
                         B::NOT_EQUAL => ("Not", vec![Some(d)]),
@@ -582,9 +681,30 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 }
             }
         }
-        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::RELU_0_TO_1 | B::LOGISTIC | B::TANH | B::HARD_SWISH | B::NEG
-        | B::SQRT | B::RSQRT | B::EXP | B::LOG | B::ABS | B::SQUARE | B::LEAKY_RELU | B::ELU | B::FLOOR | B::CEIL
-        | B::ROUND | B::SIN | B::COS | B::LOGICAL_NOT | B::GELU | B::SIGN => {
+        B::RELU
+        | B::RELU6
+        | B::RELU_N1_TO_1
+        | B::RELU_0_TO_1
+        | B::LOGISTIC
+        | B::TANH
+        | B::HARD_SWISH
+        | B::NEG
+        | B::SQRT
+        | B::RSQRT
+        | B::EXP
+        | B::LOG
+        | B::ABS
+        | B::SQUARE
+        | B::LEAKY_RELU
+        | B::ELU
+        | B::FLOOR
+        | B::CEIL
+        | B::ROUND
+        | B::SIN
+        | B::COS
+        | B::LOGICAL_NOT
+        | B::GELU
+        | B::SIGN => {
             let x = req(ins, 0)?;
             let layout = b.elementwise_layout(&[x], o);
             let xv = b.input_in(x, layout)?;
@@ -598,10 +718,23 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                     };
                     let lo = b.const_f32_scalar(format!("{name}:min"), lo);
                     let hi = b.const_f32_scalar(format!("{name}:max"), hi);
-                    b.emit("Clip", vec![Some(xv), Some(lo), Some(hi)], BTreeMap::new(), o, layout, none)?;
+                    b.emit(
+                        "Clip",
+                        vec![Some(xv), Some(lo), Some(hi)],
+                        BTreeMap::new(),
+                        o,
+                        layout,
+                        none,
+                    )?;
                 }
                 B::RSQRT => {
-                    let s = b.node1("Sqrt", format!("{name}:sqrt"), Some(DType::F32), vec![Some(xv)], BTreeMap::new());
+                    let s = b.node1(
+                        "Sqrt",
+                        format!("{name}:sqrt"),
+                        Some(DType::F32),
+                        vec![Some(xv)],
+                        BTreeMap::new(),
+                    );
                     b.emit("Reciprocal", vec![Some(s)], BTreeMap::new(), o, layout, none)?;
                 }
                 B::SQUARE => {
@@ -609,11 +742,21 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 }
                 B::LEAKY_RELU => {
                     let alpha = opts.as_leaky_relu_options().map_or(0.2, |l| l.alpha);
-                    b.emit("LeakyRelu", vec![Some(xv)], attrs(vec![("alpha", Attr::Float(alpha))]), o, layout, none)?;
+                    b.emit(
+                        "LeakyRelu",
+                        vec![Some(xv)],
+                        attrs(vec![("alpha", Attr::Float(alpha))]),
+                        o,
+                        layout,
+                        none,
+                    )?;
                 }
                 B::GELU => {
                     let approx = opts.as_gelu_options().is_some_and(|g| g.approximate);
-                    let a = attrs(vec![("approximate", Attr::String(if approx { "tanh" } else { "none" }.into()))]);
+                    let a = attrs(vec![(
+                        "approximate",
+                        Attr::String(if approx { "tanh" } else { "none" }.into()),
+                    )]);
                     b.emit("Gelu", vec![Some(xv)], a, o, layout, none)?;
                 }
                 _ => {
@@ -641,11 +784,17 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             }
         }
         B::CONCATENATION => {
-            let Some(c) = opts.as_concatenation_options() else { return invalid("no ConcatenationOptions") };
+            let Some(c) = opts.as_concatenation_options() else {
+                return invalid("no ConcatenationOptions");
+            };
             let list: Vec<usize> = ins.iter().filter_map(|&t| usize::try_from(t).ok()).collect();
             let rank = b.rank(o);
             let axis = norm_axis(i64::from(c.axis), rank)?;
-            let layout = if list.iter().all(|&t| b.rank(t) == 4) { b.elementwise_layout(&list, o) } else { Layout::Nhwc };
+            let layout = if list.iter().all(|&t| b.rank(t) == 4) {
+                b.elementwise_layout(&list, o)
+            } else {
+                Layout::Nhwc
+            };
             let mut vs = Vec::new();
             for &t in &list {
                 vs.push(Some(match layout {
@@ -653,8 +802,19 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                     Layout::Nhwc => b.nhwc(t)?,
                 }));
             }
-            let axis = if layout == Layout::Nchw { NHWC_AXIS_IN_NCHW[axis] } else { axis };
-            b.emit("Concat", vs, attrs(vec![("axis", Attr::Int(axis as i64))]), o, layout, c.fused_activation_function)?;
+            let axis = if layout == Layout::Nchw {
+                NHWC_AXIS_IN_NCHW[axis]
+            } else {
+                axis
+            };
+            b.emit(
+                "Concat",
+                vs,
+                attrs(vec![("axis", Attr::Int(axis as i64))]),
+                o,
+                layout,
+                c.fused_activation_function,
+            )?;
         }
         B::PAD | B::PADV2 | B::MIRROR_PAD => {
             let (x, p) = (req(ins, 0)?, req(ins, 1)?);
@@ -663,8 +823,16 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             if pads.len() != rank * 2 {
                 return invalid(format!("paddings hold {} values for rank {rank}", pads.len()));
             }
-            let layout = if rank == 4 && b.forms[x].nchw.is_some() { Layout::Nchw } else { Layout::Nhwc };
-            let order: Vec<usize> = if layout == Layout::Nchw { TO_NCHW.to_vec() } else { (0..rank).collect() };
+            let layout = if rank == 4 && b.forms[x].nchw.is_some() {
+                Layout::Nchw
+            } else {
+                Layout::Nhwc
+            };
+            let order: Vec<usize> = if layout == Layout::Nchw {
+                TO_NCHW.to_vec()
+            } else {
+                (0..rank).collect()
+            };
             let mut onnx_pads: Vec<i64> = order.iter().map(|&a| pads[2 * a]).collect();
             onnx_pads.extend(order.iter().map(|&a| pads[2 * a + 1]));
             let xv = b.input_in(x, layout)?;
@@ -673,7 +841,9 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let mut inputs = vec![Some(xv), Some(pv)];
             let mut a = Vec::new();
             if code == B::MIRROR_PAD {
-                let mode = opts.as_mirror_pad_options().map_or(fb::MirrorPadMode::REFLECT, |m| m.mode);
+                let mode = opts
+                    .as_mirror_pad_options()
+                    .map_or(fb::MirrorPadMode::REFLECT, |m| m.mode);
                 if mode != fb::MirrorPadMode::REFLECT {
                     return unsupported("SYMMETRIC mirror padding");
                 }
@@ -688,8 +858,11 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let (x, ax) = (req(ins, 0)?, req(ins, 1)?);
             let keep = opts.as_reducer_options().is_some_and(|r| r.keep_dims);
             let rank = b.rank(x);
-            let mut axes: Vec<usize> =
-                b.const_ints(ax)?.iter().map(|&a| norm_axis(a, rank)).collect::<R<_>>()?;
+            let mut axes: Vec<usize> = b
+                .const_ints(ax)?
+                .iter()
+                .map(|&a| norm_axis(a, rank))
+                .collect::<R<_>>()?;
             axes.sort_unstable();
             axes.dedup();
             // NCHW when the input is there already and the kept dims stay in order.
@@ -703,7 +876,13 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             }
             let onnx_axes: Vec<i64> = axes
                 .iter()
-                .map(|&a| if layout == Layout::Nchw { NHWC_AXIS_IN_NCHW[a] as i64 } else { a as i64 })
+                .map(|&a| {
+                    if layout == Layout::Nchw {
+                        NHWC_AXIS_IN_NCHW[a] as i64
+                    } else {
+                        a as i64
+                    }
+                })
                 .collect();
             let xv = b.input_in(x, layout)?;
             let name = b.out_name(o);
@@ -716,7 +895,14 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 _ => "ReduceProd",
             };
             let out_layout = if keep { layout } else { Layout::Nhwc };
-            b.emit(onnx, vec![Some(xv), Some(av)], attrs(vec![("keepdims", Attr::Int(i64::from(keep)))]), o, out_layout, none)?;
+            b.emit(
+                onnx,
+                vec![Some(xv), Some(av)],
+                attrs(vec![("keepdims", Attr::Int(i64::from(keep)))]),
+                o,
+                out_layout,
+                none,
+            )?;
         }
         B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => {
             let (x, s) = (req(ins, 0)?, req(ins, 1)?);
@@ -726,7 +912,8 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 return invalid("resize takes a rank-4 input and two sizes");
             }
             let (align, half) = if code == B::RESIZE_BILINEAR {
-                opts.as_resize_bilinear_options().map_or((false, false), |r| (r.align_corners, r.half_pixel_centers))
+                opts.as_resize_bilinear_options()
+                    .map_or((false, false), |r| (r.align_corners, r.half_pixel_centers))
             } else {
                 opts.as_resize_nearest_neighbor_options()
                     .map_or((false, false), |r| (r.align_corners, r.half_pixel_centers))
@@ -746,9 +933,19 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 ("coordinate_transformation_mode", Attr::String(ctm.into())),
             ];
             if !linear {
-                a.push(("nearest_mode", Attr::String(if align { "round_prefer_ceil" } else { "floor" }.into())));
+                a.push((
+                    "nearest_mode",
+                    Attr::String(if align { "round_prefer_ceil" } else { "floor" }.into()),
+                ));
             }
-            b.emit("Resize", vec![Some(xv), None, None, Some(sizes)], attrs(a), o, Layout::Nchw, none)?;
+            b.emit(
+                "Resize",
+                vec![Some(xv), None, None, Some(sizes)],
+                attrs(a),
+                o,
+                Layout::Nchw,
+                none,
+            )?;
         }
         B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => {
             let x = req(ins, 0)?;
@@ -778,7 +975,13 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 }
                 Some(s) => {
                     let sv = b.nhwc(s)?;
-                    b.node1("Cast", format!("{name}:shape"), Some(DType::I64), vec![Some(sv)], attrs(vec![("to", Attr::Int(7))]))
+                    b.node1(
+                        "Cast",
+                        format!("{name}:shape"),
+                        Some(DType::I64),
+                        vec![Some(sv)],
+                        attrs(vec![("to", Attr::Int(7))]),
+                    )
                 }
                 None => {
                     let v: Vec<i64> = match opts.as_reshape_options().and_then(|r| r.new_shape.clone()) {
@@ -788,7 +991,14 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                     b.const_i64(format!("{name}:shape"), &v)
                 }
             };
-            b.emit("Reshape", vec![Some(xv), Some(shape)], BTreeMap::new(), o, Layout::Nhwc, none)?;
+            b.emit(
+                "Reshape",
+                vec![Some(xv), Some(shape)],
+                BTreeMap::new(),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::SQUEEZE => {
             let x = req(ins, 0)?;
@@ -813,13 +1023,27 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let xv = b.nhwc(x)?;
             let name = b.out_name(o);
             let av = b.const_i64(format!("{name}:axes"), &axis);
-            b.emit("Unsqueeze", vec![Some(xv), Some(av)], BTreeMap::new(), o, Layout::Nhwc, none)?;
+            b.emit(
+                "Unsqueeze",
+                vec![Some(xv), Some(av)],
+                BTreeMap::new(),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::TRANSPOSE => {
             let (x, p) = (req(ins, 0)?, req(ins, 1)?);
             let perm = b.const_ints(p)?;
             let xv = b.nhwc(x)?;
-            b.emit("Transpose", vec![Some(xv)], attrs(vec![("perm", ints(&perm))]), o, Layout::Nhwc, none)?;
+            b.emit(
+                "Transpose",
+                vec![Some(xv)],
+                attrs(vec![("perm", ints(&perm))]),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::STRIDED_SLICE => {
             let x = req(ins, 0)?;
@@ -828,7 +1052,9 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 Some(s) => b.const_ints(s)?,
                 None => vec![1; begin.len()],
             };
-            let Some(so) = opts.as_strided_slice_options() else { return invalid("no StridedSliceOptions") };
+            let Some(so) = opts.as_strided_slice_options() else {
+                return invalid("no StridedSliceOptions");
+            };
             if so.ellipsis_mask != 0 || so.new_axis_mask != 0 {
                 return unsupported("ellipsis or new-axis mask");
             }
@@ -876,7 +1102,14 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 let dt = b.out_dtype(o);
                 let sl = b.node1("Slice", format!("{name}:slice"), dt, inputs, BTreeMap::new());
                 let sq = b.const_i64(format!("{name}:shrink"), &shrink);
-                b.emit("Squeeze", vec![Some(sl), Some(sq)], BTreeMap::new(), o, Layout::Nhwc, none)?;
+                b.emit(
+                    "Squeeze",
+                    vec![Some(sl), Some(sq)],
+                    BTreeMap::new(),
+                    o,
+                    Layout::Nhwc,
+                    none,
+                )?;
             }
         }
         B::SLICE => {
@@ -896,7 +1129,14 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let sv = b.const_i64(format!("{name}:starts"), &begin);
             let ev = b.const_i64(format!("{name}:ends"), &ends);
             let av = b.const_i64(format!("{name}:axes"), &axes);
-            b.emit("Slice", vec![Some(xv), Some(sv), Some(ev), Some(av)], BTreeMap::new(), o, Layout::Nhwc, none)?;
+            b.emit(
+                "Slice",
+                vec![Some(xv), Some(sv), Some(ev), Some(av)],
+                BTreeMap::new(),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::GATHER => {
             let (x, i) = (req(ins, 0)?, req(ins, 1)?);
@@ -906,7 +1146,14 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             }
             let xv = b.nhwc(x)?;
             let iv = b.nhwc(i)?;
-            b.emit("Gather", vec![Some(xv), Some(iv)], attrs(vec![("axis", Attr::Int(i64::from(g.0)))]), o, Layout::Nhwc, none)?;
+            b.emit(
+                "Gather",
+                vec![Some(xv), Some(iv)],
+                attrs(vec![("axis", Attr::Int(i64::from(g.0)))]),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::SPLIT | B::SPLIT_V | B::UNPACK => {
             let (x, axis, sizes) = match code {
@@ -915,7 +1162,7 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                     let axis = norm_axis(*b.const_ints(a)?.first().unwrap_or(&0), b.rank(x))?;
                     let n = outs.len();
                     let dim = b.shape(x)[axis];
-                    if n == 0 || dim % n != 0 {
+                    if n == 0 || !dim.is_multiple_of(n) {
                         return invalid(format!("{dim} does not split into {n}"));
                     }
                     (x, axis, vec![(dim / n) as i64; n])
@@ -948,17 +1195,34 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let mut vals = Vec::new();
             for &t in outs {
                 let t = t as usize;
-                let n = if code == B::UNPACK { format!("{}:part", b.out_name(t)) } else { b.out_name(t) };
+                let n = if code == B::UNPACK {
+                    format!("{}:part", b.out_name(t))
+                } else {
+                    b.out_name(t)
+                };
                 let dt = b.out_dtype(t);
                 vals.push(b.fresh_value(n, dt));
             }
             let node_name = b.g.values[vals[0]].name.clone();
-            b.add_node("Split", &node_name, vec![Some(xv), Some(sv)], vals.clone(), attrs(vec![("axis", Attr::Int(axis as i64))]));
+            b.add_node(
+                "Split",
+                &node_name,
+                vec![Some(xv), Some(sv)],
+                vals.clone(),
+                attrs(vec![("axis", Attr::Int(axis as i64))]),
+            );
             for (k, &t) in outs.iter().enumerate() {
                 let t = t as usize;
                 if code == B::UNPACK {
                     let ax = b.const_i64(format!("{}:axes", b.out_name(t)), &[axis as i64]);
-                    b.emit("Squeeze", vec![Some(vals[k]), Some(ax)], BTreeMap::new(), t, Layout::Nhwc, none)?;
+                    b.emit(
+                        "Squeeze",
+                        vec![Some(vals[k]), Some(ax)],
+                        BTreeMap::new(),
+                        t,
+                        Layout::Nhwc,
+                        none,
+                    )?;
                 } else {
                     b.finish(t, vals[k], Layout::Nhwc);
                 }
@@ -974,24 +1238,60 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 let t = usize::try_from(t).map_err(|_| OpError::Invalid("missing input".into()))?;
                 let v = b.nhwc(t)?;
                 let dt = b.g.values[v].dtype;
-                parts.push(Some(b.node1("Unsqueeze", format!("{name}:{k}"), dt, vec![Some(v), Some(ax)], BTreeMap::new())));
+                parts.push(Some(b.node1(
+                    "Unsqueeze",
+                    format!("{name}:{k}"),
+                    dt,
+                    vec![Some(v), Some(ax)],
+                    BTreeMap::new(),
+                )));
             }
-            b.emit("Concat", parts, attrs(vec![("axis", Attr::Int(axis as i64))]), o, Layout::Nhwc, none)?;
+            b.emit(
+                "Concat",
+                parts,
+                attrs(vec![("axis", Attr::Int(axis as i64))]),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::SHAPE => {
             let x = req(ins, 0)?;
             let xv = b.nhwc(x)?;
             let name = b.out_name(o);
-            let s = b.node1("Shape", format!("{name}:i64"), Some(DType::I64), vec![Some(xv)], BTreeMap::new());
-            let to = onnx_type(b.dtype_of(o).unwrap_or(DType::I32));
-            b.emit("Cast", vec![Some(s)], attrs(vec![("to", Attr::Int(to))]), o, Layout::Nhwc, none)?;
+            let s = b.node1(
+                "Shape",
+                format!("{name}:i64"),
+                Some(DType::I64),
+                vec![Some(xv)],
+                BTreeMap::new(),
+            );
+            let to = onnx_type(b.dtype_of(o).unwrap_or(DType::I32))?;
+            b.emit(
+                "Cast",
+                vec![Some(s)],
+                attrs(vec![("to", Attr::Int(to))]),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::CAST => {
             let x = req(ins, 0)?;
             let layout = b.elementwise_layout(&[x], o);
             let xv = b.input_in(x, layout)?;
-            let to = onnx_type(b.dtype_of(o).ok_or_else(|| OpError::Unsupported("output type".into()))?);
-            b.emit("Cast", vec![Some(xv)], attrs(vec![("to", Attr::Int(to))]), o, layout, none)?;
+            let to = onnx_type(
+                b.dtype_of(o)
+                    .ok_or_else(|| OpError::Unsupported("output type".into()))?,
+            )?;
+            b.emit(
+                "Cast",
+                vec![Some(xv)],
+                attrs(vec![("to", Attr::Int(to))]),
+                o,
+                layout,
+                none,
+            )?;
         }
         B::ARG_MAX | B::ARG_MIN => {
             let (x, a) = (req(ins, 0)?, req(ins, 1)?);
@@ -1006,8 +1306,15 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 vec![Some(xv)],
                 attrs(vec![("axis", Attr::Int(axis)), ("keepdims", Attr::Int(0))]),
             );
-            let to = onnx_type(b.dtype_of(o).unwrap_or(DType::I64));
-            b.emit("Cast", vec![Some(am)], attrs(vec![("to", Attr::Int(to))]), o, Layout::Nhwc, none)?;
+            let to = onnx_type(b.dtype_of(o).unwrap_or(DType::I64))?;
+            b.emit(
+                "Cast",
+                vec![Some(am)],
+                attrs(vec![("to", Attr::Int(to))]),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::SOFTMAX | B::LOG_SOFTMAX => {
             let x = req(ins, 0)?;
@@ -1016,14 +1323,29 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let name = b.out_name(o);
             if code == B::SOFTMAX && (beta - 1.0).abs() > 0.0 {
                 let bv = b.const_f32_scalar(format!("{name}:beta"), beta);
-                xv = b.node1("Mul", format!("{name}:scaled"), Some(DType::F32), vec![Some(xv), Some(bv)], BTreeMap::new());
+                xv = b.node1(
+                    "Mul",
+                    format!("{name}:scaled"),
+                    Some(DType::F32),
+                    vec![Some(xv), Some(bv)],
+                    BTreeMap::new(),
+                );
             }
             let onnx = if code == B::SOFTMAX { "Softmax" } else { "LogSoftmax" };
-            b.emit(onnx, vec![Some(xv)], attrs(vec![("axis", Attr::Int(-1))]), o, Layout::Nhwc, none)?;
+            b.emit(
+                onnx,
+                vec![Some(xv)],
+                attrs(vec![("axis", Attr::Int(-1))]),
+                o,
+                Layout::Nhwc,
+                none,
+            )?;
         }
         B::BATCH_MATMUL => {
             let (x, y) = (req(ins, 0)?, req(ins, 1)?);
-            let (ax, ay) = opts.as_batch_mat_mul_options().map_or((false, false), |m| (m.adj_x, m.adj_y));
+            let (ax, ay) = opts
+                .as_batch_mat_mul_options()
+                .map_or((false, false), |m| (m.adj_x, m.adj_y));
             let name = b.out_name(o);
             let mut vs = Vec::new();
             for (t, adj, tag) in [(x, ax, "a"), (y, ay, "b")] {
@@ -1033,7 +1355,13 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                     let mut perm: Vec<i64> = (0..r as i64).collect();
                     perm.swap(r - 1, r - 2);
                     let dt = b.g.values[v].dtype;
-                    vs.push(Some(b.node1("Transpose", format!("{name}:{tag}T"), dt, vec![Some(v)], attrs(vec![("perm", ints(&perm))]))));
+                    vs.push(Some(b.node1(
+                        "Transpose",
+                        format!("{name}:{tag}T"),
+                        dt,
+                        vec![Some(v)],
+                        attrs(vec![("perm", ints(&perm))]),
+                    )));
                 } else {
                     vs.push(Some(v));
                 }
@@ -1050,7 +1378,10 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let mv = b.const_ints(m)?;
             let xv = b.nhwc(x)?;
             let name = b.out_name(o);
-            let c = b.const_i64(format!("{name}:{}", if code == B::TILE { "repeats" } else { "shape" }), &mv);
+            let c = b.const_i64(
+                format!("{name}:{}", if code == B::TILE { "repeats" } else { "shape" }),
+                &mv,
+            );
             let onnx = if code == B::TILE { "Tile" } else { "Expand" };
             b.emit(onnx, vec![Some(xv), Some(c)], BTreeMap::new(), o, Layout::Nhwc, none)?;
         }
@@ -1070,8 +1401,8 @@ fn norm_axis(a: i64, rank: usize) -> R<usize> {
 }
 
 /// The ONNX `TensorProto.DataType` code of a dtype (for Cast's `to`).
-fn onnx_type(d: DType) -> i64 {
-    match d {
+fn onnx_type(d: DType) -> R<i64> {
+    Ok(match d {
         DType::F32 => 1,
         DType::U8 => 2,
         DType::I8 => 3,
@@ -1084,6 +1415,6 @@ fn onnx_type(d: DType) -> i64 {
         DType::F64 => 11,
         DType::U32 => 12,
         DType::U64 => 13,
-        _ => 1,
-    }
+        other => return unsupported(format!("a cast to {other}")),
+    })
 }
