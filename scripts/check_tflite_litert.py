@@ -11,7 +11,10 @@ U55 (`npu-studio compile --out FILE.npub`) and the binary emulated
 outputs are compared with LiteRT's too, and its output SQNR against FP32 is printed beside
 the fake-quant simulator's. With `--all-tensors MODEL`, every intermediate tensor LiteRT
 exposes (`experimental_preserve_all_tensors=True`) is compared with ours (the integer
-reference's and the emulator's) too. Exits non-zero on any mismatch, naming the tensor,
+reference's and the emulator's) too. The exported file is then read back as a model of
+its own: `npu-studio run FILE.tflite` runs the integer program the file carries (its
+scales, zero points and codes, no plan) and its outputs must equal LiteRT's; with the U55,
+`npu-studio compile FILE.tflite` (no plan) and the emulated binary too. Exits non-zero on any mismatch, naming the tensor,
 the count of differing elements and the largest difference.
 
 Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16] [--no-emulate]
@@ -128,6 +131,7 @@ def main():
         scale, zp = inp["quantization"]
         checked = 0
         emulated = 0
+        from_file = 0
         tensors_checked = 0
         for path in evals:
             x = np.load(os.path.join(ROOT, path))
@@ -164,6 +168,25 @@ def main():
                     if o.get("integer_mismatches") != 0:
                         failures.append(f"{m} {os.path.basename(path)} emulated output {o['name']}: "
                                         f"{o.get('integer_mismatches')} codes differ from the integer reference")
+            # The exported file read back: its own integer program, no plan.
+            fout = os.path.join(tmp, "from_file")
+            fpath_codes = os.path.join(tmp, "x_file.npy")
+            np.save(fpath_codes, to_file_layout(codes, inp["shape"]))
+            run([args.bin, "run", tfl, "--input", f"{inp['name']}={fpath_codes}", "--output-dir", fout])
+            femu = None
+            if compiled:
+                fnpub = os.path.join(tmp, "from_file.npub")
+                if not os.path.exists(fnpub):
+                    run([args.bin, "compile", tfl, "--target", "ethos-u55-128", "--out", fnpub])
+                femu = os.path.join(tmp, "from_file_emulated")
+                run([args.bin, "emulate", fnpub, "--input", f"{inp['name']}={fpath_codes}", "--output-dir", femu])
+            for d in it.get_output_details():
+                theirs = it.get_tensor(d["index"])
+                mine = np.load(os.path.join(fout, sanitize(d["name"]) + ".npy"))
+                from_file += compare(f"{m} {os.path.basename(path)} read-back output {d['name']}", mine, theirs, failures)
+                if femu:
+                    mine = np.load(os.path.join(femu, sanitize(d["name"]) + ".npy"))
+                    from_file += compare(f"{m} {os.path.basename(path)} read-back emulated output {d['name']}", mine, theirs, failures)
             for d in it.get_output_details():
                 ours = to_file_layout(np.load(os.path.join(out, sanitize(d["name"]) + ".npy")), d["shape"])
                 checked += compare(f"{m} {os.path.basename(path)} output {d['name']}", ours, it.get_tensor(d["index"]), failures)
@@ -194,6 +217,7 @@ def main():
             f"{m}: {len(evals)} inputs, {checked} elements compared"
             + (f" ({tensors_checked} tensor comparisons incl. intermediates)" if all_tensors else "")
             + f"; the emulated U55 binary: {emulated} elements compared with LiteRT"
+            + f"; the file read back (its own program{', compiled and emulated' if compiled else ''}): {from_file}"
         )
     for s in summary:
         print(s)

@@ -1,6 +1,7 @@
 //! `npu-studio targets` (the NPU targets and their supported ops) and `npu-studio compile`
 //! (placement, segments, memory and the performance estimate of a plan on a target).
 
+use npu_core::quant::params::IntType;
 use anyhow::{Context, Result};
 use npu_core::compiler::{Options, Place};
 use npu_core::pipeline;
@@ -101,13 +102,15 @@ struct Timing {
     compile_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     compile_peak_heap_bytes: Option<usize>,
-    /// Bytes of the model's weights (the optimized graph's constants as stored).
+    /// Bytes of the model's weights (the optimized graph's constants as stored; for a
+    /// quantized TFLite file, its program's constants at their integer widths).
     model_weight_bytes: u64,
 }
 
 pub struct CompileArgs<'a> {
     pub model: &'a Path,
-    pub plan: &'a Path,
+    /// `None`: the model is a quantized TFLite file and its own program is compiled.
+    pub plan: Option<&'a Path>,
     pub target: &'a str,
     pub shapes: &'a [String],
     pub force_cpu: &'a [String],
@@ -125,10 +128,44 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
         .iter()
         .map(|s| super::run::parse_shape(s))
         .collect::<Result<_>>()?;
-    let (plan, optimized) = super::quant::plan_inputs(a.model, a.plan)?;
     let t0 = std::time::Instant::now();
-    let program =
-        pipeline::legalize(&optimized, &plan, &shapes).with_context(|| format!("legalizing {}", a.model.display()))?;
+    let (program, weight_bytes) = match a.plan {
+        Some(plan_path) => {
+            let (plan, optimized) = super::quant::plan_inputs(a.model, plan_path)?;
+            let program = pipeline::legalize(&optimized, &plan, &shapes)
+                .with_context(|| format!("legalizing {}", a.model.display()))?;
+            let bytes = optimized
+                .graph
+                .values
+                .iter()
+                .filter_map(|v| v.constant.as_ref())
+                .map(|c| c.raw().len() as u64)
+                .sum();
+            (program, bytes)
+        }
+        None => {
+            let program = npu_core::import::tflite::program::load(a.model)?.with_context(|| {
+                format!(
+                    "{}: --plan PLAN.ron is needed (only a quantized TFLite file carries its own integer program)",
+                    a.model.display()
+                )
+            })?;
+            let bytes = program
+                .tensors
+                .iter()
+                .filter_map(|t| {
+                    let per = match t.q.ty {
+                        IntType::I8 | IntType::I4 | IntType::Bool => 1,
+                        IntType::I16 => 2,
+                        IntType::I64 => 8,
+                        _ => 4,
+                    };
+                    t.data.as_ref().map(|d| (d.len() * per) as u64)
+                })
+                .sum();
+            (program, bytes)
+        }
+    };
     let legalize_ms = t0.elapsed().as_secs_f64() * 1e3;
     let known: std::collections::HashSet<&str> = program.ops.iter().map(|o| o.node.as_str()).collect();
     for n in a.force_cpu {
@@ -153,7 +190,7 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
     }
     let report = Report {
         model: a.model.display().to_string(),
-        plan: a.plan.display().to_string(),
+        plan: a.plan.map_or_else(|| "(the file's own quantization)".to_owned(), |p| p.display().to_string()),
         headline: c.headline(),
         binary: a.out.map(|p| p.display().to_string()),
         binary_bytes: bytes.as_ref().map(Vec::len),
@@ -161,13 +198,7 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
             legalize_ms,
             compile_ms,
             compile_peak_heap_bytes: peak,
-            model_weight_bytes: optimized
-                .graph
-                .values
-                .iter()
-                .filter_map(|v| v.constant.as_ref())
-                .map(|c| c.raw().len() as u64)
-                .sum(),
+            model_weight_bytes: weight_bytes,
         },
         compiled: &c,
     };

@@ -114,8 +114,40 @@ pub fn run(
     let feeds = parse_inputs(inputs)?;
     let shapes: HashMap<String, Vec<usize>> = feeds.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
     let p = program(model, plan, &shapes)?;
-    let ins = integer_inputs(&feeds, p.inputs.iter().map(|&i| &p.tensors[i]), model)?;
-    let r = pipeline::run_integer(&p, ins).with_context(|| format!("running {} with the plan", model.display()))?;
+    run_program(model, &p, &feeds, out_dir, dequantize, dump)
+}
+
+/// `npu-studio run FILE.tflite` on a quantized TFLite file: the file's own integer program
+/// (its scales, zero points and codes) with LiteRT's reference-kernel arithmetic. `None`
+/// when the file is not a quantized TFLite model the program importer reads.
+pub fn run_file_program(
+    model: &Path,
+    inputs: &[String],
+    out_dir: &Path,
+    dequantize: bool,
+    dump: Option<&Path>,
+) -> Option<Result<()>> {
+    let p = match npu_core::import::tflite::program::load(model) {
+        Ok(Some(p)) => p,
+        Ok(None) => return None,
+        Err(e) => {
+            eprintln!("warning: {e}; running the file's QDQ float graph instead");
+            return None;
+        }
+    };
+    Some(parse_inputs(inputs).and_then(|feeds| run_program(model, &p, &feeds, out_dir, dequantize, dump)))
+}
+
+fn run_program(
+    model: &Path,
+    p: &Program,
+    feeds: &HashMap<String, Tensor>,
+    out_dir: &Path,
+    dequantize: bool,
+    dump: Option<&Path>,
+) -> Result<()> {
+    let ins = integer_inputs(feeds, p.inputs.iter().map(|&i| &p.tensors[i]), model)?;
+    let r = pipeline::run_integer(p, ins).with_context(|| format!("running {} with integer arithmetic", model.display()))?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     for &o in &p.outputs {
         let t = &p.tensors[o];

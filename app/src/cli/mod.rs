@@ -143,8 +143,10 @@ enum Command {
     /// cycles (compute against memory), latency with the CPU segments, energy.
     Compile {
         model: PathBuf,
+        /// The quantization plan; optional for a quantized TFLite file, whose own integer
+        /// program (scales, zero points, codes) is compiled as it is.
         #[arg(long, value_name = "PLAN.ron")]
-        plan: PathBuf,
+        plan: Option<PathBuf>,
         /// A target id (`npu-studio targets`) or a target file (.ron).
         #[arg(long, default_value = "ethos-u55-128")]
         target: String,
@@ -369,7 +371,8 @@ pub fn main() -> Result<()> {
             dequantize,
         }) => match plan {
             Some(plan) => integer::run(&model, &plan, &inputs, &output_dir, dequantize, dump.as_deref()),
-            None => run::run(&model, &inputs, &output_dir, threads, dump.as_deref()),
+            None => integer::run_file_program(&model, &inputs, &output_dir, dequantize, dump.as_deref())
+                .unwrap_or_else(|| run::run(&model, &inputs, &output_dir, threads, dump.as_deref())),
         },
         Some(Command::Export {
             model,
@@ -426,7 +429,7 @@ pub fn main() -> Result<()> {
             json,
         }) => compile::compile(&compile::CompileArgs {
             model: &model,
-            plan: &plan,
+            plan: plan.as_deref(),
             target: &target,
             shapes: &shapes,
             force_cpu: &force_cpu,

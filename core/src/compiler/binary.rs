@@ -472,6 +472,10 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
             FloatOp::Cast => 34,
             FloatOp::HardSwish => 35,
         },
+        OpKind::Relu { act } => {
+            w.push(act_code(*act));
+            36
+        }
     };
     (code, w)
 }
@@ -627,6 +631,7 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
             ][usize::from(code - 30)]
             .clone(),
         },
+        36 => OpKind::Relu { act: r.act()? },
         _ => return None,
     };
     (r.at == w.len()).then_some(k)

@@ -68,9 +68,12 @@ impl Unit {
             | OpKind::Mean { .. }
             | OpKind::ReduceMax { .. }
             | OpKind::ReduceMin { .. } => Self::Pool,
-            OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Mul { .. } | OpKind::Maximum | OpKind::Minimum => {
-                Self::Elementwise
-            }
+            OpKind::Add { .. }
+            | OpKind::Sub { .. }
+            | OpKind::Mul { .. }
+            | OpKind::Maximum
+            | OpKind::Minimum
+            | OpKind::Relu { .. } => Self::Elementwise,
             k if lut_op(k) => Self::Lut,
             OpKind::Softmax { .. } => Self::Lut,
             _ => Self::Dma,

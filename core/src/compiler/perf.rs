@@ -187,7 +187,9 @@ fn npu_compute(p: &Program, i: usize, v: &OpView, m: u64, t: &Target) -> f64 {
             let ins: f64 = v.inputs.iter().map(|s| numel(s) as f64).sum();
             (ins / c.pool_elements_per_cycle).max(output_stage)
         }
-        OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Maximum | OpKind::Minimum => out * c.add_cycles_per_element,
+        OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Maximum | OpKind::Minimum | OpKind::Relu { .. } => {
+            out * c.add_cycles_per_element
+        }
         OpKind::Mul { .. } => out * c.mul_cycles_per_element,
         OpKind::Softmax { .. } => lut * 3.0,
         OpKind::Logistic | OpKind::Tanh | OpKind::HardSwish | OpKind::Exp | OpKind::Log | OpKind::Sqrt => lut,

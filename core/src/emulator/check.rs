@@ -443,6 +443,7 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
         | OpKind::Softmax { .. }
         | OpKind::Reshape
         | OpKind::Requantize
+        | OpKind::Relu { .. }
         | OpKind::Sqrt
         | OpKind::Log
         | OpKind::Exp => same_size()?,

@@ -175,6 +175,7 @@ pub fn plan(p: &Program, op: &IOp, w: &Window) -> Option<Plan> {
         | OpKind::Maximum
         | OpKind::Minimum
         | OpKind::Requantize
+        | OpKind::Relu { .. }
         | OpKind::HardSwish
         | OpKind::Logistic
         | OpKind::Tanh

@@ -158,6 +158,7 @@ fn layouts(p: &Program) -> Vec<bool> {
             | OpKind::Logistic
             | OpKind::Tanh
             | OpKind::Requantize
+            | OpKind::Relu { .. }
             | OpKind::Concat { .. }
             | OpKind::Slice { .. }
             | OpKind::Pad { .. }
@@ -974,7 +975,7 @@ impl Writer<'_> {
                 );
                 self.flush(pending);
             }
-            OpKind::HardSwish | OpKind::Logistic | OpKind::Tanh | OpKind::Requantize => {
+            OpKind::HardSwish | OpKind::Logistic | OpKind::Tanh | OpKind::Requantize | OpKind::Relu { .. } => {
                 let layout = self.nhwc[op.outputs[0]];
                 let x = self.tensor_as(op.inputs[0], layout);
                 let (y, pending) = self.output_as(op.outputs[0], layout);
@@ -986,6 +987,15 @@ impl Writer<'_> {
                     ),
                     OpKind::Logistic => (tfl::BuiltinOperator::LOGISTIC, 2, tfl::BuiltinOptionsT::NONE),
                     OpKind::Tanh => (tfl::BuiltinOperator::TANH, 2, tfl::BuiltinOptionsT::NONE),
+                    OpKind::Relu { act } => (
+                        match act {
+                            Act::Relu6 => tfl::BuiltinOperator::RELU6,
+                            Act::ReluN1To1 => tfl::BuiltinOperator::RELU_N1_TO_1,
+                            _ => tfl::BuiltinOperator::RELU,
+                        },
+                        2,
+                        tfl::BuiltinOptionsT::NONE,
+                    ),
                     _ => (
                         tfl::BuiltinOperator::QUANTIZE,
                         2,

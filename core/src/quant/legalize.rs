@@ -105,6 +105,12 @@ pub enum OpKind {
     },
     /// int8 → int8 on another grid (TFLite's QUANTIZE between integer tensors).
     Requantize,
+    /// A standalone RELU, RELU6 or RELU_N1_TO_1 (TFLite's `ReluX`): the input moved to the
+    /// output's grid with the multiplier of the float32 quotient `s_in / s_out`, then
+    /// clamped to the activation's range on that grid.
+    Relu {
+        act: Act,
+    },
     /// A strided copy: per axis of the input, the first index, the count and the step
     /// (axes not listed are copied whole). Output on the input's grid.
     Slice {
@@ -218,6 +224,7 @@ impl OpKind {
             Self::Transpose { .. } => "Transpose",
             Self::Concat { .. } => "Concat",
             Self::Requantize => "Requantize",
+            Self::Relu { .. } => "Relu",
             Self::Slice { .. } => "Slice",
             Self::BatchMatMul => "BatchMatMul",
             Self::Pad { .. } => "Pad",
@@ -1493,6 +1500,37 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     _ => OpKind::HardSwish,
                 };
                 self.op(node, kind, vec![xi], vec![y]);
+                Ok(())
+            }
+            "Relu" | "Clip" => {
+                // A standalone clamp with a grid of its own: TFLite's RELU family.
+                let g = self.g();
+                let bound = |k: usize, name: &str| {
+                    node.attr_f(name).or_else(|| {
+                        node.input(k)
+                            .and_then(|b| g.values[b].constant.as_ref())
+                            .and_then(|c| c.tensor().to_f32().iter().next().copied())
+                    })
+                };
+                let act = if node.op == "Relu" {
+                    Act::Relu
+                } else {
+                    match (bound(1, "min"), bound(2, "max")) {
+                        (Some(lo), Some(hi)) if lo == 0.0 && hi == 6.0 => Act::Relu6,
+                        (Some(lo), Some(hi)) if lo == -1.0 && hi == 1.0 => Act::ReluN1To1,
+                        (Some(lo), None) if lo == 0.0 => Act::Relu,
+                        (Some(lo), Some(hi)) if lo == 0.0 && hi >= f32::MAX => Act::Relu,
+                        _ => {
+                            return Err(
+                                "Clip with bounds other than [0, 6], [-1, 1] or [0, ∞) has no integer form yet".into()
+                            );
+                        }
+                    }
+                };
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
+                let y = self.act(out)?;
+                self.op(node, OpKind::Relu { act }, vec![xi], vec![y]);
                 Ok(())
             }
             "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => {

@@ -2,7 +2,7 @@
 //! and, when the op fails it, says why in the sentence the user reads.
 
 use super::Precision;
-use crate::quant::legalize::{IOp, OpKind, PadMode, Program};
+use crate::quant::legalize::{Act, IOp, OpKind, PadMode, Program};
 use crate::quant::params::IntType;
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +31,9 @@ pub const OP_CLASSES: &[&str] = &[
     "QUANTIZE",
     "REDUCE_MAX",
     "REDUCE_MIN",
+    "RELU",
+    "RELU6",
+    "RELU_N1_TO_1",
     "RESHAPE",
     "RESIZE_NEAREST_NEIGHBOR",
     "SOFTMAX",
@@ -113,6 +116,11 @@ pub fn op_class(p: &Program, op: &IOp) -> String {
         OpKind::Transpose { .. } => "TRANSPOSE",
         OpKind::Concat { .. } => "CONCATENATION",
         OpKind::Requantize => "QUANTIZE",
+        OpKind::Relu { act } => match act {
+            Act::Relu6 => "RELU6",
+            Act::ReluN1To1 => "RELU_N1_TO_1",
+            _ => "RELU",
+        },
         OpKind::Slice { .. } => "STRIDED_SLICE",
         OpKind::BatchMatMul => "BATCH_MATMUL",
         OpKind::Pad { mode, .. } => match mode {

@@ -16,6 +16,7 @@
 //! comes from [`program`].
 
 mod ops;
+pub mod program;
 
 use super::{ImportError, ImportReport, LoadOptions, UnsupportedOp};
 use crate::ir::{Attr, Constant, DType, Dim, Graph, Metadata, Model, Node, Tensor, Value, ValueId};

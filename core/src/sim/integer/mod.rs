@@ -350,6 +350,16 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                 _ => out.iter().map(|&x| quantize_code(x, yq)).collect(),
             }
         }
+        OpKind::Relu { act } => {
+            // ReluPrepare divides in float32, then widens (unlike QUANTIZE's double quotient).
+            let (q, s) = fixed::quantize_multiplier(f64::from(xq.s() / yq.s()));
+            let (lo, hi) = kernels::act_range(*act, yq);
+            let (zi, zo) = (xq.zp(), yq.zp());
+            v(0)?
+                .iter()
+                .map(|&a| (fixed::mbqm(a - zi, q, s) + zo).clamp(lo, hi))
+                .collect()
+        }
         OpKind::Requantize => {
             let (q, s) = fixed::quantize_multiplier(f64::from(xq.s()) / f64::from(yq.s()));
             let (lo, hi) = yq.ty.range();

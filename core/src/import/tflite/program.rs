@@ -1,0 +1,701 @@
+//! A quantized TFLite file as an integer [`Program`]: the file's own int8/int16 tensors,
+//! scales, zero points, weight and bias codes, and one integer op per operator with
+//! LiteRT's reference-kernel arithmetic — what the integer reference runs, the compiler
+//! lowers and the emulator executes, with no calibration of ours in between.
+//!
+//! Tensors keep the file's NHWC layout at the inputs and outputs; convolutions, pools and
+//! resizes run NCHW (the integer kernels' layout) between `Transpose` ops, which move codes
+//! and change no value.
+
+use super::{File, TO_NCHW, TO_NHWC, builtin, dtype, op_name, parse, quant_of, tensor_name};
+use crate::import::{ImportError, UnsupportedOp};
+use crate::ir::DType;
+use crate::quant::legalize::{Act, IOp, ITensor, OpKind, PadMode, Program};
+use crate::quant::params::{IntType, QParams};
+use std::path::Path;
+use tflite_schema as fb;
+use fb::BuiltinOperator as B;
+
+/// Whether a parsed file computes on integers: some operator reads or writes an int8 or
+/// int16 tensor with scales.
+fn is_integer(file: &File) -> bool {
+    let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[file.subgraph];
+    let tensors = sg.tensors.as_deref().unwrap_or_default();
+    sg.operators.iter().flatten().any(|op| {
+        let codes = file.model.operator_codes.as_deref().unwrap_or_default();
+        builtin(&codes[op.opcode_index as usize]) != B::DEQUANTIZE
+            && op.outputs.iter().flatten().any(|&t| {
+                let t = &tensors[t as usize];
+                matches!(t.type_, fb::TensorType::INT8 | fb::TensorType::INT16) && quant_of(t).is_some()
+            })
+    })
+}
+
+/// The integer program of a quantized TFLite file; `Ok(None)` for a float model.
+pub fn load(path: &Path) -> Result<Option<Program>, ImportError> {
+    let bytes = std::fs::read(path).map_err(|e| ImportError::io(path, e))?;
+    from_bytes(&bytes, path)
+}
+
+/// [`load`] from bytes.
+pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Option<Program>, ImportError> {
+    if crate::import::detect(bytes.get(..16).unwrap_or(bytes)) != crate::import::Content::TfLite {
+        return Ok(None);
+    }
+    let file = parse(bytes, path)?;
+    if !is_integer(&file) {
+        return Ok(None);
+    }
+    let mut b = Lower::new(&file, path);
+    b.run();
+    if !b.errors.is_empty() {
+        return Err(super::format_err(path, b.errors.join("\n")));
+    }
+    if !b.unsupported.is_empty() {
+        return Err(ImportError::Unsupported {
+            file: path.to_path_buf(),
+            ops: b.unsupported,
+        });
+    }
+    Ok(Some(b.prog))
+}
+
+type R<T> = Result<T, Why>;
+
+enum Why {
+    Unsupported(String),
+    Invalid(String),
+}
+
+fn invalid<T>(m: impl Into<String>) -> R<T> {
+    Err(Why::Invalid(m.into()))
+}
+
+fn unsupported<T>(m: impl Into<String>) -> R<T> {
+    Err(Why::Unsupported(m.into()))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Nhwc,
+    Nchw,
+}
+
+struct Lower<'f> {
+    file: &'f File,
+    tensors: &'f [fb::TensorT],
+    codes: &'f [fb::OperatorCodeT],
+    prog: Program,
+    nhwc: Vec<Option<usize>>,
+    nchw: Vec<Option<usize>>,
+    outputs: Vec<usize>,
+    unsupported: Vec<UnsupportedOp>,
+    errors: Vec<String>,
+}
+
+fn permute(v: &[usize], perm: &[usize]) -> Vec<usize> {
+    perm.iter().map(|&p| v[p]).collect()
+}
+
+/// Codes of a row-major array of `shape` permuted by `perm`.
+fn permute_codes(data: &[i64], shape: &[usize], perm: &[usize]) -> Vec<i64> {
+    let out_shape = permute(shape, perm);
+    let rank = shape.len();
+    let mut strides = vec![1usize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; rank];
+    for _ in 0..n {
+        let src: usize = (0..rank).map(|d| idx[d] * strides[perm[d]]).sum();
+        out.push(data[src]);
+        for d in (0..rank).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+fn act_of(f: fb::ActivationFunctionType) -> R<Act> {
+    Ok(match f {
+        fb::ActivationFunctionType::NONE => Act::None,
+        fb::ActivationFunctionType::RELU => Act::Relu,
+        fb::ActivationFunctionType::RELU6 => Act::Relu6,
+        fb::ActivationFunctionType::RELU_N1_TO_1 => Act::ReluN1To1,
+        other => return unsupported(format!("fused {}", other.variant_name().unwrap_or("?"))),
+    })
+}
+
+fn same_pad(padding: fb::Padding, input: usize, kernel: usize, stride: usize, dilation: usize) -> (usize, usize) {
+    if padding != fb::Padding::SAME {
+        return (0, 0);
+    }
+    let out = input.div_ceil(stride.max(1));
+    let eff = (kernel.max(1) - 1) * dilation.max(1) + 1;
+    let total = ((out.max(1) - 1) * stride + eff).saturating_sub(input);
+    (total / 2, total - total / 2)
+}
+
+impl<'f> Lower<'f> {
+    fn new(file: &'f File, path: &'f Path) -> Self {
+        let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[file.subgraph];
+        let tensors = sg.tensors.as_deref().unwrap_or_default();
+        let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        Self {
+            file,
+            tensors,
+            codes: file.model.operator_codes.as_deref().unwrap_or_default(),
+            prog: Program {
+                graph: format!("tflite:{name}"),
+                tensors: Vec::new(),
+                ops: Vec::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                constraints: Vec::new(),
+            },
+            nhwc: vec![None; tensors.len()],
+            nchw: vec![None; tensors.len()],
+            outputs: sg.outputs.iter().flatten().map(|&t| t as usize).collect(),
+            unsupported: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn name(&self, t: usize) -> String {
+        tensor_name(&self.tensors[t], t)
+    }
+
+    fn shape(&self, t: usize) -> Vec<usize> {
+        self.tensors[t]
+            .shape
+            .iter()
+            .flatten()
+            .map(|&d| usize::try_from(d).unwrap_or(0))
+            .collect()
+    }
+
+    fn q(&self, t: usize) -> R<QParams> {
+        let info = &self.tensors[t];
+        let ty = match info.type_ {
+            fb::TensorType::INT8 => IntType::I8,
+            fb::TensorType::INT16 => IntType::I16,
+            fb::TensorType::INT32 if quant_of(info).is_some() => IntType::I32,
+            fb::TensorType::INT32 => IntType::Index,
+            fb::TensorType::INT64 => IntType::I64,
+            fb::TensorType::FLOAT32 => IntType::F32,
+            fb::TensorType::BOOL => IntType::Bool,
+            other => return unsupported(format!("a {} tensor", other.variant_name().unwrap_or("?"))),
+        };
+        let Some(q) = quant_of(info) else {
+            if matches!(ty, IntType::I8 | IntType::I16) {
+                return invalid(format!("integer tensor '{}' has no scale", self.name(t)));
+            }
+            return Ok(QParams::per_tensor(ty, 1.0, 0));
+        };
+        let per_channel = q.scale.len() > 1;
+        Ok(QParams {
+            ty,
+            scale: q.scale.clone(),
+            zero_point: q.zero_point.iter().map(|&z| z as i32).collect(),
+            axis: per_channel.then_some(q.axis),
+        })
+    }
+
+    fn raw(&self, t: usize) -> Option<&'f [u8]> {
+        let b = self.tensors[t].buffer as usize;
+        if b == 0 {
+            return None;
+        }
+        self.file.buffers.get(b).filter(|d| !d.is_empty()).map(|d| &d[..])
+    }
+
+    /// A constant's codes, as stored.
+    fn codes_of(&self, t: usize) -> R<Vec<i64>> {
+        let raw = self.raw(t).ok_or_else(|| Why::Invalid(format!("'{}' must be a constant", self.name(t))))?;
+        let dt = dtype(self.tensors[t].type_).ok_or_else(|| Why::Unsupported("constant type".into()))?;
+        let shape = self.shape(t);
+        let tensor = crate::ir::Tensor::from_raw(dt, &shape, raw)
+            .map_err(|e| Why::Invalid(format!("tensor '{}': {e}", self.name(t))))?;
+        if dt == DType::F32 {
+            return Ok(tensor.to_f32().iter().map(|v| i64::from(v.to_bits())).collect());
+        }
+        tensor
+            .as_i64_vec()
+            .ok_or_else(|| Why::Invalid(format!("tensor '{}' must hold integers", self.name(t))))
+    }
+
+    fn push(&mut self, t: ITensor) -> usize {
+        self.prog.tensors.push(t);
+        self.prog.tensors.len() - 1
+    }
+
+    fn op(&mut self, node: &str, kind: OpKind, inputs: Vec<usize>, outputs: Vec<usize>) {
+        self.prog.ops.push(IOp {
+            node: node.to_owned(),
+            kind,
+            inputs,
+            outputs,
+        });
+    }
+
+    /// A constant operand in `layout` (broadcast to rank 4 and transposed for NCHW).
+    fn constant(&mut self, t: usize, layout: Layout) -> R<usize> {
+        let mut shape = self.shape(t);
+        let mut data = self.codes_of(t)?;
+        let mut q = self.q(t)?;
+        if layout == Layout::Nchw {
+            if shape.len() > 4 {
+                return invalid(format!("constant '{}' of rank {}", self.name(t), shape.len()));
+            }
+            let pad = 4 - shape.len();
+            let mut s4 = vec![1; pad];
+            s4.extend(&shape);
+            data = permute_codes(&data, &s4, &TO_NCHW);
+            shape = permute(&s4, &TO_NCHW);
+            if let Some(a) = q.axis {
+                q.axis = Some(TO_NCHW.iter().position(|&p| p == a + pad).unwrap_or(0));
+            }
+        }
+        let name = self.name(t);
+        Ok(self.push(ITensor {
+            name,
+            shape,
+            q,
+            data: Some(data),
+        }))
+    }
+
+    fn is_const(&self, t: usize) -> bool {
+        self.raw(t).is_some()
+    }
+
+    /// An output tensor in `layout`: the file's name, or `name:nchw` before the Transpose
+    /// that gives a graph output its file layout.
+    fn out(&mut self, t: usize, layout: Layout) -> R<usize> {
+        let shape = self.shape(t);
+        let (shape, name) = match layout {
+            Layout::Nhwc => (shape, self.name(t)),
+            Layout::Nchw => {
+                if shape.len() != 4 {
+                    return invalid(format!("'{}' must have rank 4", self.name(t)));
+                }
+                let n = if self.outputs.contains(&t) {
+                    format!("{}:nchw", self.name(t))
+                } else {
+                    self.name(t)
+                };
+                (permute(&shape, &TO_NCHW), n)
+            }
+        };
+        let q = self.q(t)?;
+        let id = self.push(ITensor {
+            name,
+            shape,
+            q,
+            data: None,
+        });
+        match layout {
+            Layout::Nhwc => self.nhwc[t] = Some(id),
+            Layout::Nchw => self.nchw[t] = Some(id),
+        }
+        Ok(id)
+    }
+
+    fn get(&mut self, t: usize, layout: Layout) -> R<usize> {
+        if self.is_const(t) {
+            return self.constant(t, layout);
+        }
+        let (have, other, perm, suffix) = match layout {
+            Layout::Nhwc => (self.nhwc[t], self.nchw[t], TO_NHWC, "nhwc"),
+            Layout::Nchw => (self.nchw[t], self.nhwc[t], TO_NCHW, "nchw"),
+        };
+        if let Some(id) = have {
+            return Ok(id);
+        }
+        let Some(src) = other else {
+            return invalid(format!("'{}' is read before it is computed", self.name(t)));
+        };
+        let st = self.prog.tensors[src].clone();
+        if st.shape.len() != 4 {
+            return invalid(format!("'{}' must have rank 4", self.name(t)));
+        }
+        let name = if layout == Layout::Nhwc && self.outputs.contains(&t) {
+            self.name(t)
+        } else {
+            format!("{}:{suffix}", self.name(t))
+        };
+        let id = self.push(ITensor {
+            name: name.clone(),
+            shape: permute(&st.shape, &perm),
+            q: st.q,
+            data: None,
+        });
+        self.op(&name, OpKind::Transpose { perm: perm.to_vec() }, vec![src], vec![id]);
+        match layout {
+            Layout::Nhwc => self.nhwc[t] = Some(id),
+            Layout::Nchw => self.nchw[t] = Some(id),
+        }
+        Ok(id)
+    }
+
+    /// NCHW when the output is rank 4, every computed input is rank 4 and one of them is
+    /// already NCHW.
+    fn elementwise_layout(&self, ins: &[usize], out: usize) -> Layout {
+        if self.shape(out).len() != 4 {
+            return Layout::Nhwc;
+        }
+        let computed: Vec<usize> = ins.iter().copied().filter(|&t| !self.is_const(t)).collect();
+        let ok = !computed.is_empty()
+            && computed.iter().all(|&t| self.shape(t).len() == 4)
+            && ins.iter().all(|&t| self.shape(t).len() <= 4)
+            && computed.iter().any(|&t| self.nchw[t].is_some());
+        if ok { Layout::Nchw } else { Layout::Nhwc }
+    }
+
+    fn run(&mut self) {
+        let sg = &self.file.model.subgraphs.as_deref().unwrap_or_default()[self.file.subgraph];
+        for &t in sg.inputs.iter().flatten() {
+            match self.out(t as usize, Layout::Nhwc) {
+                Ok(id) => self.prog.inputs.push(id),
+                Err(Why::Invalid(m) | Why::Unsupported(m)) => self.errors.push(format!("input '{}': {m}", self.name(t as usize))),
+            }
+        }
+        for (k, op) in sg.operators.iter().flatten().enumerate() {
+            let code = &self.codes[op.opcode_index as usize];
+            let outs = op.outputs.as_deref().unwrap_or_default();
+            let node = outs
+                .first()
+                .map_or_else(|| format!("operator {k}"), |&t| self.name(t as usize));
+            match self.convert(op, code, &node) {
+                Ok(()) => {}
+                Err(Why::Unsupported(why)) => {
+                    let name = op_name(code);
+                    self.unsupported.push(UnsupportedOp {
+                        node,
+                        op: if why.is_empty() { name } else { format!("{name} ({why})") },
+                    });
+                }
+                Err(Why::Invalid(why)) => {
+                    self.errors
+                        .push(format!("operator {k} ({}) making '{node}': {why}", op_name(code)));
+                }
+            }
+        }
+        if !self.unsupported.is_empty() || !self.errors.is_empty() {
+            return;
+        }
+        for t in self.outputs.clone() {
+            match self.get(t, Layout::Nhwc) {
+                Ok(id) => self.prog.outputs.push(id),
+                Err(Why::Invalid(m) | Why::Unsupported(m)) => self.errors.push(format!("output '{}': {m}", self.name(t))),
+            }
+        }
+    }
+
+    /// Weights (OIHW codes, per-output-channel scales on axis 0) and an int32 bias.
+    fn conv_weights(&mut self, w: usize, bias: Option<usize>, perm: &[usize], x: usize) -> R<(usize, usize)> {
+        let shape = self.shape(w);
+        let data = permute_codes(&self.codes_of(w)?, &shape, perm);
+        let out_shape = permute(&shape, perm);
+        let channels = out_shape[0];
+        let mut q = self.q(w)?;
+        if q.zero_point.iter().any(|&z| z != 0) {
+            return unsupported("weights with a zero point");
+        }
+        if q.scale.len() == 1 {
+            q.scale = vec![q.scale[0]; channels];
+            q.zero_point = vec![0; channels];
+        } else if q.scale.len() != channels {
+            return invalid(format!("{} weight scales for {channels} channels", q.scale.len()));
+        }
+        q.axis = Some(0);
+        let s_in = self.q(x)?.scale[0];
+        let wscales = q.scale.clone();
+        let wt = self.push(ITensor {
+            name: self.name(w),
+            shape: out_shape,
+            q,
+            data: Some(data),
+        });
+        let bias_q = QParams {
+            ty: IntType::I32,
+            scale: wscales.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
+            zero_point: vec![0; channels],
+            axis: Some(0),
+        };
+        let (name, data) = match bias {
+            Some(b) => {
+                let d = self.codes_of(b)?;
+                if d.len() != channels {
+                    return invalid(format!("{} bias values for {channels} channels", d.len()));
+                }
+                (self.name(b), d)
+            }
+            None => (format!("{}:bias", self.name(w)), vec![0; channels]),
+        };
+        let ty = bias.map_or(IntType::I32, |b| {
+            if self.tensors[b].type_ == fb::TensorType::INT64 { IntType::I64 } else { IntType::I32 }
+        });
+        let bt = self.push(ITensor {
+            name,
+            shape: vec![channels],
+            q: QParams { ty, ..bias_q },
+            data: Some(data),
+        });
+        Ok((wt, bt))
+    }
+
+    #[expect(clippy::too_many_lines, reason = "one arm per operator reads as a table")]
+    fn convert(&mut self, op: &fb::OperatorT, code: &fb::OperatorCodeT, node: &str) -> R<()> {
+        let ins: Vec<Option<usize>> = op
+            .inputs
+            .iter()
+            .flatten()
+            .map(|&t| usize::try_from(t).ok())
+            .collect();
+        let outs: Vec<usize> = op.outputs.iter().flatten().map(|&t| t as usize).collect();
+        let req = |k: usize| ins.get(k).copied().flatten().ok_or_else(|| Why::Invalid(format!("input {k} is missing")));
+        let o = *outs.first().ok_or_else(|| Why::Invalid("no output".into()))?;
+        let opts = &op.builtin_options;
+        let code = builtin(code);
+        match code {
+            B::CONV_2D | B::DEPTHWISE_CONV_2D => {
+                let (x, w) = (req(0)?, req(1)?);
+                let bias = ins.get(2).copied().flatten();
+                let (xs, ws) = (self.shape(x), self.shape(w));
+                if xs.len() != 4 || ws.len() != 4 {
+                    return invalid("convolution input and weights must have rank 4");
+                }
+                let depthwise = code == B::DEPTHWISE_CONV_2D;
+                let (pad, sh, sw, dh, dw, act) = if let Some(c) = opts.as_conv_2_doptions() {
+                    (c.padding, c.stride_h, c.stride_w, c.dilation_h_factor, c.dilation_w_factor, c.fused_activation_function)
+                } else if let Some(c) = opts.as_depthwise_conv_2_doptions() {
+                    (c.padding, c.stride_h, c.stride_w, c.dilation_h_factor, c.dilation_w_factor, c.fused_activation_function)
+                } else {
+                    return invalid("no convolution options");
+                };
+                let [sh, sw, dh, dw] = [sh, sw, dh, dw].map(|v| usize::try_from(v).unwrap_or(1).max(1));
+                let groups = if depthwise { xs[3] } else { xs[3] / ws[3].max(1) };
+                let (t0, b0) = same_pad(pad, xs[1], ws[1], sh, dh);
+                let (l0, r0) = same_pad(pad, xs[2], ws[2], sw, dw);
+                let xi = self.get(x, Layout::Nchw)?;
+                let (wt, bt) = self.conv_weights(w, bias, if depthwise { &[3, 0, 1, 2] } else { &TO_NCHW }, x)?;
+                let y = self.out(o, Layout::Nchw)?;
+                let kind = OpKind::Conv {
+                    strides: [sh, sw],
+                    dilations: [dh, dw],
+                    pads: [t0, l0, b0, r0],
+                    groups,
+                    act: act_of(act)?,
+                };
+                self.op(node, kind, vec![xi, wt, bt], vec![y]);
+            }
+            B::FULLY_CONNECTED => {
+                let (x, w) = (req(0)?, req(1)?);
+                let bias = ins.get(2).copied().flatten();
+                let Some(c) = opts.as_fully_connected_options() else { return invalid("no FullyConnectedOptions") };
+                if self.shape(w).len() != 2 {
+                    return invalid("fully-connected weights must have rank 2");
+                }
+                let xi = self.get(x, Layout::Nhwc)?;
+                let (wt, bt) = self.conv_weights(w, bias, &[0, 1], x)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::FullyConnected { act: act_of(c.fused_activation_function)? }, vec![xi, wt, bt], vec![y]);
+            }
+            B::ADD | B::SUB | B::MUL => {
+                let (x, z) = (req(0)?, req(1)?);
+                let act = match code {
+                    B::ADD => opts.as_add_options().map(|a| a.fused_activation_function),
+                    B::SUB => opts.as_sub_options().map(|a| a.fused_activation_function),
+                    _ => opts.as_mul_options().map(|a| a.fused_activation_function),
+                }
+                .unwrap_or(fb::ActivationFunctionType::NONE);
+                let act = act_of(act)?;
+                let layout = self.elementwise_layout(&[x, z], o);
+                let a = self.get(x, layout)?;
+                let b = self.get(z, layout)?;
+                let y = self.out(o, layout)?;
+                let kind = match code {
+                    B::ADD => OpKind::Add { act },
+                    B::SUB => OpKind::Sub { act },
+                    _ => OpKind::Mul { act },
+                };
+                self.op(node, kind, vec![a, b], vec![y]);
+            }
+            B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LOGISTIC | B::TANH | B::HARD_SWISH => {
+                let x = req(0)?;
+                let layout = self.elementwise_layout(&[x], o);
+                let xi = self.get(x, layout)?;
+                let y = self.out(o, layout)?;
+                let kind = match code {
+                    B::RELU => OpKind::Relu { act: Act::Relu },
+                    B::RELU6 => OpKind::Relu { act: Act::Relu6 },
+                    B::RELU_N1_TO_1 => OpKind::Relu { act: Act::ReluN1To1 },
+                    B::LOGISTIC => OpKind::Logistic,
+                    B::TANH => OpKind::Tanh,
+                    _ => OpKind::HardSwish,
+                };
+                self.op(node, kind, vec![xi], vec![y]);
+            }
+            B::MAX_POOL_2D | B::AVERAGE_POOL_2D => {
+                let x = req(0)?;
+                let Some(p) = opts.as_pool_2_doptions() else { return invalid("no Pool2DOptions") };
+                let xs = self.shape(x);
+                if xs.len() != 4 {
+                    return invalid("pooling input must have rank 4");
+                }
+                let [sh, sw, kh, kw] = [p.stride_h, p.stride_w, p.filter_height, p.filter_width]
+                    .map(|v| usize::try_from(v).unwrap_or(1).max(1));
+                let (t0, b0) = same_pad(p.padding, xs[1], kh, sh, 1);
+                let (l0, r0) = same_pad(p.padding, xs[2], kw, sw, 1);
+                let xi = self.get(x, Layout::Nchw)?;
+                let y = self.out(o, Layout::Nchw)?;
+                let act = act_of(p.fused_activation_function)?;
+                let (kernel, strides, pads) = ([kh, kw], [sh, sw], [t0, l0, b0, r0]);
+                let kind = if code == B::MAX_POOL_2D {
+                    OpKind::MaxPool { kernel, strides, pads, act }
+                } else {
+                    OpKind::AvgPool { kernel, strides, pads, act }
+                };
+                self.op(node, kind, vec![xi], vec![y]);
+            }
+            B::PAD | B::PADV2 => {
+                let (x, p) = (req(0)?, req(1)?);
+                let pads = self.codes_of(p)?;
+                let rank = self.shape(x).len();
+                if pads.len() != 2 * rank || pads.iter().any(|&v| v < 0) {
+                    return invalid(format!("paddings {pads:?} for rank {rank}"));
+                }
+                let layout = if rank == 4 && self.nchw[x].is_some() { Layout::Nchw } else { Layout::Nhwc };
+                let order: Vec<usize> = if layout == Layout::Nchw { TO_NCHW.to_vec() } else { (0..rank).collect() };
+                let per_axis: Vec<[usize; 2]> = order.iter().map(|&a| [pads[2 * a] as usize, pads[2 * a + 1] as usize]).collect();
+                let xq = self.q(x)?;
+                let fill = match ins.get(2).copied().flatten() {
+                    Some(c) => *self.codes_of(c)?.first().ok_or_else(|| Why::Invalid("empty pad value".into()))? as i32,
+                    None => xq.zp(),
+                };
+                let xi = self.get(x, layout)?;
+                let y = self.out(o, layout)?;
+                self.op(node, OpKind::Pad { pads: per_axis, mode: PadMode::Constant(fill) }, vec![xi], vec![y]);
+            }
+            B::CONCATENATION => {
+                let Some(c) = opts.as_concatenation_options() else { return invalid("no ConcatenationOptions") };
+                if act_of(c.fused_activation_function)? != Act::None {
+                    return unsupported("a fused activation");
+                }
+                let list: Vec<usize> = ins.iter().copied().flatten().collect();
+                let yq = self.q(o)?;
+                for &t in &list {
+                    let q = self.q(t)?;
+                    if q.scale != yq.scale || q.zero_point != yq.zero_point {
+                        return unsupported("inputs on another grid than the output");
+                    }
+                }
+                let rank = self.shape(o).len() as i32;
+                let axis = if c.axis < 0 { c.axis + rank } else { c.axis };
+                let axis = usize::try_from(axis).map_err(|_| Why::Invalid(format!("axis {}", c.axis)))?;
+                let layout = self.elementwise_layout(&list, o);
+                let mut xs = Vec::new();
+                for &t in &list {
+                    xs.push(self.get(t, layout)?);
+                }
+                let axis = if layout == Layout::Nchw { [0, 2, 3, 1][axis.min(3)] } else { axis };
+                let y = self.out(o, layout)?;
+                self.op(node, OpKind::Concat { axis }, xs, vec![y]);
+            }
+            B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => {
+                let x = req(0)?;
+                let (xq, yq) = (self.q(x)?, self.q(o)?);
+                if xq.scale != yq.scale || xq.zero_point != yq.zero_point {
+                    return unsupported("a reshape onto another grid");
+                }
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Reshape, vec![xi], vec![y]);
+            }
+            B::TRANSPOSE => {
+                let (x, p) = (req(0)?, req(1)?);
+                let perm: Vec<usize> = self.codes_of(p)?.iter().map(|&v| v as usize).collect();
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Transpose { perm }, vec![xi], vec![y]);
+            }
+            B::SOFTMAX => {
+                let x = req(0)?;
+                let beta = opts.as_softmax_options().map_or(1.0, |s| s.beta);
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Softmax { beta }, vec![xi], vec![y]);
+            }
+            B::MEAN => {
+                let (x, a) = (req(0)?, req(1)?);
+                let rank = self.shape(x).len() as i64;
+                let axes: Vec<usize> = self
+                    .codes_of(a)?
+                    .iter()
+                    .map(|&v| (if v < 0 { v + rank } else { v }) as usize)
+                    .collect();
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Mean { axes }, vec![xi], vec![y]);
+            }
+            B::QUANTIZE => {
+                let x = req(0)?;
+                if self.tensors[x].type_ == fb::TensorType::FLOAT32 {
+                    // A float graph input quantized on entry: the program takes the codes (or
+                    // floats, quantized as QUANTIZE does) at the quantized tensor.
+                    let pos = self.prog.inputs.iter().position(|&i| Some(i) == self.nhwc[x]);
+                    let Some(pos) = pos else { return unsupported("QUANTIZE of a computed float tensor") };
+                    let y = self.out(o, Layout::Nhwc)?;
+                    self.prog.inputs[pos] = y;
+                    return Ok(());
+                }
+                let layout = if self.nchw[x].is_some() { Layout::Nchw } else { Layout::Nhwc };
+                let xi = self.get(x, layout)?;
+                let y = self.out(o, layout)?;
+                self.op(node, OpKind::Requantize, vec![xi], vec![y]);
+            }
+            B::DEQUANTIZE => {
+                // A graph output dequantized on exit: the program ends at the codes.
+                let x = req(0)?;
+                if !self.outputs.contains(&o) {
+                    return unsupported("DEQUANTIZE inside the graph");
+                }
+                let pos = self.outputs.iter().position(|&t| t == o).unwrap_or(0);
+                self.outputs[pos] = x;
+            }
+            B::RESIZE_NEAREST_NEIGHBOR => {
+                let x = req(0)?;
+                let r = opts.as_resize_nearest_neighbor_options();
+                if r.is_some_and(|r| r.align_corners || r.half_pixel_centers) {
+                    return unsupported("corner alignment or half-pixel centres");
+                }
+                let xi = self.get(x, Layout::Nchw)?;
+                let y = self.out(o, Layout::Nchw)?;
+                self.op(node, OpKind::ResizeNearest, vec![xi], vec![y]);
+            }
+            _ => return unsupported(String::new()),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permute_codes;
+
+    #[test]
+    fn codes_permute_like_numpy_transpose() {
+        // shape [2, 3]: [[0, 1, 2], [3, 4, 5]] → transposed [[0, 3], [1, 4], [2, 5]]
+        assert_eq!(permute_codes(&[0, 1, 2, 3, 4, 5], &[2, 3], &[1, 0]), vec![0, 3, 1, 4, 2, 5]);
+        // NHWC [1, 1, 2, 3] → NCHW [1, 3, 1, 2]
+        let nhwc: Vec<i64> = (0..6).collect();
+        assert_eq!(permute_codes(&nhwc, &[1, 1, 2, 3], &[0, 3, 1, 2]), vec![0, 3, 1, 4, 2, 5]);
+    }
+}
