@@ -33,6 +33,9 @@ python3 scripts/check_cli_vs_ort.py
 # Every numpy dtype in and out of `run` as .npy, in either byte order and memory order.
 python3 scripts/check_npy_dtypes.py
 python3 scripts/check_tflite_import.py
+# Quantized TFLite files read as their own integer programs (standalone RELUs included),
+# run, compiled and emulated, against LiteRT code for code.
+python3 scripts/check_tflite_program.py
 python3 scripts/check_fusions_ort.py
 # Our TFLite export in LiteRT's reference kernels against our integer reference, element
 # for element: int8 (every tensor of four models), the 16x8 scheme, 4-bit weights, and a
