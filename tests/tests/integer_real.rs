@@ -9,6 +9,7 @@ use npu_core::quant::Quantizer;
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::legalize::{LegalizeError, legalize};
 use npu_core::quant::observer::Calibration;
+use npu_core::sim::integer::Input;
 use npu_tests::data_dir;
 use std::collections::HashMap;
 
@@ -112,6 +113,29 @@ fn cls_integer_reference_tracks_fake_quant_and_exports() {
     assert!(names.contains(&out.name.as_str()) && names.contains(&"x"));
     let sig = m.signature_defs().expect("signature").get(0);
     assert_eq!(sig.signature_key(), Some("serving_default"));
+
+    // Read back, the file is its own integer program, and it computes the plan's codes.
+    let back = npu_core::import::tflite::program::from_bytes(&w.bytes, std::path::Path::new("cls.int8.tflite"))
+        .expect("reads")
+        .expect("an integer program");
+    assert!(
+        back.ops
+            .iter()
+            .any(|o| matches!(o.kind, npu_core::quant::legalize::OpKind::Conv { .. }))
+    );
+    for n in ["astronaut", "rocket", "text"] {
+        let x = npu_core::ir::npy::read(&eval_dir.join(format!("cls_{n}.npy")))
+            .expect("npy")
+            .to_f32();
+        let nhwc = x.clone().permuted_axes(vec![0, 2, 3, 1]);
+        let a = npu_core::sim::integer::run(&p, vec![Input::Float(x.iter().copied().collect())]).expect("plan runs");
+        let b =
+            npu_core::sim::integer::run(&back, vec![Input::Float(nhwc.iter().copied().collect())]).expect("file runs");
+        assert_eq!(
+            a.values[p.outputs[0]], b.values[back.outputs[0]],
+            "{n}: the file's program and the plan's give other codes"
+        );
+    }
 }
 
 #[test]

@@ -1,10 +1,10 @@
 //! `npu-studio targets` (the NPU targets and their supported ops) and `npu-studio compile`
 //! (placement, segments, memory and the performance estimate of a plan on a target).
 
-use npu_core::quant::params::IntType;
 use anyhow::{Context, Result};
 use npu_core::compiler::{Options, Place};
 use npu_core::pipeline;
+use npu_core::quant::params::IntType;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -129,42 +129,39 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
         .map(|s| super::run::parse_shape(s))
         .collect::<Result<_>>()?;
     let t0 = std::time::Instant::now();
-    let (program, weight_bytes) = match a.plan {
-        Some(plan_path) => {
-            let (plan, optimized) = super::quant::plan_inputs(a.model, plan_path)?;
-            let program = pipeline::legalize(&optimized, &plan, &shapes)
-                .with_context(|| format!("legalizing {}", a.model.display()))?;
-            let bytes = optimized
-                .graph
-                .values
-                .iter()
-                .filter_map(|v| v.constant.as_ref())
-                .map(|c| c.raw().len() as u64)
-                .sum();
-            (program, bytes)
-        }
-        None => {
-            let program = npu_core::import::tflite::program::load(a.model)?.with_context(|| {
-                format!(
-                    "{}: --plan PLAN.ron is needed (only a quantized TFLite file carries its own integer program)",
-                    a.model.display()
-                )
-            })?;
-            let bytes = program
-                .tensors
-                .iter()
-                .filter_map(|t| {
-                    let per = match t.q.ty {
-                        IntType::I8 | IntType::I4 | IntType::Bool => 1,
-                        IntType::I16 => 2,
-                        IntType::I64 => 8,
-                        _ => 4,
-                    };
-                    t.data.as_ref().map(|d| (d.len() * per) as u64)
-                })
-                .sum();
-            (program, bytes)
-        }
+    let (program, weight_bytes) = if let Some(plan_path) = a.plan {
+        let (plan, optimized) = super::quant::plan_inputs(a.model, plan_path)?;
+        let program = pipeline::legalize(&optimized, &plan, &shapes)
+            .with_context(|| format!("legalizing {}", a.model.display()))?;
+        let bytes = optimized
+            .graph
+            .values
+            .iter()
+            .filter_map(|v| v.constant.as_ref())
+            .map(|c| c.raw().len() as u64)
+            .sum();
+        (program, bytes)
+    } else {
+        let program = npu_core::import::tflite::program::load(a.model)?.with_context(|| {
+            format!(
+                "{}: --plan PLAN.ron is needed (only a quantized TFLite file carries its own integer program)",
+                a.model.display()
+            )
+        })?;
+        let bytes = program
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                let per = match t.q.ty {
+                    IntType::I8 | IntType::I4 | IntType::Bool => 1,
+                    IntType::I16 => 2,
+                    IntType::I64 => 8,
+                    _ => 4,
+                };
+                t.data.as_ref().map(|d| (d.len() * per) as u64)
+            })
+            .sum();
+        (program, bytes)
     };
     let legalize_ms = t0.elapsed().as_secs_f64() * 1e3;
     let known: std::collections::HashSet<&str> = program.ops.iter().map(|o| o.node.as_str()).collect();
@@ -190,7 +187,10 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
     }
     let report = Report {
         model: a.model.display().to_string(),
-        plan: a.plan.map_or_else(|| "(the file's own quantization)".to_owned(), |p| p.display().to_string()),
+        plan: a.plan.map_or_else(
+            || "(the file's own quantization)".to_owned(),
+            |p| p.display().to_string(),
+        ),
         headline: c.headline(),
         binary: a.out.map(|p| p.display().to_string()),
         binary_bytes: bytes.as_ref().map(Vec::len),

@@ -147,7 +147,8 @@ fn run_program(
     dump: Option<&Path>,
 ) -> Result<()> {
     let ins = integer_inputs(feeds, p.inputs.iter().map(|&i| &p.tensors[i]), model)?;
-    let r = pipeline::run_integer(p, ins).with_context(|| format!("running {} with integer arithmetic", model.display()))?;
+    let r = pipeline::run_integer(p, ins)
+        .with_context(|| format!("running {} with integer arithmetic", model.display()))?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     for &o in &p.outputs {
         let t = &p.tensors[o];

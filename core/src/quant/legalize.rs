@@ -1518,11 +1518,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     match (bound(1, "min"), bound(2, "max")) {
                         (Some(lo), Some(hi)) if lo == 0.0 && hi == 6.0 => Act::Relu6,
                         (Some(lo), Some(hi)) if lo == -1.0 && hi == 1.0 => Act::ReluN1To1,
-                        (Some(lo), None) if lo == 0.0 => Act::Relu,
+                        (Some(0.0), None) => Act::Relu,
                         (Some(lo), Some(hi)) if lo == 0.0 && hi >= f32::MAX => Act::Relu,
                         _ => {
                             return Err(
-                                "Clip with bounds other than [0, 6], [-1, 1] or [0, ∞) has no integer form yet".into()
+                                "Clip with bounds other than [0, 6], [-1, 1] or [0, ∞) has no integer form yet".into(),
                             );
                         }
                     }

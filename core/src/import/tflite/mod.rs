@@ -710,6 +710,7 @@ impl<'f> Builder<'f> {
 pub(crate) fn dequantize(t: &Tensor, q: &Quant, name: &str) -> Result<Tensor, ops::OpError> {
     let codes = t
         .to_i64()
+        .or_else(|| (t.dtype() == DType::I4).then(|| t.to_f32().mapv(|v| v as i64)))
         .ok_or_else(|| ops::OpError::Invalid(format!("tensor '{name}': quantized data must be integers")))?;
     let shape = codes.shape().to_vec();
     let n = q.scale.len();

@@ -10,11 +10,11 @@
 use super::{File, TO_NCHW, TO_NHWC, builtin, dtype, op_name, parse, quant_of, tensor_name};
 use crate::import::{ImportError, UnsupportedOp};
 use crate::ir::DType;
-use crate::quant::legalize::{Act, IOp, ITensor, OpKind, PadMode, Program};
+use crate::quant::legalize::{Act, FloatOp, IOp, ITensor, OpKind, PadMode, Program};
 use crate::quant::params::{IntType, QParams};
+use fb::BuiltinOperator as B;
 use std::path::Path;
 use tflite_schema as fb;
-use fb::BuiltinOperator as B;
 
 /// Whether a parsed file computes on integers: some operator reads or writes an int8 or
 /// int16 tensor with scales.
@@ -52,6 +52,13 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Option<Program>, ImportEr
         return Err(super::format_err(path, b.errors.join("\n")));
     }
     if !b.unsupported.is_empty() {
+        if b.downstream > 0 {
+            let n = b.downstream;
+            b.unsupported.push(UnsupportedOp {
+                node: format!("{n} op(s) downstream"),
+                op: "(not read: their inputs come from the ops above)".into(),
+            });
+        }
         return Err(ImportError::Unsupported {
             file: path.to_path_buf(),
             ops: b.unsupported,
@@ -89,6 +96,14 @@ struct Lower<'f> {
     nhwc: Vec<Option<usize>>,
     nchw: Vec<Option<usize>>,
     outputs: Vec<usize>,
+    /// Float tensors that are a DEQUANTIZE of an integer activation: the integer tensor.
+    dequantized: Vec<Option<usize>>,
+    /// Float tensors a float op makes from dequantized inputs, waiting for their QUANTIZE:
+    /// the op and its inputs (integer tensors, or float constants).
+    pending: Vec<Option<(FloatOp, Vec<usize>)>>,
+    /// Tensors downstream of an op that could not be read.
+    poisoned: Vec<bool>,
+    downstream: usize,
     unsupported: Vec<UnsupportedOp>,
     errors: Vec<String>,
 }
@@ -146,7 +161,9 @@ impl<'f> Lower<'f> {
     fn new(file: &'f File, path: &'f Path) -> Self {
         let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[file.subgraph];
         let tensors = sg.tensors.as_deref().unwrap_or_default();
-        let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         Self {
             file,
             tensors,
@@ -162,6 +179,10 @@ impl<'f> Lower<'f> {
             nhwc: vec![None; tensors.len()],
             nchw: vec![None; tensors.len()],
             outputs: sg.outputs.iter().flatten().map(|&t| t as usize).collect(),
+            dequantized: vec![None; tensors.len()],
+            pending: vec![None; tensors.len()],
+            poisoned: vec![false; tensors.len()],
+            downstream: 0,
             unsupported: Vec::new(),
             errors: Vec::new(),
         }
@@ -185,6 +206,7 @@ impl<'f> Lower<'f> {
         let ty = match info.type_ {
             fb::TensorType::INT8 => IntType::I8,
             fb::TensorType::INT16 => IntType::I16,
+            fb::TensorType::INT4 => IntType::I4,
             fb::TensorType::INT32 if quant_of(info).is_some() => IntType::I32,
             fb::TensorType::INT32 => IntType::Index,
             fb::TensorType::INT64 => IntType::I64,
@@ -217,9 +239,25 @@ impl<'f> Lower<'f> {
 
     /// A constant's codes, as stored.
     fn codes_of(&self, t: usize) -> R<Vec<i64>> {
-        let raw = self.raw(t).ok_or_else(|| Why::Invalid(format!("'{}' must be a constant", self.name(t))))?;
+        let raw = self
+            .raw(t)
+            .ok_or_else(|| Why::Invalid(format!("'{}' must be a constant", self.name(t))))?;
         let dt = dtype(self.tensors[t].type_).ok_or_else(|| Why::Unsupported("constant type".into()))?;
         let shape = self.shape(t);
+        if dt == DType::I4 {
+            // Two's-complement nibbles, two per byte, low nibble first.
+            let n: usize = shape.iter().product();
+            if raw.len() != n.div_ceil(2) {
+                return invalid(format!(
+                    "tensor '{}': {} bytes for {n} int4 values",
+                    self.name(t),
+                    raw.len()
+                ));
+            }
+            return Ok((0..n)
+                .map(|i| i64::from((((raw[i / 2] >> ((i % 2) * 4)) & 0x0F) << 4) as i8 >> 4))
+                .collect());
+        }
         let tensor = crate::ir::Tensor::from_raw(dt, &shape, raw)
             .map_err(|e| Why::Invalid(format!("tensor '{}': {e}", self.name(t))))?;
         if dt == DType::F32 {
@@ -319,6 +357,12 @@ impl<'f> Lower<'f> {
             return Ok(id);
         }
         let Some(src) = other else {
+            if self.dequantized[t].is_some() || self.pending[t].is_some() {
+                return unsupported(format!(
+                    "float32 '{}' between a DEQUANTIZE and a QUANTIZE (only one float op there is read)",
+                    self.name(t)
+                ));
+            }
             return invalid(format!("'{}' is read before it is computed", self.name(t)));
         };
         let st = self.prog.tensors[src].clone();
@@ -363,7 +407,9 @@ impl<'f> Lower<'f> {
         for &t in sg.inputs.iter().flatten() {
             match self.out(t as usize, Layout::Nhwc) {
                 Ok(id) => self.prog.inputs.push(id),
-                Err(Why::Invalid(m) | Why::Unsupported(m)) => self.errors.push(format!("input '{}': {m}", self.name(t as usize))),
+                Err(Why::Invalid(m) | Why::Unsupported(m)) => {
+                    self.errors.push(format!("input '{}': {m}", self.name(t as usize)));
+                }
             }
         }
         for (k, op) in sg.operators.iter().flatten().enumerate() {
@@ -372,13 +418,35 @@ impl<'f> Lower<'f> {
             let node = outs
                 .first()
                 .map_or_else(|| format!("operator {k}"), |&t| self.name(t as usize));
-            match self.convert(op, code, &node) {
+            let poisoned = op
+                .inputs
+                .iter()
+                .flatten()
+                .any(|&t| usize::try_from(t).is_ok_and(|t| self.poisoned[t]));
+            if poisoned {
+                self.downstream += 1;
+                for &t in outs {
+                    self.poisoned[t as usize] = true;
+                }
+                continue;
+            }
+            let result = self.convert(op, code, &node);
+            if result.is_err() {
+                for &t in outs {
+                    self.poisoned[t as usize] = true;
+                }
+            }
+            match result {
                 Ok(()) => {}
                 Err(Why::Unsupported(why)) => {
                     let name = op_name(code);
                     self.unsupported.push(UnsupportedOp {
                         node,
-                        op: if why.is_empty() { name } else { format!("{name} ({why})") },
+                        op: if why.is_empty() {
+                            name
+                        } else {
+                            format!("{name} ({why})")
+                        },
                     });
                 }
                 Err(Why::Invalid(why)) => {
@@ -393,9 +461,28 @@ impl<'f> Lower<'f> {
         for t in self.outputs.clone() {
             match self.get(t, Layout::Nhwc) {
                 Ok(id) => self.prog.outputs.push(id),
-                Err(Why::Invalid(m) | Why::Unsupported(m)) => self.errors.push(format!("output '{}': {m}", self.name(t))),
+                Err(Why::Invalid(m) | Why::Unsupported(m)) => {
+                    self.errors.push(format!("output '{}': {m}", self.name(t)));
+                }
             }
         }
+    }
+
+    /// The operands of a float op in an island: each a DEQUANTIZE of an integer activation
+    /// (the integer tensor) or a float constant (itself); `None` otherwise.
+    fn float_operands(&self, ins: &[Option<usize>]) -> Option<Vec<usize>> {
+        ins.iter()
+            .map(|&t| {
+                let t = t?;
+                if let Some(x) = self.dequantized[t] {
+                    Some(x)
+                } else if self.is_const(t) && self.tensors[t].type_ == fb::TensorType::FLOAT32 {
+                    Some(t)
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     /// Weights (OIHW codes, per-output-channel scales on axis 0) and an int32 bias.
@@ -425,7 +512,10 @@ impl<'f> Lower<'f> {
         });
         let bias_q = QParams {
             ty: IntType::I32,
-            scale: wscales.iter().map(|&s| (f64::from(s_in) * f64::from(s)) as f32).collect(),
+            scale: wscales
+                .iter()
+                .map(|&s| (f64::from(s_in) * f64::from(s)) as f32)
+                .collect(),
             zero_point: vec![0; channels],
             axis: Some(0),
         };
@@ -440,7 +530,11 @@ impl<'f> Lower<'f> {
             None => (format!("{}:bias", self.name(w)), vec![0; channels]),
         };
         let ty = bias.map_or(IntType::I32, |b| {
-            if self.tensors[b].type_ == fb::TensorType::INT64 { IntType::I64 } else { IntType::I32 }
+            if self.tensors[b].type_ == fb::TensorType::INT64 {
+                IntType::I64
+            } else {
+                IntType::I32
+            }
         });
         let bt = self.push(ITensor {
             name,
@@ -453,18 +547,42 @@ impl<'f> Lower<'f> {
 
     #[expect(clippy::too_many_lines, reason = "one arm per operator reads as a table")]
     fn convert(&mut self, op: &fb::OperatorT, code: &fb::OperatorCodeT, node: &str) -> R<()> {
-        let ins: Vec<Option<usize>> = op
-            .inputs
-            .iter()
-            .flatten()
-            .map(|&t| usize::try_from(t).ok())
-            .collect();
+        let ins: Vec<Option<usize>> = op.inputs.iter().flatten().map(|&t| usize::try_from(t).ok()).collect();
         let outs: Vec<usize> = op.outputs.iter().flatten().map(|&t| t as usize).collect();
-        let req = |k: usize| ins.get(k).copied().flatten().ok_or_else(|| Why::Invalid(format!("input {k} is missing")));
+        let req = |k: usize| {
+            ins.get(k)
+                .copied()
+                .flatten()
+                .ok_or_else(|| Why::Invalid(format!("input {k} is missing")))
+        };
         let o = *outs.first().ok_or_else(|| Why::Invalid("no output".into()))?;
         let opts = &op.builtin_options;
         let code = builtin(code);
         match code {
+            B::QUANTIZE if self.pending[req(0)?].is_some() => {
+                // The end of a float island: DEQUANTIZE, one float op, QUANTIZE.
+                let (fop, list) = self.pending[req(0)?].clone().unwrap_or_else(|| unreachable!());
+                let mut xs = Vec::new();
+                for t in list {
+                    xs.push(self.get(t, Layout::Nhwc)?);
+                }
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Float { op: fop }, xs, vec![y]);
+            }
+            B::HARD_SWISH | B::DIV if self.float_operands(&ins).is_some() => {
+                let list = self.float_operands(&ins).unwrap_or_default();
+                let one = |b: &Self, t: usize| {
+                    b.tensors[t].type_ == fb::TensorType::FLOAT32
+                        && b.codes_of(t)
+                            .is_ok_and(|c| c.iter().all(|&v| v == i64::from(1.0f32.to_bits())))
+                };
+                let (fop, list) = match code {
+                    B::HARD_SWISH => (FloatOp::HardSwish, list),
+                    _ if self.is_const(list[0]) && one(self, list[0]) => (FloatOp::Reciprocal, vec![list[1]]),
+                    _ => (FloatOp::Div, list),
+                };
+                self.pending[o] = Some((fop, list));
+            }
             B::CONV_2D | B::DEPTHWISE_CONV_2D => {
                 let (x, w) = (req(0)?, req(1)?);
                 let bias = ins.get(2).copied().flatten();
@@ -474,9 +592,23 @@ impl<'f> Lower<'f> {
                 }
                 let depthwise = code == B::DEPTHWISE_CONV_2D;
                 let (pad, sh, sw, dh, dw, act) = if let Some(c) = opts.as_conv_2_doptions() {
-                    (c.padding, c.stride_h, c.stride_w, c.dilation_h_factor, c.dilation_w_factor, c.fused_activation_function)
+                    (
+                        c.padding,
+                        c.stride_h,
+                        c.stride_w,
+                        c.dilation_h_factor,
+                        c.dilation_w_factor,
+                        c.fused_activation_function,
+                    )
                 } else if let Some(c) = opts.as_depthwise_conv_2_doptions() {
-                    (c.padding, c.stride_h, c.stride_w, c.dilation_h_factor, c.dilation_w_factor, c.fused_activation_function)
+                    (
+                        c.padding,
+                        c.stride_h,
+                        c.stride_w,
+                        c.dilation_h_factor,
+                        c.dilation_w_factor,
+                        c.fused_activation_function,
+                    )
                 } else {
                     return invalid("no convolution options");
                 };
@@ -499,14 +631,23 @@ impl<'f> Lower<'f> {
             B::FULLY_CONNECTED => {
                 let (x, w) = (req(0)?, req(1)?);
                 let bias = ins.get(2).copied().flatten();
-                let Some(c) = opts.as_fully_connected_options() else { return invalid("no FullyConnectedOptions") };
+                let Some(c) = opts.as_fully_connected_options() else {
+                    return invalid("no FullyConnectedOptions");
+                };
                 if self.shape(w).len() != 2 {
                     return invalid("fully-connected weights must have rank 2");
                 }
                 let xi = self.get(x, Layout::Nhwc)?;
                 let (wt, bt) = self.conv_weights(w, bias, &[0, 1], x)?;
                 let y = self.out(o, Layout::Nhwc)?;
-                self.op(node, OpKind::FullyConnected { act: act_of(c.fused_activation_function)? }, vec![xi, wt, bt], vec![y]);
+                self.op(
+                    node,
+                    OpKind::FullyConnected {
+                        act: act_of(c.fused_activation_function)?,
+                    },
+                    vec![xi, wt, bt],
+                    vec![y],
+                );
             }
             B::ADD | B::SUB | B::MUL => {
                 let (x, z) = (req(0)?, req(1)?);
@@ -545,7 +686,9 @@ impl<'f> Lower<'f> {
             }
             B::MAX_POOL_2D | B::AVERAGE_POOL_2D => {
                 let x = req(0)?;
-                let Some(p) = opts.as_pool_2_doptions() else { return invalid("no Pool2DOptions") };
+                let Some(p) = opts.as_pool_2_doptions() else {
+                    return invalid("no Pool2DOptions");
+                };
                 let xs = self.shape(x);
                 if xs.len() != 4 {
                     return invalid("pooling input must have rank 4");
@@ -559,9 +702,19 @@ impl<'f> Lower<'f> {
                 let act = act_of(p.fused_activation_function)?;
                 let (kernel, strides, pads) = ([kh, kw], [sh, sw], [t0, l0, b0, r0]);
                 let kind = if code == B::MAX_POOL_2D {
-                    OpKind::MaxPool { kernel, strides, pads, act }
+                    OpKind::MaxPool {
+                        kernel,
+                        strides,
+                        pads,
+                        act,
+                    }
                 } else {
-                    OpKind::AvgPool { kernel, strides, pads, act }
+                    OpKind::AvgPool {
+                        kernel,
+                        strides,
+                        pads,
+                        act,
+                    }
                 };
                 self.op(node, kind, vec![xi], vec![y]);
             }
@@ -572,20 +725,44 @@ impl<'f> Lower<'f> {
                 if pads.len() != 2 * rank || pads.iter().any(|&v| v < 0) {
                     return invalid(format!("paddings {pads:?} for rank {rank}"));
                 }
-                let layout = if rank == 4 && self.nchw[x].is_some() { Layout::Nchw } else { Layout::Nhwc };
-                let order: Vec<usize> = if layout == Layout::Nchw { TO_NCHW.to_vec() } else { (0..rank).collect() };
-                let per_axis: Vec<[usize; 2]> = order.iter().map(|&a| [pads[2 * a] as usize, pads[2 * a + 1] as usize]).collect();
+                let layout = if rank == 4 && self.nchw[x].is_some() {
+                    Layout::Nchw
+                } else {
+                    Layout::Nhwc
+                };
+                let order: Vec<usize> = if layout == Layout::Nchw {
+                    TO_NCHW.to_vec()
+                } else {
+                    (0..rank).collect()
+                };
+                let per_axis: Vec<[usize; 2]> = order
+                    .iter()
+                    .map(|&a| [pads[2 * a] as usize, pads[2 * a + 1] as usize])
+                    .collect();
                 let xq = self.q(x)?;
                 let fill = match ins.get(2).copied().flatten() {
-                    Some(c) => *self.codes_of(c)?.first().ok_or_else(|| Why::Invalid("empty pad value".into()))? as i32,
+                    Some(c) => *self
+                        .codes_of(c)?
+                        .first()
+                        .ok_or_else(|| Why::Invalid("empty pad value".into()))? as i32,
                     None => xq.zp(),
                 };
                 let xi = self.get(x, layout)?;
                 let y = self.out(o, layout)?;
-                self.op(node, OpKind::Pad { pads: per_axis, mode: PadMode::Constant(fill) }, vec![xi], vec![y]);
+                self.op(
+                    node,
+                    OpKind::Pad {
+                        pads: per_axis,
+                        mode: PadMode::Constant(fill),
+                    },
+                    vec![xi],
+                    vec![y],
+                );
             }
             B::CONCATENATION => {
-                let Some(c) = opts.as_concatenation_options() else { return invalid("no ConcatenationOptions") };
+                let Some(c) = opts.as_concatenation_options() else {
+                    return invalid("no ConcatenationOptions");
+                };
                 if act_of(c.fused_activation_function)? != Act::None {
                     return unsupported("a fused activation");
                 }
@@ -605,7 +782,11 @@ impl<'f> Lower<'f> {
                 for &t in &list {
                     xs.push(self.get(t, layout)?);
                 }
-                let axis = if layout == Layout::Nchw { [0, 2, 3, 1][axis.min(3)] } else { axis };
+                let axis = if layout == Layout::Nchw {
+                    [0, 2, 3, 1][axis.min(3)]
+                } else {
+                    axis
+                };
                 let y = self.out(o, layout)?;
                 self.op(node, OpKind::Concat { axis }, xs, vec![y]);
             }
@@ -651,22 +832,33 @@ impl<'f> Lower<'f> {
                     // A float graph input quantized on entry: the program takes the codes (or
                     // floats, quantized as QUANTIZE does) at the quantized tensor.
                     let pos = self.prog.inputs.iter().position(|&i| Some(i) == self.nhwc[x]);
-                    let Some(pos) = pos else { return unsupported("QUANTIZE of a computed float tensor") };
+                    let Some(pos) = pos else {
+                        return unsupported("QUANTIZE of a computed float tensor");
+                    };
                     let y = self.out(o, Layout::Nhwc)?;
                     self.prog.inputs[pos] = y;
                     return Ok(());
                 }
-                let layout = if self.nchw[x].is_some() { Layout::Nchw } else { Layout::Nhwc };
+                let layout = if self.nchw[x].is_some() {
+                    Layout::Nchw
+                } else {
+                    Layout::Nhwc
+                };
                 let xi = self.get(x, layout)?;
                 let y = self.out(o, layout)?;
                 self.op(node, OpKind::Requantize, vec![xi], vec![y]);
             }
             B::DEQUANTIZE => {
-                // A graph output dequantized on exit: the program ends at the codes.
                 let x = req(0)?;
                 if !self.outputs.contains(&o) {
-                    return unsupported("DEQUANTIZE inside the graph");
+                    // The start of a float island.
+                    if self.is_const(x) {
+                        return unsupported("a DEQUANTIZE of a constant");
+                    }
+                    self.dequantized[o] = Some(x);
+                    return Ok(());
                 }
+                // A graph output dequantized on exit: the program ends at the codes.
                 let pos = self.outputs.iter().position(|&t| t == o).unwrap_or(0);
                 self.outputs[pos] = x;
             }
@@ -693,9 +885,15 @@ mod tests {
     #[test]
     fn codes_permute_like_numpy_transpose() {
         // shape [2, 3]: [[0, 1, 2], [3, 4, 5]] → transposed [[0, 3], [1, 4], [2, 5]]
-        assert_eq!(permute_codes(&[0, 1, 2, 3, 4, 5], &[2, 3], &[1, 0]), vec![0, 3, 1, 4, 2, 5]);
+        assert_eq!(
+            permute_codes(&[0, 1, 2, 3, 4, 5], &[2, 3], &[1, 0]),
+            vec![0, 3, 1, 4, 2, 5]
+        );
         // NHWC [1, 1, 2, 3] → NCHW [1, 3, 1, 2]
         let nhwc: Vec<i64> = (0..6).collect();
-        assert_eq!(permute_codes(&nhwc, &[1, 1, 2, 3], &[0, 3, 1, 2]), vec![0, 3, 1, 4, 2, 5]);
+        assert_eq!(
+            permute_codes(&nhwc, &[1, 1, 2, 3], &[0, 3, 1, 2]),
+            vec![0, 3, 1, 4, 2, 5]
+        );
     }
 }
