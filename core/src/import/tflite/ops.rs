@@ -1,6 +1,6 @@
 //! TFLite operators as IR nodes (ONNX semantics, opset 18).
 
-use super::{Builder, Layout, Quant, TO_NCHW, TO_NHWC, attrs, builtin};
+use super::{Builder, Layout, Quant, TO_NCHW, TO_NHWC, attrs, builtin, same_pad};
 use crate::ir::{Attr, DType, Tensor, ValueId};
 use fb::BuiltinOperator as B;
 use std::collections::BTreeMap;
@@ -63,17 +63,6 @@ fn act_of(f: fb::ActivationFunctionType) -> R<Activation> {
     })
 }
 
-/// SAME/VALID padding of one spatial axis: (before, after).
-fn same_pad(padding: fb::Padding, input: usize, kernel: usize, stride: usize, dilation: usize) -> (usize, usize) {
-    if padding != fb::Padding::SAME {
-        return (0, 0);
-    }
-    let out = input.div_ceil(stride.max(1));
-    let eff = (kernel.max(1) - 1) * dilation.max(1) + 1;
-    let total = ((out.max(1) - 1) * stride + eff).saturating_sub(input);
-    (total / 2, total - total / 2)
-}
-
 impl Builder<'_> {
     /// The NHWC (file layout) form of a tensor, made on first use.
     pub(crate) fn nhwc(&mut self, t: usize) -> R<ValueId> {
@@ -89,16 +78,16 @@ impl Builder<'_> {
         let Some(src) = self.forms[t].nchw else {
             return invalid(format!("tensor '{}' is read before it is computed", self.name_of(t)));
         };
-        let dt = self.g.values[src].dtype;
-        let v = self.node1(
-            "Transpose",
-            format!("{}:nhwc", self.name_of(t)),
-            dt,
-            vec![Some(src)],
-            attrs(vec![("perm", Attr::Ints(TO_NHWC.iter().map(|&p| p as i64).collect()))]),
-        );
+        let v = self.transpose(src, &TO_NHWC, format!("{}:nhwc", self.name_of(t)));
         self.forms[t].nhwc = Some(v);
         Ok(v)
+    }
+
+    /// A Transpose node of `src` by `perm`, its output named `out`.
+    fn transpose(&mut self, src: ValueId, perm: &[usize], out: String) -> ValueId {
+        let dt = self.g.values[src].dtype;
+        let perm = Attr::Ints(perm.iter().map(|&p| p as i64).collect());
+        self.node1("Transpose", out, dt, vec![Some(src)], attrs(vec![("perm", perm)]))
     }
 
     /// The NCHW form of a rank-4 tensor, made on first use.
@@ -116,14 +105,7 @@ impl Builder<'_> {
             return Ok(v);
         }
         let src = self.nhwc(t)?;
-        let dt = self.g.values[src].dtype;
-        let v = self.node1(
-            "Transpose",
-            format!("{}:nchw", self.name_of(t)),
-            dt,
-            vec![Some(src)],
-            attrs(vec![("perm", Attr::Ints(TO_NCHW.iter().map(|&p| p as i64).collect()))]),
-        );
+        let v = self.transpose(src, &TO_NCHW, format!("{}:nchw", self.name_of(t)));
         self.forms[t].nchw = Some(v);
         Ok(v)
     }
@@ -270,14 +252,7 @@ impl Builder<'_> {
     fn weight(&mut self, t: usize, perm: &[usize], suffix: &str) -> R<ValueId> {
         if !self.is_const(t) {
             let src = self.nhwc(t)?;
-            let dt = self.g.values[src].dtype;
-            return Ok(self.node1(
-                "Transpose",
-                format!("{}:{suffix}", self.name_of(t)),
-                dt,
-                vec![Some(src)],
-                attrs(vec![("perm", Attr::Ints(perm.iter().map(|&p| p as i64).collect()))]),
-            ));
+            return Ok(self.transpose(src, perm, format!("{}:{suffix}", self.name_of(t))));
         }
         let data = self.const_value(t)?;
         if data.shape().len() != perm.len() {

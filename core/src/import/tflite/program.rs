@@ -7,10 +7,10 @@
 //! resizes run NCHW (the integer kernels' layout) between `Transpose` ops, which move codes
 //! and change no value.
 
-use super::{File, TO_NCHW, TO_NHWC, builtin, dtype, op_name, parse, quant_of, tensor_name};
+use super::{File, TO_NCHW, TO_NHWC, builtin, dtype, op_name, parse, quant_of, same_pad, tensor_name};
 use crate::import::{ImportError, UnsupportedOp};
 use crate::ir::DType;
-use crate::quant::legalize::{Act, FloatOp, IOp, ITensor, OpKind, PadMode, Program};
+use crate::quant::legalize::{Act, FloatOp, IOp, ITensor, OpKind, PadMode, Program, SliceAxis};
 use crate::quant::params::{IntType, QParams};
 use fb::BuiltinOperator as B;
 use std::path::Path;
@@ -147,16 +147,6 @@ fn act_of(f: fb::ActivationFunctionType) -> R<Act> {
     })
 }
 
-fn same_pad(padding: fb::Padding, input: usize, kernel: usize, stride: usize, dilation: usize) -> (usize, usize) {
-    if padding != fb::Padding::SAME {
-        return (0, 0);
-    }
-    let out = input.div_ceil(stride.max(1));
-    let eff = (kernel.max(1) - 1) * dilation.max(1) + 1;
-    let total = ((out.max(1) - 1) * stride + eff).saturating_sub(input);
-    (total / 2, total - total / 2)
-}
-
 impl<'f> Lower<'f> {
     fn new(file: &'f File, path: &'f Path) -> Self {
         let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[file.subgraph];
@@ -230,11 +220,7 @@ impl<'f> Lower<'f> {
     }
 
     fn raw(&self, t: usize) -> Option<&'f [u8]> {
-        let b = self.tensors[t].buffer as usize;
-        if b == 0 {
-            return None;
-        }
-        self.file.buffers.get(b).filter(|d| !d.is_empty()).map(|d| &d[..])
+        self.file.data(&self.tensors[t])
     }
 
     /// A constant's codes, as stored.
@@ -466,6 +452,16 @@ impl<'f> Lower<'f> {
                 }
             }
         }
+        // A float input quantized on entry (an output dequantized on exit) keeps the file's
+        // name: the program takes (gives) its codes, or floats with `--dequantize`.
+        let file_io = sg.inputs.iter().flatten().zip(self.prog.inputs.clone());
+        let file_io = file_io.chain(sg.outputs.iter().flatten().zip(self.prog.outputs.clone()));
+        for (&t, id) in file_io.collect::<Vec<_>>() {
+            let name = self.name(t as usize);
+            if self.prog.tensors[id].name != name && self.prog.tensor_id(&name).is_none() {
+                self.prog.tensors[id].name = name;
+            }
+        }
     }
 
     /// The operands of a float op in an island: each a DEQUANTIZE of an integer activation
@@ -476,6 +472,9 @@ impl<'f> Lower<'f> {
                 let t = t?;
                 if let Some(x) = self.dequantized[t] {
                     Some(x)
+                } else if self.tensors[t].type_ == fb::TensorType::BOOL && self.nhwc[t].is_some() {
+                    // A condition computed by a float EQUAL.
+                    Some(t)
                 } else if self.is_const(t) && self.tensors[t].type_ == fb::TensorType::FLOAT32 {
                     Some(t)
                 } else {
@@ -583,6 +582,18 @@ impl<'f> Lower<'f> {
                 };
                 self.pending[o] = Some((fop, list));
             }
+            B::EQUAL if self.float_operands(&ins).is_some() => {
+                let mut xs = Vec::new();
+                for t in self.float_operands(&ins).unwrap_or_default() {
+                    xs.push(self.get(t, Layout::Nhwc)?);
+                }
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Float { op: FloatOp::Equal }, xs, vec![y]);
+            }
+            B::SELECT_V2 if self.float_operands(&ins).is_some() => {
+                let list = self.float_operands(&ins).unwrap_or_default();
+                self.pending[o] = Some((FloatOp::Where, list));
+            }
             B::CONV_2D | B::DEPTHWISE_CONV_2D => {
                 let (x, w) = (req(0)?, req(1)?);
                 let bias = ins.get(2).copied().flatten();
@@ -684,6 +695,63 @@ impl<'f> Lower<'f> {
                 };
                 self.op(node, kind, vec![xi], vec![y]);
             }
+            B::SQRT | B::LOG | B::EXP => {
+                let x = req(0)?;
+                let layout = self.elementwise_layout(&[x], o);
+                let xi = self.get(x, layout)?;
+                let y = self.out(o, layout)?;
+                let kind = match code {
+                    B::SQRT => OpKind::Sqrt,
+                    B::LOG => OpKind::Log,
+                    _ => OpKind::Exp,
+                };
+                self.op(node, kind, vec![xi], vec![y]);
+            }
+            B::MAXIMUM | B::MINIMUM => {
+                let (x, z) = (req(0)?, req(1)?);
+                let (qx, qz, qy) = (self.q(x)?, self.q(z)?, self.q(o)?);
+                let same = |a: &QParams, b: &QParams| a.scale == b.scale && a.zero_point == b.zero_point;
+                if !same(&qx, &qy) || !same(&qz, &qy) {
+                    return unsupported("inputs on another grid than the output");
+                }
+                let layout = self.elementwise_layout(&[x, z], o);
+                let a = self.get(x, layout)?;
+                let b = self.get(z, layout)?;
+                let y = self.out(o, layout)?;
+                let kind = if code == B::MAXIMUM {
+                    OpKind::Maximum
+                } else {
+                    OpKind::Minimum
+                };
+                self.op(node, kind, vec![a, b], vec![y]);
+            }
+            B::REDUCE_MAX | B::REDUCE_MIN => {
+                let (x, a) = (req(0)?, req(1)?);
+                let rank = self.shape(x).len() as i64;
+                let axes: Vec<usize> = self
+                    .codes_of(a)?
+                    .iter()
+                    .map(|&v| (if v < 0 { v + rank } else { v }) as usize)
+                    .collect();
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                let kind = if code == B::REDUCE_MAX {
+                    OpKind::ReduceMax { axes }
+                } else {
+                    OpKind::ReduceMin { axes }
+                };
+                self.op(node, kind, vec![xi], vec![y]);
+            }
+            B::BATCH_MATMUL => {
+                let (x, z) = (req(0)?, req(1)?);
+                if opts.as_batch_mat_mul_options().is_some_and(|b| b.adj_x || b.adj_y) {
+                    return unsupported("adjoint operands");
+                }
+                let a = self.get(x, Layout::Nhwc)?;
+                let b = self.get(z, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::BatchMatMul, vec![a, b], vec![y]);
+            }
             B::MAX_POOL_2D | B::AVERAGE_POOL_2D => {
                 let x = req(0)?;
                 let Some(p) = opts.as_pool_2_doptions() else {
@@ -718,7 +786,7 @@ impl<'f> Lower<'f> {
                 };
                 self.op(node, kind, vec![xi], vec![y]);
             }
-            B::PAD | B::PADV2 => {
+            B::PAD | B::PADV2 | B::MIRROR_PAD => {
                 let (x, p) = (req(0)?, req(1)?);
                 let pads = self.codes_of(p)?;
                 let rank = self.shape(x).len();
@@ -740,24 +808,27 @@ impl<'f> Lower<'f> {
                     .map(|&a| [pads[2 * a] as usize, pads[2 * a + 1] as usize])
                     .collect();
                 let xq = self.q(x)?;
-                let fill = match ins.get(2).copied().flatten() {
-                    Some(c) => *self
-                        .codes_of(c)?
-                        .first()
-                        .ok_or_else(|| Why::Invalid("empty pad value".into()))? as i32,
-                    None => xq.zp(),
+                let mode = if code == B::MIRROR_PAD {
+                    let m = opts
+                        .as_mirror_pad_options()
+                        .map_or(fb::MirrorPadMode::REFLECT, |m| m.mode);
+                    if m != fb::MirrorPadMode::REFLECT {
+                        return unsupported("SYMMETRIC mirror padding");
+                    }
+                    PadMode::Reflect
+                } else {
+                    PadMode::Constant(match ins.get(2).copied().flatten() {
+                        Some(c) => *self
+                            .codes_of(c)?
+                            .first()
+                            .ok_or_else(|| Why::Invalid("empty pad value".into()))?
+                            as i32,
+                        None => xq.zp(),
+                    })
                 };
                 let xi = self.get(x, layout)?;
                 let y = self.out(o, layout)?;
-                self.op(
-                    node,
-                    OpKind::Pad {
-                        pads: per_axis,
-                        mode: PadMode::Constant(fill),
-                    },
-                    vec![xi],
-                    vec![y],
-                );
+                self.op(node, OpKind::Pad { pads: per_axis, mode }, vec![xi], vec![y]);
             }
             B::CONCATENATION => {
                 let Some(c) = opts.as_concatenation_options() else {
@@ -836,7 +907,9 @@ impl<'f> Lower<'f> {
                         return unsupported("QUANTIZE of a computed float tensor");
                     };
                     let y = self.out(o, Layout::Nhwc)?;
-                    self.prog.inputs[pos] = y;
+                    let float = std::mem::replace(&mut self.prog.inputs[pos], y);
+                    // Unused now; its name goes to the codes (see `run`).
+                    self.prog.tensors[float].name.push_str(":float");
                     return Ok(());
                 }
                 let layout = if self.nchw[x].is_some() {
@@ -861,6 +934,115 @@ impl<'f> Lower<'f> {
                 // A graph output dequantized on exit: the program ends at the codes.
                 let pos = self.outputs.iter().position(|&t| t == o).unwrap_or(0);
                 self.outputs[pos] = x;
+            }
+            B::STRIDED_SLICE => {
+                let x = req(0)?;
+                let (begin, end) = (self.codes_of(req(1)?)?, self.codes_of(req(2)?)?);
+                let strides = match ins.get(3).copied().flatten() {
+                    Some(t) => self.codes_of(t)?,
+                    None => vec![1; begin.len()],
+                };
+                let Some(so) = opts.as_strided_slice_options() else {
+                    return invalid("no StridedSliceOptions");
+                };
+                if so.ellipsis_mask != 0 || so.new_axis_mask != 0 {
+                    return unsupported("ellipsis or new-axis mask");
+                }
+                let xs = self.shape(x);
+                if begin.len() != end.len() || begin.len() != strides.len() || begin.len() > xs.len() {
+                    return invalid("begin, end and strides must have one value per sliced axis");
+                }
+                let mut axes = Vec::new();
+                let mut sliced = xs.clone();
+                for i in 0..begin.len() {
+                    let (d, bit) = (xs[i] as i64, 1 << i);
+                    let mut st = strides[i];
+                    if st == 0 {
+                        return invalid(format!("stride 0 on axis {i}"));
+                    }
+                    let norm = |v: i64| if v < 0 { v + d } else { v };
+                    let clamp = |v: i64, s: i64| if s > 0 { v.clamp(0, d) } else { v.clamp(-1, d - 1) };
+                    let mut b = if so.begin_mask & bit != 0 {
+                        if st > 0 { 0 } else { d - 1 }
+                    } else {
+                        clamp(norm(begin[i]), st)
+                    };
+                    let mut e = if so.end_mask & bit != 0 {
+                        if st > 0 { d } else { -1 }
+                    } else if so.offset {
+                        clamp(b + end[i], st)
+                    } else {
+                        clamp(norm(end[i]), st)
+                    };
+                    if so.shrink_axis_mask & bit != 0 {
+                        b = norm(begin[i]);
+                        e = b + 1;
+                        st = 1;
+                    }
+                    let (span, step) = if st > 0 {
+                        ((e - b).max(0), st)
+                    } else {
+                        ((b - e).max(0), -st)
+                    };
+                    let count = (span + step - 1) / step;
+                    if count > 0 && !(0..d).contains(&b) {
+                        return invalid(format!("axis {i} starts at {b} of {d}"));
+                    }
+                    sliced[i] = count as usize;
+                    axes.push(SliceAxis {
+                        axis: i,
+                        first: b.max(0) as usize,
+                        count: count as usize,
+                        step: st as isize,
+                    });
+                }
+                let xi = self.get(x, Layout::Nhwc)?;
+                let q = self.q(o)?;
+                if sliced == self.shape(o) {
+                    let y = self.out(o, Layout::Nhwc)?;
+                    self.op(node, OpKind::Slice { axes }, vec![xi], vec![y]);
+                } else {
+                    let mid = self.push(ITensor {
+                        name: format!("{node}:slice"),
+                        shape: sliced,
+                        q,
+                        data: None,
+                    });
+                    self.op(&format!("{node}:slice"), OpKind::Slice { axes }, vec![xi], vec![mid]);
+                    let y = self.out(o, Layout::Nhwc)?;
+                    self.op(node, OpKind::Reshape, vec![mid], vec![y]);
+                }
+            }
+            B::BROADCAST_TO => {
+                let x = req(0)?;
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::BroadcastTo, vec![xi], vec![y]);
+            }
+            B::TRANSPOSE_CONV => {
+                let (w, x) = (req(1)?, req(2)?);
+                let bias = ins.get(3).copied().flatten();
+                let Some(c) = opts.as_transpose_conv_options() else {
+                    return invalid("no TransposeConvOptions");
+                };
+                let (xs, ws, ys) = (self.shape(x), self.shape(w), self.shape(o));
+                if xs.len() != 4 || ws.len() != 4 || ys.len() != 4 {
+                    return invalid("transposed convolution tensors must have rank 4");
+                }
+                let [sh, sw] = [c.stride_h, c.stride_w].map(|v| usize::try_from(v).unwrap_or(1).max(1));
+                if ys[1] != (xs[1] - 1) * sh + ws[1] || ys[2] != (xs[2] - 1) * sw + ws[2] {
+                    return unsupported("padding or an output size other than (in − 1)·stride + kernel");
+                }
+                let xi = self.get(x, Layout::Nchw)?;
+                let (wt, bt) = self.conv_weights(w, bias, &TO_NCHW, x)?;
+                let y = self.out(o, Layout::Nchw)?;
+                let act = act_of(c.fused_activation_function)?;
+                self.op(
+                    node,
+                    OpKind::TransposeConv { strides: [sh, sw], act },
+                    vec![xi, wt, bt],
+                    vec![y],
+                );
             }
             B::RESIZE_NEAREST_NEIGHBOR => {
                 let x = req(0)?;
