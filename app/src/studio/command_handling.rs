@@ -203,18 +203,29 @@ impl Studio {
                 }
             }
             Command::ExportPlan => self.export_plan(),
-            Command::RunCompile => match &self.quant.session {
-                Some(s) => {
-                    if let Err(e) = self.compile.start(s, self.ctx.as_ref()) {
-                        self.error = Some(format!("Compile failed: {e}"));
-                    }
+            Command::RunCompile => {
+                let file = self
+                    .loaded
+                    .as_ref()
+                    .and_then(|l| Some((l.model.clone(), l.program.clone()?)));
+                let r = match (&self.quant.session, file) {
+                    (Some(s), _) => self.compile.start(s, self.ctx.as_ref()),
+                    // A quantized file without a plan of ours: its own integer program.
+                    (None, Some((model, program))) => self.compile.start_file(&model, &program, self.ctx.as_ref()),
+                    (None, None) => Err("nothing to compile: run the calibration first".into()),
+                };
+                if let Err(e) = r {
+                    self.error = Some(format!("Compile failed: {e}"));
                 }
-                None => self.error = Some("Compile failed: nothing to compile: run the calibration first".into()),
-            },
+            }
             Command::CancelCompile => self.compile.cancel(),
             Command::RunEmulate => {
-                let r = match (&self.quant.session, &self.compile.result) {
-                    (Some(s), Some(c)) => self.emulate.start(s, c, self.ctx.as_ref()),
+                let r = match (&self.quant.session, &self.compile.result, &self.loaded) {
+                    (_, Some(c), Some(l)) if c.from_file => {
+                        self.emulate
+                            .start_file(&l.model, &self.quant.setup, c, self.ctx.as_ref())
+                    }
+                    (Some(s), Some(c), _) => self.emulate.start(s, c, self.ctx.as_ref()),
                     _ => Err("nothing to emulate: compile first".into()),
                 };
                 if let Err(e) = r {
@@ -558,9 +569,38 @@ impl Studio {
             None => {}
         }
         match self.emulate.poll(self.quant.show_timings) {
-            Some(Ok(line)) => self.status = line,
+            Some(Ok(line)) => {
+                self.status = line;
+                // A quantized file's first emulation paints its per-tensor SQNR (against
+                // the file's float graph): the heatmap a plan's simulation would give.
+                if self.quant.session.is_none()
+                    && self.quant.overlay == super::quantize::Overlay::CumulativeSqnr
+                    && self.emulate.result.as_ref().is_some_and(|r| r.from_file)
+                {
+                    self.quant.overlay = super::quantize::Overlay::EmulatedSqnr;
+                }
+            }
             Some(Err(e)) => self.error = Some(e),
             None => {}
+        }
+        // A quantized file's compile and emulation follow the target and the overrides.
+        if self.quant.session.is_none()
+            && let Some(l) = &self.loaded
+            && let Some(program) = &l.program
+            && self.compile.file_wants_update()
+        {
+            let (model, program) = (l.model.clone(), program.clone());
+            self.compile.update_file(&model, &program, self.ctx.as_ref());
+        }
+        if let (Some(l), Some(c)) = (&self.loaded, &self.compile.result)
+            && c.from_file
+            && !self.compile.busy()
+            && self.emulate.wants_update(c)
+            && let Err(e) = self
+                .emulate
+                .start_file(&l.model, &self.quant.setup, c, self.ctx.as_ref())
+        {
+            self.error = Some(format!("Emulate failed: {e}"));
         }
         // An emulation follows its compile (a precision edit, another target) by itself.
         if let (Some(s), Some(c)) = (&self.quant.session, &self.compile.result)

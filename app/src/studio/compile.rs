@@ -58,6 +58,9 @@ pub struct CompileResult {
     pub nodes: HashMap<NodeId, NodePlacement>,
     /// How long the job took (legalize, place, cost, map to the open model).
     pub ms: f64,
+    /// Compiled from the open file's own integer program (a quantized TFLite file), not
+    /// from a plan.
+    pub from_file: bool,
 }
 
 pub struct CompileState {
@@ -227,28 +230,7 @@ impl CompileState {
             for n in &mapping.optimized.graph.nodes {
                 origin.insert(n.name.as_str(), &n.origin);
             }
-            let mut nodes: HashMap<NodeId, NodePlacement> = HashMap::new();
-            for (pl, l) in compiled.placements.iter().zip(&compiled.layers) {
-                let from = origin.get(pl.node.as_str()).copied().unwrap_or_default();
-                // A fused op's time is counted once, on the first node it came from.
-                let first = from.iter().min().copied();
-                for &o in from {
-                    let e = nodes.entry(o).or_insert(NodePlacement {
-                        place: Place::Npu,
-                        reason: "supported".into(),
-                        latency_us: 0.0,
-                        segment: pl.segment,
-                    });
-                    if Some(o) == first {
-                        e.latency_us += l.latency_us;
-                    }
-                    if pl.place == Place::Cpu && e.place == Place::Npu {
-                        e.place = Place::Cpu;
-                        e.segment = pl.segment;
-                        e.reason = format!("{}: {}", pl.op, pl.reason);
-                    }
-                }
-            }
+            let nodes = place_nodes(&compiled, &origin);
             Ok(CompileResult {
                 generation,
                 target: target.id.clone(),
@@ -257,9 +239,87 @@ impl CompileState {
                 program: Arc::new(program),
                 nodes,
                 ms: t0.elapsed().as_secs_f64() * 1e3,
+                from_file: false,
             })
         }));
         Ok(())
+    }
+
+    /// Starts compiling the open file's own integer program (a quantized TFLite file): no
+    /// plan, no calibration; its ops map to the cards of the file's graph by name.
+    pub fn start_file(
+        &mut self,
+        model: &Arc<npu_core::ir::Model>,
+        program: &Arc<npu_core::quant::legalize::Program>,
+        ctx: Option<&egui::Context>,
+    ) -> Result<(), String> {
+        self.trigger = Trigger::Click;
+        self.running_for = Some((FILE_GENERATION, self.target.clone(), self.force_cpu.clone()));
+        let target = self.chosen().cloned().ok_or_else(|| match &self.targets {
+            Err(e) => e.clone(),
+            Ok(_) => format!("no target '{}'", self.target),
+        })?;
+        let (model, program, forced) = (model.clone(), program.clone(), self.force_cpu.clone());
+        self.job = Some(Job::spawn("compile", ctx, move |p| {
+            let t0 = std::time::Instant::now();
+            p.set(0.3, &format!("placing and costing {} ops", program.ops.len()));
+            let origin = file_origin(&model);
+            let options = Options {
+                force_cpu: program
+                    .ops
+                    .iter()
+                    .filter(|op| {
+                        origin
+                            .get(base_name(&op.node))
+                            .is_some_and(|ns| ns.iter().any(|n| forced.contains(n)))
+                    })
+                    .map(|op| op.node.clone())
+                    .collect(),
+            };
+            let compiled = npu_core::pipeline::compile(&program, &target, &options);
+            p.check()?;
+            let origin: HashMap<&str, &[NodeId]> = compiled
+                .placements
+                .iter()
+                .filter_map(|pl| Some((pl.node.as_str(), origin.get(base_name(&pl.node))?.as_slice())))
+                .collect();
+            let nodes = place_nodes(&compiled, &origin);
+            Ok(CompileResult {
+                generation: FILE_GENERATION,
+                target: target.id.clone(),
+                forced,
+                compiled: Arc::new(compiled),
+                program,
+                nodes,
+                ms: t0.elapsed().as_secs_f64() * 1e3,
+                from_file: true,
+            })
+        }));
+        Ok(())
+    }
+
+    /// Whether a compile of the file's own program is behind the chosen target or
+    /// overrides (and no update failed on them already).
+    pub fn file_wants_update(&self) -> bool {
+        let Some(r) = self.result.as_ref().filter(|r| r.from_file) else {
+            return false;
+        };
+        let now = (FILE_GENERATION, self.target.clone(), self.force_cpu.clone());
+        self.job.is_none() && (r.target != now.1 || r.forced != now.2) && self.auto_failed.as_ref() != Some(&now)
+    }
+
+    /// Compiles the file's own program again after a change of target or overrides.
+    pub fn update_file(
+        &mut self,
+        model: &Arc<npu_core::ir::Model>,
+        program: &Arc<npu_core::quant::legalize::Program>,
+        ctx: Option<&egui::Context>,
+    ) {
+        if self.start_file(model, program, ctx).is_ok() {
+            self.trigger = Trigger::Edit;
+        } else {
+            self.auto_failed = Some((FILE_GENERATION, self.target.clone(), self.force_cpu.clone()));
+        }
     }
 
     /// Takes the finished job: the status line (or what to add to it), or an error.
@@ -534,4 +594,58 @@ pub fn panel_ui(
                 });
         }
     });
+}
+
+/// The generation a compile of the file's own program carries (it has no plan edits).
+pub const FILE_GENERATION: u64 = u64::MAX;
+
+/// A tensor name of an imported TFLite graph without the suffix the importer adds to the
+/// nodes around the file's tensor (`:f` before a quantizer, `:pre` before an activation,
+/// `:q` the quantizer, `:nchw`/`:nhwc` a layout change).
+pub fn base_name(mut name: &str) -> &str {
+    // A fused activation's op is `X:f:pre`.
+    while let Some(b) = [":f", ":pre", ":q", ":nchw", ":nhwc"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+    {
+        name = b;
+    }
+    name
+}
+
+/// The open model's nodes by the file tensor they make: what an op of the file's own
+/// integer program (named after its output tensor) is drawn on.
+pub fn file_origin(model: &npu_core::ir::Model) -> HashMap<String, Vec<NodeId>> {
+    let mut map: HashMap<String, Vec<NodeId>> = HashMap::new();
+    for (i, n) in model.graph.nodes.iter().enumerate() {
+        map.entry(base_name(&n.name).to_owned()).or_default().push(i);
+    }
+    map
+}
+
+/// Each node of the open model's placement, from the ops made of it (`origin`: op name →
+/// the nodes it came from). A fused op's time is counted once, on its first node.
+fn place_nodes(compiled: &Compiled, origin: &HashMap<&str, &[NodeId]>) -> HashMap<NodeId, NodePlacement> {
+    let mut nodes: HashMap<NodeId, NodePlacement> = HashMap::new();
+    for (pl, l) in compiled.placements.iter().zip(&compiled.layers) {
+        let from = origin.get(pl.node.as_str()).copied().unwrap_or_default();
+        let first = from.iter().min().copied();
+        for &o in from {
+            let e = nodes.entry(o).or_insert(NodePlacement {
+                place: Place::Npu,
+                reason: "supported".into(),
+                latency_us: 0.0,
+                segment: pl.segment,
+            });
+            if Some(o) == first {
+                e.latency_us += l.latency_us;
+            }
+            if pl.place == Place::Cpu && e.place == Place::Npu {
+                e.place = Place::Cpu;
+                e.segment = pl.segment;
+                e.reason = format!("{}: {}", pl.op, pl.reason);
+            }
+        }
+    }
+    nodes
 }

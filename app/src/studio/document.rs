@@ -6,6 +6,7 @@ use super::jobs::{JobError, JobProgress};
 use crate::graph::doc::{GraphDoc, ScopeId};
 use crate::graph::scene::{Scene, SceneBuilder};
 use npu_core::ir::Model;
+use npu_core::quant::legalize::Program;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +29,9 @@ pub struct Loaded {
     pub warnings: Vec<String>,
     /// The file's modification time when it was opened (a later one makes the import stale).
     pub modified: Option<std::time::SystemTime>,
+    /// A quantized TFLite file's own integer program: what the Compile and Emulate stages
+    /// take when no plan of ours exists.
+    pub program: Option<Arc<Program>>,
 }
 
 impl Loaded {
@@ -51,6 +55,7 @@ pub struct Opened {
     pub modified: Option<std::time::SystemTime>,
     /// The file's content hash, when asked for (a project checks its model with it).
     pub hash: Option<String>,
+    pub program: Option<Arc<Program>>,
 }
 
 impl Opened {
@@ -65,6 +70,7 @@ impl Opened {
             builder: Some(self.builder),
             warnings: self.warnings,
             modified: self.modified,
+            program: self.program,
         }
     }
 }
@@ -100,6 +106,17 @@ pub fn open_model(path: &Path, hash: bool, p: &JobProgress) -> Result<Opened, Jo
     };
     let imported = npu_core::pipeline::import(path, &opts, &part)?;
     p.check()?;
+    let mut warnings = imported.report.warnings;
+    // A quantized file is its own integer program; one the reader cannot take still opens.
+    let program = match npu_core::pipeline::file_program(path) {
+        Ok(program) => program.map(Arc::new),
+        Err(e) => {
+            warnings.push(format!(
+                "Its integer program was not read (quantize it to compile): {e}"
+            ));
+            None
+        }
+    };
     p.set(0.4, "building cards");
     let doc = Arc::new(GraphDoc::build(&imported.model));
     p.check()?;
@@ -117,9 +134,10 @@ pub fn open_model(path: &Path, hash: bool, p: &JobProgress) -> Result<Opened, Jo
         builder,
         scene,
         collapsed,
-        warnings: imported.report.warnings,
+        warnings,
         modified,
         hash,
+        program,
     })
 }
 

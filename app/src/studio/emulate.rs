@@ -42,6 +42,9 @@ pub struct EmulateResult {
     /// The graph outputs: (name, emulated SQNR, simulated SQNR) against FP32.
     pub outputs: Vec<(String, Option<f64>, Option<f64>)>,
     pub ms: f64,
+    /// Emulated a compile of the file's own program: SQNR against the file's float graph
+    /// (float kernels between its quantizers), no simulation.
+    pub from_file: bool,
 }
 
 #[derive(Default)]
@@ -193,6 +196,146 @@ impl EmulateState {
                 mismatches: rows.iter().filter_map(|r| r.integer_mismatches).sum(),
                 outputs,
                 ms: t0.elapsed().as_secs_f64() * 1e3,
+                from_file: false,
+            })
+        }));
+        Ok(())
+    }
+
+    /// Emulates the binary of a compile of the open file's own integer program (a quantized
+    /// TFLite file) on the first sample of `setup`'s data: every tensor against the file's
+    /// float graph (float kernels between its quantizers) and the integer reference.
+    pub fn start_file(
+        &mut self,
+        model: &std::sync::Arc<npu_core::ir::Model>,
+        setup: &super::commands::Setup,
+        compile: &CompileResult,
+        ctx: Option<&egui::Context>,
+    ) -> Result<(), String> {
+        if setup.data.is_empty() {
+            return Err("choose a folder of samples first (Quantize panel, Samples)".into());
+        }
+        let (model, setup) = (model.clone(), setup.clone());
+        let (program, compiled) = (compile.program.clone(), compile.compiled.clone());
+        let (generation, target) = (compile.generation, compile.target.clone());
+        self.running_for = Some((generation, target.clone()));
+        self.job = Some(Job::spawn("emulate", ctx, move |p| {
+            let t0 = std::time::Instant::now();
+            let fail = |e: String| JobError::Failed(format!("Emulate failed: {e}"));
+            p.set(0.05, "writing the binary");
+            let bytes = binary::write(&program, &compiled);
+            let e = Emulator::load(&bytes).map_err(|e| fail(e.to_string()))?;
+            p.set(0.15, "reading the first sample");
+            let samples =
+                npu_core::pipeline::Samples::open(&setup.data, &setup.preprocess).map_err(|e| fail(e.to_string()))?;
+            let (label, sample) = samples
+                .iter(&model)
+                .next()
+                .ok_or_else(|| fail("no sample".into()))?
+                .map_err(|e| fail(e.to_string()))?;
+            let feed = |names: &mut dyn Iterator<Item = &str>| -> Result<Vec<Input>, JobError> {
+                names
+                    .map(|n| {
+                        sample
+                            .get(n)
+                            .map(
+                                |t| match t.as_i64_vec().filter(|_| t.dtype() != npu_core::ir::DType::F32) {
+                                    Some(codes) => Input::Codes(codes.iter().map(|&c| c as i32).collect()),
+                                    None => Input::Float(t.to_f32().iter().copied().collect()),
+                                },
+                            )
+                            .ok_or_else(|| fail(format!("the sample has no input {n}")))
+                    })
+                    .collect()
+            };
+            p.set(0.25, &format!("emulating {} steps", e.binary.steps.len()));
+            let names: Vec<&str> = e
+                .binary
+                .inputs
+                .iter()
+                .map(|&i| e.binary.tensors[i].tensor.name.as_str())
+                .collect();
+            let values = e
+                .run(feed(&mut names.iter().copied())?)
+                .map_err(|e| fail(e.to_string()))?;
+            p.check()?;
+            p.set(0.5, "running the file's float graph and the integer reference");
+            let mut exec = npu_core::sim::Executor::new(&model, 1).map_err(|e| fail(e.to_string()))?;
+            exec.set_fusion(false);
+            let mut float: HashMap<String, Vec<f32>> = HashMap::new();
+            let mut hook = |_: usize, node: &npu_core::ir::Node, outs: &[Option<&npu_core::ir::Tensor>]| {
+                for (o, t) in node.outputs.iter().zip(outs) {
+                    if let (Some(o), Some(t)) = (o, t) {
+                        float.insert(
+                            model.graph.values[*o].name.clone(),
+                            t.to_f32().iter().copied().collect(),
+                        );
+                    }
+                }
+            };
+            exec.run_with_hook(&sample, Some(&mut hook))
+                .map_err(|e| fail(e.to_string()))?;
+            let ins = feed(&mut program.inputs.iter().map(|&i| program.tensors[i].name.as_str()))?;
+            let integer =
+                npu_core::sim::integer::run(&program, ins).map_err(|e| fail(format!("the integer reference: {e}")))?;
+            p.check()?;
+            p.set(0.8, "comparing every tensor");
+            let refs = trace::References {
+                fp32: &float,
+                simulated: None,
+                integer: Some(&integer.values),
+            };
+            let rows = trace::compare(&e, &values, &refs);
+            let origin = super::compile::file_origin(&model);
+            let index: HashMap<&str, usize> = e
+                .binary
+                .tensors
+                .iter()
+                .enumerate()
+                .map(|(k, t)| (t.tensor.name.as_str(), k))
+                .collect();
+            let dequant = |k: usize, codes: Option<&[i32]>| {
+                let t = &e.binary.tensors[k].tensor;
+                codes.map(|c| c.iter().take(FIRST).map(|&x| t.q.real(x)).collect::<Vec<f32>>())
+            };
+            let mut nodes = HashMap::new();
+            for row in &rows {
+                let Some(&k) = index.get(row.name.as_str()) else {
+                    continue;
+                };
+                let n = EmulatedNode {
+                    trace: row.clone(),
+                    simulated: Vec::new(),
+                    integer: dequant(k, integer.values[k].as_deref()).unwrap_or_default(),
+                    emulated: dequant(k, values[k].as_deref()).unwrap_or_default(),
+                };
+                for &o in origin
+                    .get(super::compile::base_name(&row.node))
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    nodes.insert(o, n.clone());
+                }
+            }
+            let outputs = e
+                .binary
+                .outputs
+                .iter()
+                .filter_map(|&o| rows.iter().find(|r| r.name == e.binary.tensors[o].tensor.name))
+                .map(|r| (r.name.clone(), r.emulated_sqnr_db, r.simulated_sqnr_db))
+                .collect();
+            Ok(EmulateResult {
+                generation,
+                target,
+                sample: std::path::Path::new(&label)
+                    .file_name()
+                    .map_or(label.clone(), |f| f.to_string_lossy().into_owned()),
+                nodes,
+                tensors: rows.len(),
+                mismatches: rows.iter().filter_map(|r| r.integer_mismatches).sum(),
+                outputs,
+                ms: t0.elapsed().as_secs_f64() * 1e3,
+                from_file: true,
             })
         }));
         Ok(())
@@ -213,7 +356,13 @@ impl EmulateState {
         let outs: Vec<String> = r
             .outputs
             .iter()
-            .map(|(n, e, s)| format!("{n} {} (simulated {})", db(*e), db(*s)))
+            .map(|(n, e, s)| {
+                if r.from_file {
+                    format!("{n} {} against the file's float graph", db(*e))
+                } else {
+                    format!("{n} {} (simulated {})", db(*e), db(*s))
+                }
+            })
             .collect();
         let took = if timings {
             format!(" in {:.0} ms", r.ms)
@@ -300,16 +449,27 @@ pub fn inspector_ui(ui: &mut egui::Ui, st: &EmulateState, node: NodeId) {
     let t = &e.trace;
     ui.separator();
     ui.strong(format!("Emulated on {} ({})", r.target, r.sample));
-    ui.label(format!(
-        "{}: emulated {} · simulated {} · local {} (vs FP32); gap {}; {} codes differ from the integer reference",
-        t.name,
-        db(t.emulated_sqnr_db),
-        db(t.simulated_sqnr_db),
-        db(t.emulated_local_sqnr_db),
-        t.gap_db().map_or_else(|| "–".into(), |g| format!("{g:+.2} dB")),
-        t.integer_mismatches.map_or_else(|| "?".into(), |m| m.to_string())
-    ));
+    if r.from_file {
+        ui.label(format!(
+            "{}: emulated {} · local {} (vs the file's float graph); {} codes differ from the integer reference",
+            t.name,
+            db(t.emulated_sqnr_db),
+            db(t.emulated_local_sqnr_db),
+            t.integer_mismatches.map_or_else(|| "?".into(), |m| m.to_string())
+        ));
+    } else {
+        ui.label(format!(
+            "{}: emulated {} · simulated {} · local {} (vs FP32); gap {}; {} codes differ from the integer reference",
+            t.name,
+            db(t.emulated_sqnr_db),
+            db(t.simulated_sqnr_db),
+            db(t.emulated_local_sqnr_db),
+            t.gap_db().map_or_else(|| "–".into(), |g| format!("{g:+.2} dB")),
+            t.integer_mismatches.map_or_else(|| "?".into(), |m| m.to_string())
+        ));
+    }
     egui::Grid::new(("emulated-values", node)).striped(true).show(ui, |ui| {
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
         ui.strong("#");
         ui.strong("simulated");
         ui.strong("integer");

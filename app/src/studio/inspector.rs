@@ -163,6 +163,10 @@ pub fn inspector_ui(
         .id_salt("inspector_scroll")
         .auto_shrink(false)
         .show(ui, |ui| {
+            // Names of TFLite tensors run to hundreds of characters without a space: they
+            // wrap anywhere rather than widen the panel past the window.
+            ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Wrap);
+            ui.set_max_width(ui.available_width());
             let Some(l) = loaded else {
                 ui.heading("Inspector");
                 ui.label("No model open");
@@ -242,6 +246,7 @@ fn model_ui(
         .num_columns(2)
         .striped(true)
         .show(ui, |ui| {
+            ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
             let mut row = |k: &str, v: String| {
                 ui.label(k);
                 ui.label(v);
@@ -282,6 +287,7 @@ fn model_ui(
     ui.separator();
     ui.strong("Ops");
     egui::Grid::new("op_hist").num_columns(2).show(ui, |ui| {
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
         for (op, n) in &r.ops {
             ui.label(op);
             ui.label(n.to_string());
@@ -452,6 +458,7 @@ fn node_ui(ui: &mut egui::Ui, model: &Model, consumers: &[Vec<usize>], n: usize,
         ui.weak("none");
     }
     egui::Grid::new("attrs").num_columns(2).striped(true).show(ui, |ui| {
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
         for (k, v) in &info.attributes {
             ui.label(k);
             ui.label(v);
@@ -564,6 +571,7 @@ fn stats_ui(ui: &mut egui::Ui, s: &WeightStats) {
         .num_columns(2)
         .striped(true)
         .show(ui, |ui| {
+            ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
             for (k, v) in [
                 ("count", s.count.to_string()),
                 ("min", format!("{:.6}", s.min)),
@@ -595,4 +603,46 @@ fn stats_ui(ui: &mut egui::Ui, s: &WeightStats) {
         "first values: {}",
         s.first.iter().map(|x| format!("{x:.4}")).collect::<Vec<_>>().join(", ")
     ));
+}
+
+/// The integer ops a quantized file computes for node `n` (its own program, read from the
+/// file): each op with its output's type, scale and zero point, and where a node has
+/// per-channel weights, their channel count.
+pub fn program_section(ui: &mut egui::Ui, loaded: &Loaded, n: usize) {
+    let Some(p) = loaded.program.as_ref() else {
+        return;
+    };
+    let Some(node) = loaded.model.graph.nodes.get(n) else {
+        return;
+    };
+    let base = super::compile::base_name(&node.name);
+    let ops: Vec<_> = p
+        .ops
+        .iter()
+        .filter(|op| super::compile::base_name(&op.node) == base)
+        .collect();
+    if ops.is_empty() {
+        return;
+    }
+    ui.separator();
+    ui.strong("Integer program (from the file)");
+    for op in ops {
+        let grid = |t: usize| {
+            let t = &p.tensors[t];
+            let q = &t.q;
+            if q.scale.len() > 1 {
+                format!("{} per-channel ({} scales)", q.ty.name(), q.scale.len())
+            } else {
+                format!("{} scale {:.6e} zero point {}", q.ty.name(), q.s(), q.zp())
+            }
+        };
+        ui.label(egui::RichText::new(op.kind.name()).monospace());
+        for &i in &op.inputs {
+            let what = if p.tensors[i].data.is_some() { "const" } else { "in" };
+            indented_weak(ui, &format!("{what}: {}", grid(i)));
+        }
+        for &o in &op.outputs {
+            indented_weak(ui, &format!("out: {}", grid(o)));
+        }
+    }
 }

@@ -225,15 +225,19 @@ impl Studio {
                 let theme = &self.theme;
                 let placement = self.compile.placement_line(self.selection, &self.theme.quant);
                 let emulated = &self.emulate;
+                let loaded = self.loaded.as_ref();
                 inspector::inspector_ui(
                     ui,
                     &mut self.inspector,
-                    self.loaded.as_ref(),
+                    loaded,
                     self.selection,
                     calib_shapes.as_deref(),
                     &mut out,
                     |ui, n, out| {
                         quantize::inspector::section_ui(ui, quant, n, theme, out);
+                        if let Some(l) = loaded {
+                            inspector::program_section(ui, l, n);
+                        }
                         if let Some((colour, line)) = placement {
                             ui.separator();
                             ui.strong("Placement");

@@ -209,6 +209,11 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
                 Status::Stale,
             ),
             None if st.loaded.is_none() => Status::Waiting("needs a model".into()),
+            // A quantized file: compile and emulate take its own program; calibrating
+            // makes a plan of ours from its float graph instead.
+            None if let Some(p) = st.loaded.and_then(|l| l.program.as_ref()) => {
+                Status::Done(format!("in the file: {} integer ops", p.ops.len()))
+            }
             None if st.quant.setup.data.is_empty() => Status::Waiting("asks for a folder of samples".into()),
             None => Status::Waiting("ready".into()),
         },
@@ -245,6 +250,9 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
                     r.map_or(0, |r| r.eval_samples)
                 ))
             }
+            None if st.loaded.is_some_and(|l| l.program.is_some()) => {
+                Status::Waiting("the file's program: Emulate measures it".into())
+            }
             None => Status::Waiting("needs calibration".into()),
         },
         Stage::Compile => {
@@ -256,7 +264,10 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
                 let (f, what) = p.fraction();
                 return Status::Running(f, what);
             }
-            let now = session.and_then(|s| s.result.as_ref().map(|r| r.generation));
+            let file = session.is_none() && st.loaded.is_some_and(|l| l.program.is_some());
+            let now = session
+                .and_then(|s| s.result.as_ref().map(|r| r.generation))
+                .or(file.then_some(super::compile::FILE_GENERATION));
             match (&c.result, now) {
                 (Some(r), Some(g)) => {
                     if r.generation != g || stale.calibration.is_some() {
@@ -273,6 +284,7 @@ fn status_with(st: &PipelineCx<'_>, stage: Stage, stale: &Staleness) -> Status {
                         ))
                     }
                 }
+                (None, Some(_)) if file => Status::Waiting(format!("ready: the file's own program ({})", c.target)),
                 (None, Some(_)) => Status::Waiting(format!("ready ({})", c.target)),
                 _ => Status::Waiting("needs a simulated plan".into()),
             }
@@ -371,7 +383,10 @@ fn can_run(st: &PipelineCx<'_>, stage: Stage, status: &Status, stale: &Staleness
         // A stale calibration needs Run calibrate, not another simulation.
         Stage::Simulate => ready && stale.calibration.is_none(),
         Stage::Export => ready,
-        Stage::Compile => ready && st.compile.targets.is_ok() && stale.calibration.is_none(),
+        Stage::Compile => {
+            let file = st.quant.session.is_none() && st.loaded.is_some_and(|l| l.program.is_some());
+            (ready || file) && st.compile.targets.is_ok() && stale.calibration.is_none()
+        }
         Stage::Emulate => st.compile.result.is_some() && !st.compile.busy(),
     }
 }

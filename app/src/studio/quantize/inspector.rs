@@ -25,6 +25,7 @@ pub fn section_ui(ui: &mut egui::Ui, q: &mut QuantView, node: NodeId, theme: &Th
         .default_open(true)
         .show(ui, |ui| {
             egui::Grid::new("quant_grid").num_columns(2).show(ui, |ui| {
+                ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
                 for (k, v) in [
                     ("Layer", t.node.clone()),
                     ("Activations", format!("{:?}", t.activations)),
@@ -58,6 +59,7 @@ pub fn section_ui(ui: &mut egui::Ui, q: &mut QuantView, node: NodeId, theme: &Th
                 .num_columns(3)
                 .striped(true)
                 .show(ui, |ui| {
+                    ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
                     ui.weak("FP32");
                     ui.weak("quantized");
                     ui.weak("error");

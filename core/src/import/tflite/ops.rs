@@ -314,7 +314,17 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
                 Layout::Nhwc
             };
             let xv = b.input_in(x, layout)?;
-            let v = if let Some(q) = super::quant_of(&b.tensors[x]) {
+            let v = if b.quant_float(x).is_some() {
+                // The graph already computes this tensor as its dequantized values (its
+                // producer ends in a QuantizeLinear/DequantizeLinear pair).
+                b.node1(
+                    "Identity",
+                    b.name_of(o),
+                    Some(DType::F32),
+                    vec![Some(xv)],
+                    BTreeMap::new(),
+                )
+            } else if let Some(q) = super::quant_of(&b.tensors[x]) {
                 let mut q = q;
                 q.zp_dtype = b.dtype_of(x).unwrap_or(DType::I8);
                 b.dequantize_linear(xv, &q, b.name_of(o))
