@@ -33,6 +33,8 @@ python3 scripts/check_cli_vs_ort.py
 # Every numpy dtype in and out of `run` as .npy, in either byte order and memory order.
 python3 scripts/check_npy_dtypes.py
 python3 scripts/check_tflite_import.py
+# IF and WHILE (hand-built files: branches and loop bodies as subgraphs) against LiteRT.
+python3 scripts/check_tflite_control_flow.py
 # Quantized TFLite files read as their own integer programs (standalone RELUs included),
 # run, compiled and emulated, against LiteRT code for code.
 python3 scripts/check_tflite_program.py

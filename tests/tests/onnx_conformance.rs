@@ -92,6 +92,7 @@ const CLAIMED: &[&str] = &[
     "QuantizeLinear",
     "DequantizeLinear",
     "If",
+    "Loop",
     "LSTM",
 ];
 

@@ -356,3 +356,243 @@ fn converter_int8_files_are_their_own_programs() {
         assert!(codes.iter().all(|&c| (-128..=127).contains(&c)), "{name}: int8 codes");
     }
 }
+
+/// A float tensor of the hand-built control-flow files (`buffer` 0: computed).
+fn cf_tensor(name: &str, shape: &[i32], ty: tflite_schema::TensorType, buffer: u32) -> tflite_schema::TensorT {
+    tflite_schema::TensorT {
+        name: Some(name.into()),
+        shape: Some(shape.to_vec()),
+        type_: ty,
+        buffer,
+        ..Default::default()
+    }
+}
+
+fn cf_op(code: u32, ins: &[i32], outs: &[i32], opts: tflite_schema::BuiltinOptionsT) -> tflite_schema::OperatorT {
+    tflite_schema::OperatorT {
+        opcode_index: code,
+        inputs: Some(ins.to_vec()),
+        outputs: Some(outs.to_vec()),
+        builtin_options: opts,
+        ..Default::default()
+    }
+}
+
+fn cf_subgraph(
+    name: &str,
+    tensors: Vec<tflite_schema::TensorT>,
+    ins: &[i32],
+    outs: &[i32],
+    ops: Vec<tflite_schema::OperatorT>,
+) -> tflite_schema::SubGraphT {
+    tflite_schema::SubGraphT {
+        name: Some(name.into()),
+        tensors: Some(tensors),
+        inputs: Some(ins.to_vec()),
+        outputs: Some(outs.to_vec()),
+        operators: Some(ops),
+        ..Default::default()
+    }
+}
+
+/// A model of `subgraphs` whose opcodes are `codes` (indices in the ops) and whose
+/// buffers after the empty one hold `data`.
+fn cf_model(
+    codes: &[tflite_schema::BuiltinOperator],
+    subgraphs: Vec<tflite_schema::SubGraphT>,
+    data: Vec<Vec<u8>>,
+) -> Vec<u8> {
+    let mut buffers = vec![tflite_schema::BufferT::default()];
+    buffers.extend(data.into_iter().map(|d| tflite_schema::BufferT {
+        data: Some(d),
+        ..Default::default()
+    }));
+    pack(&tflite_schema::ModelT {
+        version: 3,
+        operator_codes: Some(
+            codes
+                .iter()
+                .map(|&c| tflite_schema::OperatorCodeT {
+                    builtin_code: c,
+                    deprecated_builtin_code: c.0.min(127) as i8,
+                    version: 1,
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        subgraphs: Some(subgraphs),
+        buffers: Some(buffers),
+        ..Default::default()
+    })
+}
+
+fn bytes_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// IF and WHILE (control flow over subgraphs) become ONNX If and Loop: an IF picks its
+/// branch by the condition (then: x + [1, 2, 3, 4], else: x · x); a WHILE steps a counter
+/// and a tensor while the condition subgraph holds (i < 5: i + 1, x · 1.5 + 0.25), and
+/// runs no iteration when it fails on entry; a subgraph that runs itself is refused.
+/// (`scripts/check_tflite_control_flow.py` checks the same kind of files against LiteRT.)
+#[test]
+fn tflite_if_and_while_run_their_subgraphs() {
+    use tflite_schema::{BuiltinOperator as Op, BuiltinOptionsT as O, TensorType as T};
+    let run_bytes = |bytes: &[u8], feeds: Vec<(&str, Tensor)>| -> Result<HashMap<String, Tensor>, String> {
+        let (model, _) =
+            from_bytes(bytes, Path::new("control.tflite"), &LoadOptions::default()).map_err(|e| e.to_string())?;
+        let exec = Executor::new(&model, 1).map_err(|e| e.to_string())?;
+        let feeds: HashMap<String, Tensor> = feeds.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        Ok(exec.run(&feeds).map_err(|e| e.to_string())?.into_iter().collect())
+    };
+    // IF: codes 0 IF, 1 ADD, 2 MUL.
+    let main = cf_subgraph(
+        "main",
+        vec![
+            cf_tensor("cond", &[1], T::BOOL, 0),
+            cf_tensor("x", &[1, 4], T::FLOAT32, 0),
+            cf_tensor("y", &[1, 4], T::FLOAT32, 0),
+        ],
+        &[0, 1],
+        &[2],
+        vec![cf_op(
+            0,
+            &[0, 1],
+            &[2],
+            O::IfOptions(Box::new(tflite_schema::IfOptionsT {
+                then_subgraph_index: 1,
+                else_subgraph_index: 2,
+            })),
+        )],
+    );
+    let then_g = cf_subgraph(
+        "then",
+        vec![
+            cf_tensor("then_x", &[1, 4], T::FLOAT32, 0),
+            cf_tensor("then_k", &[1, 4], T::FLOAT32, 1),
+            cf_tensor("then_y", &[1, 4], T::FLOAT32, 0),
+        ],
+        &[0],
+        &[2],
+        vec![cf_op(1, &[0, 1], &[2], O::AddOptions(Box::default()))],
+    );
+    let else_g = cf_subgraph(
+        "else",
+        vec![
+            cf_tensor("else_x", &[1, 4], T::FLOAT32, 0),
+            cf_tensor("else_y", &[1, 4], T::FLOAT32, 0),
+        ],
+        &[0],
+        &[1],
+        vec![cf_op(2, &[0, 0], &[1], O::MulOptions(Box::default()))],
+    );
+    let file = cf_model(
+        &[Op::IF, Op::ADD, Op::MUL],
+        vec![main, then_g, else_g],
+        vec![bytes_f32(&[1.0, 2.0, 3.0, 4.0])],
+    );
+    let x = [0.5f32, -1.0, 2.0, 3.0];
+    let xt = || Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![1, 4], x.to_vec()).expect("x"));
+    for c in [true, false] {
+        let cond = Tensor::Bool(ndarray::ArrayD::from_elem(vec![1], c));
+        let out = run_bytes(&file, vec![("cond", cond), ("x", xt())]).expect("IF runs");
+        let got: Vec<f32> = out["y"].to_f32().iter().copied().collect();
+        let want: Vec<f32> = if c {
+            x.iter().zip([1.0, 2.0, 3.0, 4.0]).map(|(a, b)| a + b).collect()
+        } else {
+            x.iter().map(|a| a * a).collect()
+        };
+        assert_eq!(got, want, "IF with cond {c}");
+    }
+    // WHILE: codes 0 WHILE, 1 ADD, 2 MUL, 3 LESS.
+    let while_file = |body: i32| {
+        let main = cf_subgraph(
+            "main",
+            vec![
+                cf_tensor("i", &[1], T::INT32, 0),
+                cf_tensor("x", &[2, 3], T::FLOAT32, 0),
+                cf_tensor("i_out", &[1], T::INT32, 0),
+                cf_tensor("x_out", &[2, 3], T::FLOAT32, 0),
+            ],
+            &[0, 1],
+            &[2, 3],
+            vec![cf_op(
+                0,
+                &[0, 1],
+                &[2, 3],
+                O::WhileOptions(Box::new(tflite_schema::WhileOptionsT {
+                    cond_subgraph_index: 1,
+                    body_subgraph_index: body,
+                })),
+            )],
+        );
+        let cond = cf_subgraph(
+            "cond",
+            vec![
+                cf_tensor("cond_i", &[1], T::INT32, 0),
+                cf_tensor("cond_x", &[2, 3], T::FLOAT32, 0),
+                cf_tensor("cond_n", &[1], T::INT32, 1),
+                cf_tensor("cond_less", &[1], T::BOOL, 0),
+            ],
+            &[0, 1],
+            &[3],
+            vec![cf_op(3, &[0, 2], &[3], O::NONE)],
+        );
+        let body_g = cf_subgraph(
+            "body",
+            vec![
+                cf_tensor("body_i", &[1], T::INT32, 0),
+                cf_tensor("body_x", &[2, 3], T::FLOAT32, 0),
+                cf_tensor("body_one", &[1], T::INT32, 2),
+                cf_tensor("body_i2", &[1], T::INT32, 0),
+                cf_tensor("body_k", &[1], T::FLOAT32, 3),
+                cf_tensor("body_b", &[1], T::FLOAT32, 4),
+                cf_tensor("body_xm", &[2, 3], T::FLOAT32, 0),
+                cf_tensor("body_x2", &[2, 3], T::FLOAT32, 0),
+            ],
+            &[0, 1],
+            &[3, 7],
+            vec![
+                cf_op(1, &[0, 2], &[3], O::AddOptions(Box::default())),
+                cf_op(2, &[1, 4], &[6], O::MulOptions(Box::default())),
+                cf_op(1, &[6, 5], &[7], O::AddOptions(Box::default())),
+            ],
+        );
+        cf_model(
+            &[Op::WHILE, Op::ADD, Op::MUL, Op::LESS],
+            vec![main, cond, body_g],
+            vec![
+                5i32.to_le_bytes().to_vec(),
+                1i32.to_le_bytes().to_vec(),
+                bytes_f32(&[1.5]),
+                bytes_f32(&[0.25]),
+            ],
+        )
+    };
+    let file = while_file(2);
+    let x0: Vec<f32> = vec![0.5, -1.0, 2.0, 0.0, 1.0, -0.25];
+    for (i0, steps) in [(0, 5), (3, 2), (9, 0)] {
+        let out = run_bytes(
+            &file,
+            vec![
+                ("i", Tensor::I32(ndarray::ArrayD::from_elem(vec![1], i0))),
+                (
+                    "x",
+                    Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![2, 3], x0.clone()).expect("x")),
+                ),
+            ],
+        )
+        .expect("WHILE runs");
+        let mut want = x0.clone();
+        for _ in 0..steps {
+            want = want.iter().map(|v| v * 1.5 + 0.25).collect();
+        }
+        let got: Vec<f32> = out["x_out"].to_f32().iter().copied().collect();
+        let i: Vec<i64> = out["i_out"].as_i64_vec().expect("ints");
+        assert_eq!((i, got), (vec![i64::from(i0.max(5))], want), "WHILE from i = {i0}");
+    }
+    // A body that is the main subgraph: refused, naming the loop.
+    let e = from_bytes(&while_file(0), Path::new("control.tflite"), &LoadOptions::default())
+        .expect_err("a subgraph that runs itself");
+    assert!(e.to_string().contains("runs itself"), "{e}");
+}

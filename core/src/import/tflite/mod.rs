@@ -14,6 +14,9 @@
 //! their grid as a `QuantizeLinear`/`DequantizeLinear` pair with the file's scale and zero
 //! point, so a quantized model opens as the QDQ graph it means; the integer program itself
 //! comes from [`program`].
+//!
+//! The signature's subgraph is the graph; IF and WHILE take the file's other subgraphs as
+//! an ONNX `If`'s branches and a `Loop`'s body (see `loop_body`).
 
 mod ops;
 pub mod program;
@@ -358,6 +361,13 @@ pub(crate) struct Builder<'f> {
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
     fp16_weights: bool,
+    /// The subgraph this builder reads.
+    sg_index: usize,
+    /// Names the subgraph's inputs take (an IF branch's or a WHILE body's), instead of
+    /// the file's tensor names.
+    input_names: Vec<String>,
+    /// Subgraphs being built around this one (a subgraph that calls itself is refused).
+    stack: Vec<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -368,7 +378,11 @@ pub(crate) enum Layout {
 
 impl<'f> Builder<'f> {
     fn new(file: &'f File) -> Self {
-        let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[file.subgraph];
+        Self::for_subgraph(file, file.subgraph, Vec::new(), vec![file.subgraph])
+    }
+
+    fn for_subgraph(file: &'f File, sg_index: usize, input_names: Vec<String>, stack: Vec<usize>) -> Self {
+        let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[sg_index];
         let tensors = sg.tensors.as_deref().unwrap_or_default();
         Self {
             file,
@@ -385,19 +399,66 @@ impl<'f> Builder<'f> {
             errors: Vec::new(),
             warnings: Vec::new(),
             fp16_weights: false,
+            sg_index,
+            input_names,
+            stack,
         }
     }
 
+    /// Subgraph `index` as a graph of its own (an IF branch, a WHILE condition or body),
+    /// its inputs named `input_names`. Its unsupported ops and errors join this builder's.
+    pub(crate) fn subgraph_graph(&mut self, index: usize, input_names: Vec<String>) -> Result<Graph, ops::OpError> {
+        use ops::OpError::{Invalid, Unsupported};
+        let n = self.file.model.subgraphs.as_deref().unwrap_or_default().len();
+        if index >= n {
+            return Err(Invalid(format!("subgraph {index} of {n}")));
+        }
+        if self.stack.contains(&index) {
+            return Err(Invalid(format!("subgraph {index} runs itself")));
+        }
+        let sg = &self.file.model.subgraphs.as_deref().unwrap_or_default()[index];
+        let arity = sg.inputs.as_deref().unwrap_or_default().len();
+        if arity != input_names.len() {
+            return Err(Invalid(format!(
+                "subgraph {index} takes {arity} inputs, given {}",
+                input_names.len()
+            )));
+        }
+        let mut stack = self.stack.clone();
+        stack.push(index);
+        let mut b = Builder::for_subgraph(self.file, index, input_names, stack);
+        b.run();
+        let failed = !b.errors.is_empty() || !b.unsupported.is_empty();
+        let sub = sg.name.clone().unwrap_or_else(|| format!("subgraph {index}"));
+        self.errors
+            .extend(b.errors.into_iter().map(|e| format!("in {sub}: {e}")));
+        self.unsupported.extend(b.unsupported.into_iter().map(|mut u| {
+            u.node = format!("{sub}/{}", u.node);
+            u
+        }));
+        self.warnings.append(&mut b.warnings);
+        self.fp16_weights |= b.fp16_weights;
+        if failed {
+            return Err(Unsupported(format!("{sub} holds ops listed here")));
+        }
+        let mut g = b.g;
+        drop_unread_constants(&mut g);
+        Ok(g)
+    }
+
     fn subgraph(&self) -> &'f fb::SubGraphT {
-        &self.file.model.subgraphs.as_deref().unwrap_or_default()[self.file.subgraph]
+        &self.file.model.subgraphs.as_deref().unwrap_or_default()[self.sg_index]
     }
 
     fn run(&mut self) {
         let sg = self.subgraph();
-        for &t in sg.inputs.iter().flatten() {
+        for (k, &t) in sg.inputs.iter().flatten().enumerate() {
             let t = t as usize;
             let info = &self.tensors[t];
-            let name = self.unique(tensor_name(info, t));
+            let name = match self.input_names.get(k) {
+                Some(n) => self.unique(n.clone()),
+                None => self.unique(tensor_name(info, t)),
+            };
             let mut v = Value::new(name);
             v.dtype = dtype(info.type_);
             v.shape = Some(self.signature_shape(t));
@@ -769,6 +830,53 @@ pub(crate) fn dequantize(t: &Tensor, q: &Quant, name: &str) -> Result<Tensor, op
 
 /// Removes constants no node reads and no output names (a weight folded at import and
 /// then used in another layout); remaps value ids.
+/// A subgraph's inputs become values it reads from the enclosing graph by name (how an
+/// ONNX If branch takes its operands).
+fn capture_inputs(g: &mut Graph) {
+    for v in std::mem::take(&mut g.inputs) {
+        g.values[v].outer = true;
+    }
+}
+
+/// Makes the graph of a WHILE body an ONNX Loop body: the iteration count and the incoming
+/// condition become its first inputs, and its first output is the condition subgraph
+/// (`cond`, reading the new values by name) on its outputs, called through an If on `true`.
+fn loop_body(g: &mut Graph, base: &str, cond: Graph) {
+    let value = |g: &mut Graph, name: String, dtype: DType, constant: Option<Tensor>| {
+        let mut v = Value::new(name);
+        v.dtype = Some(dtype);
+        v.shape = Some(Vec::new());
+        v.constant = constant.as_ref().map(Constant::from_tensor);
+        g.values.push(v);
+        g.values.len() - 1
+    };
+    let iteration = value(g, format!("{base}:iteration"), DType::I64, None);
+    let incoming = value(g, format!("{base}:cond_in"), DType::Bool, None);
+    g.inputs.splice(0..0, [iteration, incoming]);
+    let yes = value(
+        g,
+        format!("{base}:body_true"),
+        DType::Bool,
+        Some(Tensor::Bool(ndarray::arr0(true).into_dyn())),
+    );
+    let out = value(g, format!("{base}:cond_out"), DType::Bool, None);
+    let id = g.nodes.len();
+    g.values[out].producer = Some(id);
+    g.nodes.push(Node {
+        name: format!("{base}:cond_out"),
+        op: "If".into(),
+        domain: String::new(),
+        inputs: vec![Some(yes)],
+        outputs: vec![Some(out)],
+        attrs: attrs(vec![
+            ("then_branch", Attr::Graph(Box::new(cond.clone()))),
+            ("else_branch", Attr::Graph(Box::new(cond))),
+        ]),
+        origin: vec![id],
+    });
+    g.outputs.insert(0, out);
+}
+
 fn drop_unread_constants(g: &mut Graph) {
     let mut used = vec![false; g.values.len()];
     for n in &g.nodes {

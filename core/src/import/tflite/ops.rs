@@ -186,6 +186,29 @@ impl Builder<'_> {
         }
     }
 
+    /// Emits `op` with one output per file tensor in `outs` (NHWC, each after the file's
+    /// quantizer if it has one).
+    fn emit_multi(
+        &mut self,
+        op: &str,
+        inputs: Vec<Option<ValueId>>,
+        attrs_: BTreeMap<String, Attr>,
+        outs: &[i32],
+    ) -> R<()> {
+        let mut vs = Vec::new();
+        for k in 0..outs.len() {
+            let t = req(outs, k)?;
+            let v = self.fresh_value(self.out_name(t), self.out_dtype(t));
+            vs.push((t, v));
+        }
+        let name = self.g.values[vs[0].1].name.clone();
+        self.add_node(op, &name, inputs, vs.iter().map(|&(_, v)| v).collect(), attrs_);
+        for (t, v) in vs {
+            self.finish(t, v, Layout::Nhwc);
+        }
+        Ok(())
+    }
+
     /// Emits `op`, then the fused activation, as tensor `t`.
     fn emit(
         &mut self,
@@ -291,6 +314,79 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
     let none = fb::ActivationFunctionType::NONE;
     let code = builtin(code);
     match code {
+        B::IF => {
+            let Some(io) = opts.as_if_options() else {
+                return invalid("no IfOptions");
+            };
+            let c = req(ins, 0)?;
+            let cv = b.input_in(c, Layout::Nhwc)?;
+            let mut names = Vec::new();
+            for k in 1..ins.len() {
+                let v = b.input_in(req(ins, k)?, Layout::Nhwc)?;
+                names.push(b.g.values[v].name.clone());
+            }
+            // ONNX branches take no inputs: they read the IF's operands by name.
+            let mut then_g = b.subgraph_graph(io.then_subgraph_index as usize, names.clone())?;
+            let mut else_g = b.subgraph_graph(io.else_subgraph_index as usize, names)?;
+            super::capture_inputs(&mut then_g);
+            super::capture_inputs(&mut else_g);
+            if then_g.outputs.len() != outs.len() || else_g.outputs.len() != outs.len() {
+                return invalid(format!(
+                    "branches give {} and {} outputs for {}",
+                    then_g.outputs.len(),
+                    else_g.outputs.len(),
+                    outs.len()
+                ));
+            }
+            let attrs_ = attrs(vec![
+                ("then_branch", Attr::Graph(Box::new(then_g))),
+                ("else_branch", Attr::Graph(Box::new(else_g))),
+            ]);
+            b.emit_multi("If", vec![Some(cv)], attrs_, outs)?;
+        }
+        B::WHILE => {
+            let Some(wo) = opts.as_while_options() else {
+                return invalid("no WhileOptions");
+            };
+            let (cond, body) = (wo.cond_subgraph_index as usize, wo.body_subgraph_index as usize);
+            if ins.len() != outs.len() {
+                return invalid(format!("{} inputs for {} outputs", ins.len(), outs.len()));
+            }
+            let base = b.out_name(o);
+            let mut args = Vec::new();
+            let mut names = Vec::new();
+            for k in 0..ins.len() {
+                let v = b.input_in(req(ins, k)?, Layout::Nhwc)?;
+                names.push(b.g.values[v].name.clone());
+                args.push(Some(v));
+            }
+            // The condition on the inputs: an If on `true` whose branch is the condition
+            // subgraph, reading the inputs by name.
+            let mut first = b.subgraph_graph(cond, names)?;
+            super::capture_inputs(&mut first);
+            let yes = b.constant(format!("{base}:true"), &Tensor::Bool(ndarray::arr0(true).into_dyn()));
+            let cond0 = b.fresh_value(format!("{base}:cond"), Some(DType::Bool));
+            let call = attrs(vec![
+                ("then_branch", Attr::Graph(Box::new(first.clone()))),
+                ("else_branch", Attr::Graph(Box::new(first))),
+            ]);
+            let name = b.g.values[cond0].name.clone();
+            b.add_node("If", &name, vec![Some(yes)], vec![cond0], call);
+            // The Loop body: (iteration, condition, values) → (the condition on the new
+            // values, the new values).
+            let carried: Vec<String> = (0..ins.len()).map(|k| format!("{base}:v{k}")).collect();
+            let mut g = b.subgraph_graph(body, carried)?;
+            if g.outputs.len() != ins.len() {
+                return invalid(format!("the body gives {} values for {}", g.outputs.len(), ins.len()));
+            }
+            let new_names: Vec<String> = g.outputs.iter().map(|&v| g.values[v].name.clone()).collect();
+            let mut next = b.subgraph_graph(cond, new_names)?;
+            super::capture_inputs(&mut next);
+            super::loop_body(&mut g, &base, next);
+            let mut inputs = vec![None, Some(cond0)];
+            inputs.extend(args);
+            b.emit_multi("Loop", inputs, attrs(vec![("body", Attr::Graph(Box::new(g)))]), outs)?;
+        }
         B::DEQUANTIZE => {
             let x = req(ins, 0)?;
             if b.is_const(x) {

@@ -1,5 +1,6 @@
-//! Ops on ONNX's container values: If (whose branches may return any value), Identity of a
-//! sequence or optional, and the Sequence*/Optional* ops.
+//! Ops on ONNX's container values: If (whose branches may return any value), Loop (whose
+//! loop-carried values may be any value), Identity of a sequence or optional, and the
+//! Sequence*/Optional* ops.
 
 use super::shape::{concat, reshape, slice_axis};
 use super::{axis_dim, norm_axis};
@@ -9,6 +10,7 @@ use crate::sim::OpCtx;
 /// Ops that take or make non-tensor values (Identity only when its input is one).
 pub const CONTAINER_OPS: &[&str] = &[
     "If",
+    "Loop",
     "SequenceConstruct",
     "SequenceEmpty",
     "SequenceAt",
@@ -72,6 +74,84 @@ fn if_op(node: &Node, inputs: &[Option<Val>], ctx: &OpCtx, lookup: &dyn Fn(&str)
     let branch = if c { "then_branch" } else { "else_branch" };
     let g = node.attr_graph(branch).ok_or_else(|| format!("{branch} is missing"))?;
     crate::sim::run_subgraph(g, &[], lookup, ctx)
+}
+
+/// Iterations a Loop without a trip count may run before it is called endless.
+const MAX_ITERATIONS: i64 = 1 << 24;
+
+/// ONNX Loop: inputs (trip count M, condition, loop-carried values…); the body takes
+/// (iteration, condition, values…) and gives (condition, values…, scan outputs…). The
+/// outputs are the final values, then each scan output stacked over the iterations.
+fn loop_op(node: &Node, inputs: &[Option<Val>], ctx: &OpCtx, lookup: &dyn Fn(&str) -> Option<Val>) -> ValResult {
+    let body = node.attr_graph("body").ok_or("body is missing")?;
+    let trips = match inputs.first().and_then(Option::as_ref) {
+        Some(Val::Tensor(t)) => Some(scalar_i64(t, "M")?),
+        Some(other) => return Err(format!("M is {}, expected a tensor", other.kind())),
+        None => None,
+    };
+    let truth = |t: &Tensor| -> Result<bool, String> {
+        match t {
+            Tensor::Bool(a) => a.iter().next().copied().ok_or_else(|| "empty condition".to_string()),
+            other => Ok(other.to_f64().iter().next().copied().ok_or("empty condition")? != 0.0),
+        }
+    };
+    let mut cond = match inputs.get(1).and_then(Option::as_ref) {
+        Some(Val::Tensor(t)) => truth(t)?,
+        Some(other) => return Err(format!("cond is {}, expected a tensor", other.kind())),
+        None => true,
+    };
+    let mut carried: Vec<Val> = (2..inputs.len())
+        .map(|i| val(inputs, i).cloned())
+        .collect::<Result<_, _>>()?;
+    let n = carried.len();
+    let scans = body.outputs.len().checked_sub(1 + n).ok_or_else(|| {
+        format!(
+            "the body gives {} outputs for {n} loop-carried values",
+            body.outputs.len()
+        )
+    })?;
+    let mut stacked: Vec<Vec<Tensor>> = vec![Vec::new(); scans];
+    let mut i: i64 = 0;
+    while cond && trips.is_none_or(|m| i < m) {
+        if trips.is_none() && i >= MAX_ITERATIONS {
+            return Err(format!(
+                "no trip count and still running after {MAX_ITERATIONS} iterations"
+            ));
+        }
+        let mut args = vec![
+            Val::Tensor(Tensor::I64(ndarray::arr0(i).into_dyn())),
+            Val::Tensor(Tensor::Bool(ndarray::arr0(cond).into_dyn())),
+        ];
+        args.append(&mut carried);
+        let mut outs = crate::sim::run_subgraph(body, &args, lookup, ctx)?.into_iter();
+        cond = match outs.next() {
+            Some(Val::Tensor(t)) => truth(&t)?,
+            _ => return Err("the body's condition output is not a tensor".into()),
+        };
+        carried = outs.by_ref().take(n).collect();
+        for (k, v) in outs.enumerate() {
+            match v {
+                Val::Tensor(t) => stacked[k].push(t),
+                other => return Err(format!("scan output {k} is {}, expected a tensor", other.kind())),
+            }
+        }
+        i += 1;
+    }
+    for (k, items) in stacked.into_iter().enumerate() {
+        let expanded: Vec<Tensor> = items
+            .iter()
+            .map(|t| {
+                let mut dims = t.shape().to_vec();
+                dims.insert(0, 1);
+                reshape(t, &dims)
+            })
+            .collect::<Result<_, _>>()?;
+        if expanded.is_empty() {
+            return Err(format!("scan output {k} of a loop that ran no iteration has no shape"));
+        }
+        carried.push(Val::Tensor(concat(&expanded.iter().collect::<Vec<_>>(), 0)?));
+    }
+    Ok(carried)
 }
 
 fn split_to_sequence(node: &Node, inputs: &[Option<Val>]) -> Result<Vec<Tensor>, String> {
@@ -148,6 +228,7 @@ pub fn eval(node: &Node, inputs: &[Option<Val>], ctx: &OpCtx, lookup: &dyn Fn(&s
     let one = |v: Val| Ok(vec![v]);
     match node.op.as_str() {
         "If" => if_op(node, inputs, ctx, lookup),
+        "Loop" => loop_op(node, inputs, ctx, lookup),
         "Identity" => one(val(inputs, 0)?.clone()),
         "SequenceConstruct" => {
             let items: Vec<Tensor> = (0..inputs.len())
