@@ -93,6 +93,16 @@ const CLAIMED: &[&str] = &[
     "DequantizeLinear",
     "If",
     "Loop",
+    "CumProd",
+    "RMSNormalization",
+    "Hardmax",
+    "LpNormalization",
+    "BitwiseAnd",
+    "BitwiseOr",
+    "BitwiseXor",
+    "BitwiseNot",
+    "BitShift",
+    "Shrink",
     "LSTM",
 ];
 

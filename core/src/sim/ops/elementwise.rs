@@ -394,6 +394,20 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
                     .mapv(|v| v.is_infinite() && ((v > 0.0 && pos) || (v < 0.0 && neg))),
             ))
         }
+        "BitwiseNot" => int_unary(x, |v| !v, |v| !v),
+        "Shrink" => {
+            let (l, b) = (node.attr_f("lambd").unwrap_or(0.5), node.attr_f("bias").unwrap_or(0.0));
+            let f = |v: f64| {
+                if v < -f64::from(l) {
+                    v + f64::from(b)
+                } else if v > f64::from(l) {
+                    v - f64::from(b)
+                } else {
+                    0.0
+                }
+            };
+            crate::sim::ops::quant::cast_f64(&x.to_f64().mapv(f), x.dtype())
+        }
         "Not" => match x {
             Tensor::Bool(a) => Ok(Tensor::Bool(a.mapv(|v| !v))),
             _ => Err("Not needs a bool tensor".into()),
@@ -429,6 +443,12 @@ enum Bin {
     Min,
     Mod,
     FMod,
+    /// Bitwise and shifts: integers only.
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
 }
 
 /// A binary op on floats; NaN in either operand propagates through Max and Min.
@@ -443,6 +463,8 @@ fn fbin<F: num_traits::Float>(op: Bin, p: F, q: F) -> F {
         Bin::Max => p.max(q),
         Bin::Min => p.min(q),
         Bin::FMod => p % q,
+        // Bitwise ops are refused for floats before they get here.
+        Bin::BitAnd | Bin::BitOr | Bin::BitXor | Bin::Shl | Bin::Shr => F::nan(),
         Bin::Mod => {
             let r = p % q;
             if r != F::zero() && ((r < F::zero()) != (q < F::zero())) {
@@ -477,6 +499,11 @@ fn ibin(op: Bin, p: i64, q: i64) -> i64 {
                 p.rem_euclid(q) + if q < 0 && p.rem_euclid(q) != 0 { q } else { 0 }
             }
         }
+        Bin::BitAnd => p & q,
+        Bin::BitOr => p | q,
+        Bin::BitXor => p ^ q,
+        Bin::Shl => p.checked_shl(q as u32).unwrap_or(0),
+        Bin::Shr => p.checked_shr(q as u32).unwrap_or(0),
     }
 }
 
@@ -490,11 +517,20 @@ fn ubin(op: Bin, p: u64, q: u64) -> u64 {
         Bin::Max => p.max(q),
         Bin::Min => p.min(q),
         Bin::FMod | Bin::Mod => p.checked_rem(q).unwrap_or(0),
+        Bin::BitAnd => p & q,
+        Bin::BitOr => p | q,
+        Bin::BitXor => p ^ q,
+        Bin::Shl => u32::try_from(q).ok().and_then(|q| p.checked_shl(q)).unwrap_or(0),
+        Bin::Shr => u32::try_from(q).ok().and_then(|q| p.checked_shr(q)).unwrap_or(0),
     }
 }
 
 fn binary(op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
     use Tensor as T;
+    let bitwise = matches!(op, Bin::BitAnd | Bin::BitOr | Bin::BitXor | Bin::Shl | Bin::Shr);
+    if bitwise && (a.dtype().is_float() || b.dtype().is_float()) {
+        return Err(format!("bitwise ops take integers, not {}", a.dtype()));
+    }
     Ok(match (a, b) {
         (T::F32(x), T::F32(y)) => T::F32(match op {
             Bin::Add => bcast(x, y, |p, q| p + q)?,
@@ -706,6 +742,19 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
             (|| compare(op, input(inputs, 0)?, input(inputs, 1)?))()
         }
         "And" | "Or" | "Xor" => (|| logic(op, input(inputs, 0)?, input(inputs, 1)?))(),
+        "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitShift" => (|| {
+            let bin = match op {
+                "BitwiseAnd" => Bin::BitAnd,
+                "BitwiseOr" => Bin::BitOr,
+                "BitwiseXor" => Bin::BitXor,
+                _ => match node.attr_s("direction") {
+                    Some("LEFT") => Bin::Shl,
+                    Some("RIGHT") => Bin::Shr,
+                    d => return Err(format!("direction {d:?} (LEFT or RIGHT)")),
+                },
+            };
+            binary(bin, input(inputs, 0)?, input(inputs, 1)?)
+        })(),
         "Where" => (|| where_op(input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?))(),
         "Clip" => clip(node, inputs, ctx),
         "PRelu" => (|| prelu(input(inputs, 0)?, input(inputs, 1)?))(),

@@ -409,7 +409,51 @@ fn arg_reduce(node: &Node, inputs: &[Option<&Tensor>], max: bool) -> OpResult {
     Ok(vec![Tensor::I64(out)])
 }
 
-fn cumsum(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+/// ONNX Hardmax: 1 at the first maximum along `axis` (default −1), 0 elsewhere.
+fn hardmax(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    let axis = norm_axis(node.attr_i("axis").unwrap_or(-1), x.ndim())?;
+    let mut out = ArrayD::<f64>::zeros(x.raw_dim());
+    for (mut o, s) in out.lanes_mut(Axis(axis)).into_iter().zip(x.lanes(Axis(axis))) {
+        let mut best = 0;
+        for k in 1..s.len() {
+            if s[k] > s[best] {
+                best = k;
+            }
+        }
+        if !s.is_empty() {
+            o[best] = 1.0;
+        }
+    }
+    Ok(vec![restore(xt.dtype(), &out)?])
+}
+
+/// ONNX LpNormalization: x / ‖x‖_p along `axis` (p 1 or 2).
+fn lp_normalization(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    let axis = norm_axis(node.attr_i("axis").unwrap_or(-1), x.ndim())?;
+    let p = node.attr_i("p").unwrap_or(2);
+    if p != 1 && p != 2 {
+        return Err(format!("p = {p} (1 or 2)"));
+    }
+    let mut out = x.clone();
+    for (mut o, s) in out.lanes_mut(Axis(axis)).into_iter().zip(x.lanes(Axis(axis))) {
+        let norm = if p == 1 {
+            s.iter().map(|v| v.abs()).sum::<f64>()
+        } else {
+            s.iter().map(|v| v * v).sum::<f64>().sqrt()
+        };
+        if norm != 0.0 {
+            o.mapv_inplace(|v| v / norm);
+        }
+    }
+    Ok(vec![restore(xt.dtype(), &out)?])
+}
+
+/// CumSum, or CumProd with `product`.
+fn cumsum(node: &Node, inputs: &[Option<&Tensor>], product: bool) -> OpResult {
     let xt = input(inputs, 0)?;
     let x = xt.to_f64();
     let axis_v = input(inputs, 1)?
@@ -422,14 +466,15 @@ fn cumsum(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     let mut out = x.clone();
     for (mut o, s) in out.lanes_mut(Axis(axis)).into_iter().zip(x.lanes(Axis(axis))) {
         let n = s.len();
-        let mut acc = 0.0;
+        let mut acc = if product { 1.0 } else { 0.0 };
+        let step = |acc: f64, v: f64| if product { acc * v } else { acc + v };
         for k in 0..n {
             let i = if reverse { n - 1 - k } else { k };
             if exclusive {
                 o[i] = acc;
-                acc += s[i];
+                acc = step(acc, s[i]);
             } else {
-                acc += s[i];
+                acc = step(acc, s[i]);
                 o[i] = acc;
             }
         }
@@ -450,7 +495,11 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
         | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => reduce(op, node, inputs, ctx),
         "ArgMax" => arg_reduce(node, inputs, true),
         "ArgMin" => arg_reduce(node, inputs, false),
-        "CumSum" => cumsum(node, inputs),
+        "CumSum" => cumsum(node, inputs, false),
+        "CumProd" => cumsum(node, inputs, true),
+        "RMSNormalization" => layer_norm(node, inputs, true),
+        "Hardmax" => hardmax(node, inputs),
+        "LpNormalization" => lp_normalization(node, inputs),
         _ => return None,
     })
 }
