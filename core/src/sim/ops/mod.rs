@@ -3,6 +3,7 @@
 pub mod cnn;
 pub mod containers;
 pub mod elementwise;
+pub mod index;
 pub mod linalg;
 pub mod nn;
 pub mod quant;
@@ -48,6 +49,8 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "RMSNormalization",
     "Hardmax",
     "LpNormalization",
+    "LRN",
+    "GroupNormalization",
     "BitwiseAnd",
     "BitwiseOr",
     "BitwiseXor",
@@ -171,6 +174,7 @@ pub fn is_supported(domain: &str, op: &str, _opset: i64) -> bool {
     match domain {
         "" | "ai.onnx" => {
             SUPPORTED_OPS.contains(&op)
+                || index::OPS.contains(&op)
                 || containers::CONTAINER_OPS.contains(&op)
                 || DEFAULT_DOMAIN_CONTRIB_OPS.contains(&op)
         }
@@ -201,6 +205,9 @@ pub fn eval(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
         return r;
     }
     if let Some(r) = recurrent::eval(op, node, inputs, ctx) {
+        return r;
+    }
+    if let Some(r) = index::eval(op, node, inputs) {
         return r;
     }
     Err(format!("op {op} is not supported"))

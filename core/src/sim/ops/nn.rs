@@ -409,6 +409,79 @@ fn arg_reduce(node: &Node, inputs: &[Option<&Tensor>], max: bool) -> OpResult {
     Ok(vec![Tensor::I64(out)])
 }
 
+/// ONNX LRN across channels (axis 1): x / (bias + α/size · Σ x²)^β over a window of
+/// `size` channels centred on each.
+fn lrn(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    if x.ndim() < 2 {
+        return Err("LRN needs an input of rank 2 or more".into());
+    }
+    let size = usize::try_from(node.attr_i("size").ok_or("size missing")?).map_err(|_| "negative size")?;
+    let alpha = f64::from(node.attr_f("alpha").unwrap_or(1e-4));
+    let beta = f64::from(node.attr_f("beta").unwrap_or(0.75));
+    let bias = f64::from(node.attr_f("bias").unwrap_or(1.0));
+    let c = x.shape()[1];
+    let (before, after) = ((size.max(1) - 1) / 2, (size.max(1) - 1).div_ceil(2));
+    let mut out = x.clone();
+    for (mut o, s) in out.lanes_mut(Axis(1)).into_iter().zip(x.lanes(Axis(1))) {
+        for k in 0..c {
+            let (lo, hi) = (k.saturating_sub(before), (k + after).min(c - 1));
+            let sum: f64 = (lo..=hi).map(|j| s[j] * s[j]).sum();
+            o[k] = s[k] / (bias + alpha / size as f64 * sum).powf(beta);
+        }
+    }
+    Ok(vec![restore(xt.dtype(), &out)?])
+}
+
+/// ONNX GroupNormalization: each group of channels normalized over its channels and
+/// spatial dims, then scaled and shifted per channel (per group when scale and bias hold
+/// one value a group, as opset 18 gives them).
+fn group_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    let shape = x.shape().to_vec();
+    if shape.len() < 2 {
+        return Err("GroupNormalization needs an input of rank 2 or more".into());
+    }
+    let groups =
+        usize::try_from(node.attr_i("num_groups").ok_or("num_groups missing")?).map_err(|_| "negative num_groups")?;
+    let (n, c) = (shape[0], shape[1]);
+    if groups == 0 || c % groups != 0 {
+        return Err(format!("{c} channels in {groups} groups"));
+    }
+    let eps = f64::from(node.attr_f("epsilon").unwrap_or(1e-5));
+    let scale: Vec<f64> = input(inputs, 1)?.to_f64().iter().copied().collect();
+    let bias: Vec<f64> = input(inputs, 2)?.to_f64().iter().copied().collect();
+    let per = |v: &[f64], ch: usize| -> Result<f64, String> {
+        match v.len() {
+            l if l == c => Ok(v[ch]),
+            l if l == groups => Ok(v[ch / (c / groups)]),
+            l => Err(format!("{l} scale or bias values for {c} channels in {groups} groups")),
+        }
+    };
+    let inner: usize = shape[2..].iter().product();
+    let span = c / groups * inner;
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let mut out = vec![0f64; xd.len()];
+    for b in 0..n {
+        for g in 0..groups {
+            let start = (b * c + g * (c / groups)) * inner;
+            let s = &xd[start..start + span];
+            let mean = s.iter().sum::<f64>() / span as f64;
+            let var = s.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / span as f64;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (k, &v) in s.iter().enumerate() {
+                let ch = g * (c / groups) + k / inner.max(1);
+                out[start + k] = (v - mean) * inv * per(&scale, ch)? + per(&bias, ch)?;
+            }
+        }
+    }
+    let a = ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?;
+    Ok(vec![restore(xt.dtype(), &a)?])
+}
+
 /// ONNX Hardmax: 1 at the first maximum along `axis` (default −1), 0 elsewhere.
 fn hardmax(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     let xt = input(inputs, 0)?;
@@ -488,7 +561,7 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
         "BatchNormalization" => batch_norm(node, inputs),
         "InstanceNormalization" => instance_norm(node, inputs),
         "LayerNormalization" => layer_norm(node, inputs, false),
-        "SimplifiedLayerNormalization" => layer_norm(node, inputs, true),
+        "SimplifiedLayerNormalization" | "RMSNormalization" => layer_norm(node, inputs, true),
         "Softmax" => softmax(node, inputs, ctx, false),
         "LogSoftmax" => softmax(node, inputs, ctx, true),
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
@@ -497,8 +570,9 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
         "ArgMin" => arg_reduce(node, inputs, false),
         "CumSum" => cumsum(node, inputs, false),
         "CumProd" => cumsum(node, inputs, true),
-        "RMSNormalization" => layer_norm(node, inputs, true),
         "Hardmax" => hardmax(node, inputs),
+        "LRN" => lrn(node, inputs),
+        "GroupNormalization" => group_norm(node, inputs),
         "LpNormalization" => lp_normalization(node, inputs),
         _ => return None,
     })

@@ -143,7 +143,7 @@ fn slice_bounds(dim: usize, start: i64, end: i64, step: i64) -> (isize, Option<i
     clippy::cloned_instead_of_copied,
     reason = "one body serves every dtype through `map_tensor!`, strings (not Copy) included"
 )]
-fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String> {
+pub(crate) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String> {
     let idx = indices.to_i64().ok_or("indices must be integers")?;
     let dim = *data.shape().get(axis).ok_or("axis out of range")? as i64;
     let mut flat = Vec::with_capacity(idx.len());
