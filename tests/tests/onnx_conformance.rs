@@ -116,6 +116,7 @@ const CLAIMED: &[&str] = &[
     "HannWindow",
     "HammingWindow",
     "BlackmanWindow",
+    "Attention",
     "LSTM",
 ];
 

@@ -1,5 +1,6 @@
 //! Operator kernels, grouped by family. [`eval`] dispatches a node to its kernel.
 
+pub mod attention;
 pub mod cnn;
 pub mod containers;
 pub mod elementwise;
@@ -175,6 +176,7 @@ pub fn is_supported(domain: &str, op: &str, _opset: i64) -> bool {
         "" | "ai.onnx" => {
             SUPPORTED_OPS.contains(&op)
                 || index::OPS.contains(&op)
+                || op == "Attention"
                 || containers::CONTAINER_OPS.contains(&op)
                 || DEFAULT_DOMAIN_CONTRIB_OPS.contains(&op)
         }
@@ -208,6 +210,9 @@ pub fn eval(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {
         return r;
     }
     if let Some(r) = index::eval(op, node, inputs) {
+        return r;
+    }
+    if let Some(r) = attention::eval(op, node, inputs) {
         return r;
     }
     Err(format!("op {op} is not supported"))
