@@ -117,6 +117,8 @@ const CLAIMED: &[&str] = &[
     "HammingWindow",
     "BlackmanWindow",
     "Attention",
+    "NegativeLogLikelihoodLoss",
+    "SoftmaxCrossEntropyLoss",
     "LSTM",
 ];
 

@@ -52,6 +52,8 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "LpNormalization",
     "LRN",
     "GroupNormalization",
+    "NegativeLogLikelihoodLoss",
+    "SoftmaxCrossEntropyLoss",
     "BitwiseAnd",
     "BitwiseOr",
     "BitwiseXor",

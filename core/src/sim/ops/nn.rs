@@ -482,6 +482,74 @@ fn group_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     Ok(vec![restore(xt.dtype(), &a)?])
 }
 
+/// NegativeLogLikelihoodLoss, or SoftmaxCrossEntropyLoss with `softmax` (log-softmax over
+/// the class axis first; its second output, when asked for, is that log-probability), as
+/// the ONNX reference computes them: class weights gathered by target, ignored targets
+/// weighing 0, and a weighted mean divided by the weights' sum.
+fn nll_loss(node: &Node, inputs: &[Option<&Tensor>], softmax: bool) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    let target = input(inputs, 1)?.to_i64().ok_or("target must be integers")?;
+    let shape = x.shape().to_vec();
+    if shape.len() < 2 || target.shape() != [&shape[..1], &shape[2..]].concat() {
+        return Err(format!("input {shape:?} and target {:?} do not fit", target.shape()));
+    }
+    let (n, c) = (shape[0], shape[1]);
+    let d: usize = shape[2..].iter().product();
+    let mut logp = x.as_standard_layout().into_owned();
+    if softmax {
+        for mut lane in logp.lanes_mut(Axis(1)) {
+            let m = lane.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + lane.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            lane.mapv_inplace(|v| v - lse);
+        }
+    }
+    let lp = logp.as_slice().ok_or("layout")?;
+    let ignore = node.attr_i("ignore_index");
+    let weight = opt_input(inputs, 2).map(|w| w.to_f64().iter().copied().collect::<Vec<f64>>());
+    // The reference keeps per-element weights unless there are no class weights and the
+    // ignored index is -1 (NLL) or absent (softmax cross-entropy).
+    let weighted = weight.is_some() || if softmax { ignore.is_some() } else { ignore != Some(-1) };
+    let tg: Vec<i64> = target.iter().copied().collect();
+    let mut loss = vec![0f64; n * d];
+    let mut gw = vec![1f64; n * d];
+    for i in 0..n {
+        for k in 0..d {
+            let t = tg[i * d + k];
+            if Some(t) == ignore {
+                gw[i * d + k] = 0.0;
+                continue;
+            }
+            let cls = usize::try_from(t)
+                .ok()
+                .filter(|&t| t < c)
+                .ok_or(format!("target {t} for {c} classes"))?;
+            loss[i * d + k] = -lp[(i * c + cls) * d + k];
+            if let Some(w) = &weight {
+                gw[i * d + k] = *w.get(cls).ok_or("a weight per class")?;
+            }
+        }
+    }
+    if weighted {
+        for (l, w) in loss.iter_mut().zip(&gw) {
+            *l *= w;
+        }
+    }
+    let reduction = node.attr_s("reduction").unwrap_or("mean");
+    let out = match reduction {
+        "none" => ArrayD::from_shape_vec(IxDyn(target.shape()), loss).map_err(|e| e.to_string())?,
+        "sum" => ndarray::arr0(loss.iter().sum::<f64>()).into_dyn(),
+        "mean" if weighted => ndarray::arr0(loss.iter().sum::<f64>() / gw.iter().sum::<f64>()).into_dyn(),
+        "mean" => ndarray::arr0(loss.iter().sum::<f64>() / loss.len().max(1) as f64).into_dyn(),
+        r => return Err(format!("reduction {r} (none, sum, mean)")),
+    };
+    let mut outs = vec![restore(xt.dtype(), &out)?];
+    if softmax && node.outputs.len() > 1 {
+        outs.push(restore(xt.dtype(), &logp)?);
+    }
+    Ok(outs)
+}
+
 /// ONNX Hardmax: 1 at the first maximum along `axis` (default −1), 0 elsewhere.
 fn hardmax(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     let xt = input(inputs, 0)?;
@@ -571,6 +639,8 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
         "CumSum" => cumsum(node, inputs, false),
         "CumProd" => cumsum(node, inputs, true),
         "Hardmax" => hardmax(node, inputs),
+        "NegativeLogLikelihoodLoss" => nll_loss(node, inputs, false),
+        "SoftmaxCrossEntropyLoss" => nll_loss(node, inputs, true),
         "LRN" => lrn(node, inputs),
         "GroupNormalization" => group_norm(node, inputs),
         "LpNormalization" => lp_normalization(node, inputs),
