@@ -119,6 +119,7 @@ const CLAIMED: &[&str] = &[
     "Attention",
     "NegativeLogLikelihoodLoss",
     "SoftmaxCrossEntropyLoss",
+    "RotaryEmbedding",
     "LSTM",
 ];
 

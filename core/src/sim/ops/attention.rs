@@ -2,7 +2,8 @@
 //! sequence, head size) or 3-D (batch, sequence, hidden) Q, K, V, with a past key/value
 //! cache, grouped-query heads, a boolean or additive mask, causal masking, a per-batch
 //! count of valid keys, soft-capping and the optional Q·Kᵀ output, as the ONNX reference
-//! computes them. Computed in f64, returned in Q's dtype.
+//! computes them. Computed in f64, returned in Q's dtype. And RotaryEmbedding, the
+//! position rotation of Q and K that precedes it in LLM exports.
 
 use super::quant::cast_f64;
 use super::{OpResult, input, opt_input};
@@ -171,7 +172,77 @@ fn attention(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     Ok(outs)
 }
 
-/// Dispatches Attention; `None` for other ops.
+/// ONNX RotaryEmbedding (opset 23): the first `rotary_embedding_dim` of each head's
+/// features rotated by the cached cos/sin of its position (halves, or interleaved pairs).
+fn rotary(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
+    let xt = input(inputs, 0)?;
+    let x = xt.to_f64();
+    let (cos, sin) = (input(inputs, 1)?.to_f64(), input(inputs, 2)?.to_f64());
+    let pos = opt_input(inputs, 3)
+        .map(|p| p.to_i64().ok_or("position_ids must be integers"))
+        .transpose()?;
+    let interleaved = node.attr_i("interleaved").unwrap_or(0) != 0;
+    // As (batch, sequence, heads, head size).
+    let (b, sq, h, d, four) = match *x.shape() {
+        [b, h, sq, d] => (b, sq, h, d, true),
+        [b, sq, hidden] => {
+            let h = usize::try_from(node.attr_i("num_heads").ok_or("3-D input needs num_heads")?)
+                .map_err(|_| "negative num_heads")?;
+            if h == 0 || hidden % h != 0 {
+                return Err(format!("hidden size {hidden} over {h} heads"));
+            }
+            (b, sq, h, hidden / h, false)
+        }
+        _ => return Err(format!("input of shape {:?} (3-D or 4-D)", x.shape())),
+    };
+    let rot = match node.attr_i("rotary_embedding_dim").unwrap_or(0) {
+        0 => d,
+        r => usize::try_from(r).map_err(|_| "negative rotary_embedding_dim")?.min(d),
+    };
+    let half = rot / 2;
+    let xs = x.as_standard_layout();
+    let xd = xs.as_slice().ok_or("layout")?;
+    let at = |bi: usize, si: usize, hi: usize, c: usize| {
+        if four {
+            ((bi * h + hi) * sq + si) * d + c
+        } else {
+            ((bi * sq + si) * h + hi) * d + c
+        }
+    };
+    let cache = |t: &ArrayD<f64>, bi: usize, si: usize, i: usize| -> Result<f64, String> {
+        let v = match &pos {
+            Some(p) => {
+                let row = usize::try_from(p[[bi, si]]).map_err(|_| "negative position")?;
+                t.get(IxDyn(&[row, i]))
+            }
+            None => t.get(IxDyn(&[bi, si, i])),
+        };
+        v.copied()
+            .ok_or_else(|| format!("the cos/sin cache {:?} has no entry there", t.shape()))
+    };
+    let mut out = xd.to_vec();
+    for bi in 0..b {
+        for si in 0..sq {
+            for hi in 0..h {
+                for i in 0..half {
+                    let (j1, j2) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+                    let (x1, x2) = (xd[at(bi, si, hi, j1)], xd[at(bi, si, hi, j2)]);
+                    let (c, s) = (cache(&cos, bi, si, i)?, cache(&sin, bi, si, i)?);
+                    out[at(bi, si, hi, j1)] = c * x1 - s * x2;
+                    out[at(bi, si, hi, j2)] = s * x1 + c * x2;
+                }
+            }
+        }
+    }
+    let a = ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?;
+    Ok(vec![cast_f64(&a, xt.dtype())?])
+}
+
+/// Dispatches Attention and RotaryEmbedding; `None` for other ops.
 pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>]) -> Option<OpResult> {
-    (op == "Attention").then(|| attention(node, inputs))
+    match op {
+        "Attention" => Some(attention(node, inputs)),
+        "RotaryEmbedding" => Some(rotary(node, inputs)),
+        _ => None,
+    }
 }

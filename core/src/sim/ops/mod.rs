@@ -178,7 +178,7 @@ pub fn is_supported(domain: &str, op: &str, _opset: i64) -> bool {
         "" | "ai.onnx" => {
             SUPPORTED_OPS.contains(&op)
                 || index::OPS.contains(&op)
-                || op == "Attention"
+                || matches!(op, "Attention" | "RotaryEmbedding")
                 || containers::CONTAINER_OPS.contains(&op)
                 || DEFAULT_DOMAIN_CONTRIB_OPS.contains(&op)
         }
