@@ -47,6 +47,41 @@ pub struct EmulateResult {
     pub from_file: bool,
 }
 
+impl EmulateResult {
+    /// The result of a finished run: the graph outputs' rows, the sample's file name,
+    /// mismatches over every tensor, and the time since `t0`.
+    fn new(
+        e: &Emulator,
+        rows: &[trace::TensorTrace],
+        nodes: HashMap<NodeId, EmulatedNode>,
+        (generation, target): (u64, String),
+        label: &str,
+        t0: std::time::Instant,
+        from_file: bool,
+    ) -> Self {
+        let outputs = e
+            .binary
+            .outputs
+            .iter()
+            .filter_map(|&o| rows.iter().find(|r| r.name == e.binary.tensors[o].tensor.name))
+            .map(|r| (r.name.clone(), r.emulated_sqnr_db, r.simulated_sqnr_db))
+            .collect();
+        Self {
+            generation,
+            target,
+            sample: std::path::Path::new(label)
+                .file_name()
+                .map_or_else(|| label.to_owned(), |f| f.to_string_lossy().into_owned()),
+            nodes,
+            tensors: rows.len(),
+            mismatches: rows.iter().filter_map(|r| r.integer_mismatches).sum(),
+            outputs,
+            ms: t0.elapsed().as_secs_f64() * 1e3,
+            from_file,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct EmulateState {
     pub job: Option<Job<EmulateResult>>,
@@ -178,26 +213,15 @@ impl EmulateState {
                     nodes.insert(o, n.clone());
                 }
             }
-            let outputs = e
-                .binary
-                .outputs
-                .iter()
-                .filter_map(|&o| rows.iter().find(|r| r.name == e.binary.tensors[o].tensor.name))
-                .map(|r| (r.name.clone(), r.emulated_sqnr_db, r.simulated_sqnr_db))
-                .collect();
-            Ok(EmulateResult {
-                generation,
-                target,
-                sample: std::path::Path::new(&label)
-                    .file_name()
-                    .map_or(label.clone(), |f| f.to_string_lossy().into_owned()),
+            Ok(EmulateResult::new(
+                &e,
+                &rows,
                 nodes,
-                tensors: rows.len(),
-                mismatches: rows.iter().filter_map(|r| r.integer_mismatches).sum(),
-                outputs,
-                ms: t0.elapsed().as_secs_f64() * 1e3,
-                from_file: false,
-            })
+                (generation, target),
+                &label,
+                t0,
+                false,
+            ))
         }));
         Ok(())
     }
@@ -317,26 +341,15 @@ impl EmulateState {
                     nodes.insert(o, n.clone());
                 }
             }
-            let outputs = e
-                .binary
-                .outputs
-                .iter()
-                .filter_map(|&o| rows.iter().find(|r| r.name == e.binary.tensors[o].tensor.name))
-                .map(|r| (r.name.clone(), r.emulated_sqnr_db, r.simulated_sqnr_db))
-                .collect();
-            Ok(EmulateResult {
-                generation,
-                target,
-                sample: std::path::Path::new(&label)
-                    .file_name()
-                    .map_or(label.clone(), |f| f.to_string_lossy().into_owned()),
+            Ok(EmulateResult::new(
+                &e,
+                &rows,
                 nodes,
-                tensors: rows.len(),
-                mismatches: rows.iter().filter_map(|r| r.integer_mismatches).sum(),
-                outputs,
-                ms: t0.elapsed().as_secs_f64() * 1e3,
-                from_file: true,
-            })
+                (generation, target),
+                &label,
+                t0,
+                true,
+            ))
         }));
         Ok(())
     }

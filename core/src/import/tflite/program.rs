@@ -254,6 +254,16 @@ impl<'f> Lower<'f> {
             .ok_or_else(|| Why::Invalid(format!("tensor '{}' must hold integers", self.name(t))))
     }
 
+    /// The axes a constant `a` names over `x` (negative from the end).
+    fn axes_of(&self, x: usize, a: usize) -> R<Vec<usize>> {
+        let rank = self.shape(x).len() as i64;
+        Ok(self
+            .codes_of(a)?
+            .iter()
+            .map(|&v| (if v < 0 { v + rank } else { v }) as usize)
+            .collect())
+    }
+
     fn push(&mut self, t: ITensor) -> usize {
         self.prog.tensors.push(t);
         self.prog.tensors.len() - 1
@@ -727,12 +737,7 @@ impl<'f> Lower<'f> {
             }
             B::REDUCE_MAX | B::REDUCE_MIN => {
                 let (x, a) = (req(0)?, req(1)?);
-                let rank = self.shape(x).len() as i64;
-                let axes: Vec<usize> = self
-                    .codes_of(a)?
-                    .iter()
-                    .map(|&v| (if v < 0 { v + rank } else { v }) as usize)
-                    .collect();
+                let axes = self.axes_of(x, a)?;
                 let xi = self.get(x, Layout::Nhwc)?;
                 let y = self.out(o, Layout::Nhwc)?;
                 let kind = if code == B::REDUCE_MAX {
@@ -887,12 +892,7 @@ impl<'f> Lower<'f> {
             }
             B::MEAN => {
                 let (x, a) = (req(0)?, req(1)?);
-                let rank = self.shape(x).len() as i64;
-                let axes: Vec<usize> = self
-                    .codes_of(a)?
-                    .iter()
-                    .map(|&v| (if v < 0 { v + rank } else { v }) as usize)
-                    .collect();
+                let axes = self.axes_of(x, a)?;
                 let xi = self.get(x, Layout::Nhwc)?;
                 let y = self.out(o, Layout::Nhwc)?;
                 self.op(node, OpKind::Mean { axes }, vec![xi], vec![y]);
