@@ -47,6 +47,63 @@ pub struct EmulateResult {
     pub from_file: bool,
 }
 
+/// The compiled binary, written and loaded, and the first sample of `setup`'s data as
+/// `model`'s inputs (with its file's label).
+fn first_sample(
+    program: &npu_core::quant::legalize::Program,
+    compiled: &npu_core::compiler::Compiled,
+    setup: &super::commands::Setup,
+    model: &npu_core::ir::Model,
+    p: &JobProgress,
+) -> Result<(Emulator, String, HashMap<String, npu_core::ir::Tensor>), JobError> {
+    let fail = |e: String| JobError::Failed(format!("Emulate failed: {e}"));
+    p.set(0.05, "writing the binary");
+    let bytes = binary::write(program, compiled);
+    let e = Emulator::load(&bytes).map_err(|e| fail(e.to_string()))?;
+    p.check()?;
+    p.set(0.15, "reading the first sample");
+    let samples = npu_core::pipeline::Samples::open(&setup.data, &setup.preprocess).map_err(|e| fail(e.to_string()))?;
+    let (label, sample) = samples
+        .iter(model)
+        .next()
+        .ok_or_else(|| fail("no sample".into()))?
+        .map_err(|e| fail(e.to_string()))?;
+    Ok((e, label, sample))
+}
+
+/// The names of the binary's inputs.
+fn binary_inputs(e: &Emulator) -> impl Iterator<Item = &str> {
+    e.binary
+        .inputs
+        .iter()
+        .map(|&i| e.binary.tensors[i].tensor.name.as_str())
+}
+
+/// A sample's tensors under `names`, as floats (quantized on entry), or with `integers`,
+/// integer tensors as their codes.
+fn feed(
+    sample: &HashMap<String, npu_core::ir::Tensor>,
+    names: &mut dyn Iterator<Item = &str>,
+    integers: bool,
+) -> Result<Vec<Input>, JobError> {
+    names
+        .map(|n| {
+            let t = sample
+                .get(n)
+                .ok_or_else(|| JobError::Failed(format!("Emulate failed: the sample has no input {n}")))?;
+            Ok(
+                match t
+                    .as_i64_vec()
+                    .filter(|_| integers && t.dtype() != npu_core::ir::DType::F32)
+                {
+                    Some(codes) => Input::Codes(codes.iter().map(|&c| c as i32).collect()),
+                    None => Input::Float(t.to_f32().iter().copied().collect()),
+                },
+            )
+        })
+        .collect()
+}
+
 impl EmulateResult {
     /// The result of a finished run: the graph outputs' rows, the sample's file name,
     /// mismatches over every tensor, and the time since `t0`.
@@ -130,37 +187,11 @@ impl EmulateState {
         self.running_for = Some((generation, target.clone()));
         self.job = Some(Job::spawn("emulate", ctx, move |p| {
             let t0 = std::time::Instant::now();
-            p.set(0.05, "writing the binary");
-            let bytes = binary::write(&program, &compiled);
-            let e = Emulator::load(&bytes).map_err(|e| JobError::Failed(format!("Emulate failed: {e}")))?;
-            p.check()?;
-            p.set(0.15, "reading the first sample");
-            let samples = npu_core::pipeline::Samples::open(&setup.data, &setup.preprocess)
-                .map_err(|e| JobError::Failed(format!("Emulate failed: {e}")))?;
-            let (label, sample) = samples
-                .iter(&mapping.optimized)
-                .next()
-                .ok_or_else(|| JobError::Failed("Emulate failed: no sample".into()))?
-                .map_err(|e| JobError::Failed(format!("Emulate failed: {e}")))?;
-            let inputs = |names: &mut dyn Iterator<Item = &str>| -> Result<Vec<Input>, JobError> {
-                names
-                    .map(|n| {
-                        sample
-                            .get(n)
-                            .map(|t| Input::Float(t.to_f32().iter().copied().collect()))
-                            .ok_or_else(|| JobError::Failed(format!("Emulate failed: the sample has no input {n}")))
-                    })
-                    .collect()
-            };
+            let (e, label, sample) = first_sample(&program, &compiled, &setup, &mapping.optimized, p)?;
+            let inputs = |names: &mut dyn Iterator<Item = &str>| feed(&sample, names, false);
             p.set(0.25, &format!("emulating {} steps", e.binary.steps.len()));
-            let names: Vec<&str> = e
-                .binary
-                .inputs
-                .iter()
-                .map(|&i| e.binary.tensors[i].tensor.name.as_str())
-                .collect();
             let values = e
-                .run(inputs(&mut names.iter().copied())?)
+                .run(inputs(&mut binary_inputs(&e))?)
                 .map_err(|e| JobError::Failed(format!("Emulate failed: {e}")))?;
             p.check()?;
             p.set(0.5, "running FP32, the simulation and the integer reference");
@@ -246,41 +277,12 @@ impl EmulateState {
         self.job = Some(Job::spawn("emulate", ctx, move |p| {
             let t0 = std::time::Instant::now();
             let fail = |e: String| JobError::Failed(format!("Emulate failed: {e}"));
-            p.set(0.05, "writing the binary");
-            let bytes = binary::write(&program, &compiled);
-            let e = Emulator::load(&bytes).map_err(|e| fail(e.to_string()))?;
-            p.set(0.15, "reading the first sample");
-            let samples =
-                npu_core::pipeline::Samples::open(&setup.data, &setup.preprocess).map_err(|e| fail(e.to_string()))?;
-            let (label, sample) = samples
-                .iter(&model)
-                .next()
-                .ok_or_else(|| fail("no sample".into()))?
-                .map_err(|e| fail(e.to_string()))?;
-            let feed = |names: &mut dyn Iterator<Item = &str>| -> Result<Vec<Input>, JobError> {
-                names
-                    .map(|n| {
-                        sample
-                            .get(n)
-                            .map(
-                                |t| match t.as_i64_vec().filter(|_| t.dtype() != npu_core::ir::DType::F32) {
-                                    Some(codes) => Input::Codes(codes.iter().map(|&c| c as i32).collect()),
-                                    None => Input::Float(t.to_f32().iter().copied().collect()),
-                                },
-                            )
-                            .ok_or_else(|| fail(format!("the sample has no input {n}")))
-                    })
-                    .collect()
-            };
+            let (e, label, sample) = first_sample(&program, &compiled, &setup, &model, p)?;
+            // Integer inputs (an int8 file input) go in as their codes.
+            let inputs = |names: &mut dyn Iterator<Item = &str>| feed(&sample, names, true);
             p.set(0.25, &format!("emulating {} steps", e.binary.steps.len()));
-            let names: Vec<&str> = e
-                .binary
-                .inputs
-                .iter()
-                .map(|&i| e.binary.tensors[i].tensor.name.as_str())
-                .collect();
             let values = e
-                .run(feed(&mut names.iter().copied())?)
+                .run(inputs(&mut binary_inputs(&e))?)
                 .map_err(|e| fail(e.to_string()))?;
             p.check()?;
             p.set(0.5, "running the file's float graph and the integer reference");
@@ -299,7 +301,7 @@ impl EmulateState {
             };
             exec.run_with_hook(&sample, Some(&mut hook))
                 .map_err(|e| fail(e.to_string()))?;
-            let ins = feed(&mut program.inputs.iter().map(|&i| program.tensors[i].name.as_str()))?;
+            let ins = inputs(&mut program.inputs.iter().map(|&i| program.tensors[i].name.as_str()))?;
             let integer =
                 npu_core::sim::integer::run(&program, ins).map_err(|e| fail(format!("the integer reference: {e}")))?;
             p.check()?;
