@@ -838,6 +838,15 @@ fn capture_inputs(g: &mut Graph) {
     }
 }
 
+/// The attributes of an If on `true` that runs `g` (how a WHILE calls its condition
+/// subgraph): `g` as both branches.
+pub(crate) fn call(g: Graph) -> BTreeMap<String, Attr> {
+    attrs(vec![
+        ("then_branch", Attr::Graph(Box::new(g.clone()))),
+        ("else_branch", Attr::Graph(Box::new(g))),
+    ])
+}
+
 /// Makes the graph of a WHILE body an ONNX Loop body: the iteration count and the incoming
 /// condition become its first inputs, and its first output is the condition subgraph
 /// (`cond`, reading the new values by name) on its outputs, called through an If on `true`.
@@ -868,10 +877,7 @@ fn loop_body(g: &mut Graph, base: &str, cond: Graph) {
         domain: String::new(),
         inputs: vec![Some(yes)],
         outputs: vec![Some(out)],
-        attrs: attrs(vec![
-            ("then_branch", Attr::Graph(Box::new(cond.clone()))),
-            ("else_branch", Attr::Graph(Box::new(cond))),
-        ]),
+        attrs: call(cond),
         origin: vec![id],
     });
     g.outputs.insert(0, out);

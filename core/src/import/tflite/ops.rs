@@ -366,10 +366,7 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             super::capture_inputs(&mut first);
             let yes = b.constant(format!("{base}:true"), &Tensor::Bool(ndarray::arr0(true).into_dyn()));
             let cond0 = b.fresh_value(format!("{base}:cond"), Some(DType::Bool));
-            let call = attrs(vec![
-                ("then_branch", Attr::Graph(Box::new(first.clone()))),
-                ("else_branch", Attr::Graph(Box::new(first))),
-            ]);
+            let call = super::call(first);
             let name = b.g.values[cond0].name.clone();
             b.add_node("If", &name, vec![Some(yes)], vec![cond0], call);
             // The Loop body: (iteration, condition, values) → (the condition on the new
