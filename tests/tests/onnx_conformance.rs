@@ -2,8 +2,8 @@
 //! `scripts/fetch_onnx_node_tests.py`) against the executor.
 //!
 //! `tests/conformance/onnx_node_manifest.txt` lists the tests that must pass: a listed
-//! test that fails is a failure. Set `NPU_CONFORMANCE_ALL=1` to run every single-node test
-//! of a supported op and print the ones that pass (to update the manifest).
+//! test that fails is a failure. Set `NPU_CONFORMANCE_ALL=1` to run every test (single-node
+//! models and the multi-node `_expanded` ones) and print the ones that pass (to update the manifest).
 
 use npu_core::import::onnx::load;
 use npu_core::ir::Val;
@@ -154,8 +154,9 @@ fn run_case(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The op of a single-node test model, if it has exactly one node.
-fn single_op(dir: &Path) -> Option<String> {
+/// The op of a test model: the op of a single-node model, `(graph)` for a model of several
+/// nodes (the `_expanded` tests and the like); `None` when the model does not load at all.
+fn case_op(dir: &Path) -> Option<String> {
     let (model, _) = npu_core::import::onnx::load_with(
         &dir.join("model.onnx"),
         &npu_core::import::onnx::LoadOptions {
@@ -163,7 +164,10 @@ fn single_op(dir: &Path) -> Option<String> {
         },
     )
     .ok()?;
-    (model.graph.nodes.len() == 1).then(|| model.graph.nodes[0].op.clone())
+    Some(match model.graph.nodes.as_slice() {
+        [node] => node.op.clone(),
+        _ => "(graph)".to_owned(),
+    })
 }
 
 #[test]
@@ -197,9 +201,9 @@ fn onnx_backend_node_tests() {
         let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
         let is_listed = listed.contains(&name.as_str());
         // A listed case always runs: one whose model no longer loads is a failure, not a skip.
-        let op = match single_op(dir) {
+        let op = match case_op(dir) {
             Some(op) => op,
-            None if is_listed => "(not a loadable single-node model)".to_owned(),
+            None if is_listed => "(not a loadable model)".to_owned(),
             None => continue,
         };
         let claimed = CLAIMED.contains(&op.as_str());

@@ -3,7 +3,7 @@
 use super::{OpResult, broadcast_shapes, f32_as, input, opt_input};
 use crate::ir::{Node, Tensor};
 use crate::sim::OpCtx;
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, Axis, IxDyn};
 use rayon::prelude::*;
 
 /// A row- or column-major view of a matrix for [`sgemm`].
@@ -272,8 +272,9 @@ pub fn matmul_f32(a: &ArrayD<f32>, b: &ArrayD<f32>, threads: usize) -> Result<Ar
     full_a.extend([m, k]);
     let mut full_b = batch.clone();
     full_b.extend([k, n]);
-    let av = a.view().into_shape_with_order(IxDyn(&sa)).map_err(|e| e.to_string())?;
-    let bv = b.view().into_shape_with_order(IxDyn(&sb)).map_err(|e| e.to_string())?;
+    // A 1-D operand gains its unit axis; a strided operand (e.g. a transposed view) is fine.
+    let av = if a_vec { a.view().insert_axis(Axis(0)) } else { a.view() };
+    let bv = if b_vec { b.view().insert_axis(Axis(1)) } else { b.view() };
     // Views in standard layout are used in place; only broadcast or strided operands are copied.
     let a_b = av.broadcast(IxDyn(&full_a)).ok_or("broadcast failed")?;
     let a_std = a_b.as_standard_layout();
