@@ -14,7 +14,9 @@ backend tests (model.onnx, test_data_set_K/input_N.pb, output_N.pb).
 
 A YOLOX detector (PyTorch 1.9 export: Focus slices, SiLU, SPP max pools, nearest
 upsampling) from the ddddocr wheel, fed the six photos resized to 416x416 (BGR, 0-255, as
-YOLOX takes them). Basic Pitch (Spotify's polyphonic pitch model, Keras converted by
+YOLOX takes them). A YOLOv8n detector (ultralytics' PyTorch export at 320x320: C2f blocks,
+SiLU, an SPPF block, a DFL head) from the nudenet wheel, fed the photos at 320x320 (RGB,
+0-1). Basic Pitch (Spotify's polyphonic pitch model, Keras converted by
 tf2onnx 1.15: a constant-Q transform as convolutions, a log-magnitude normalisation, a CNN
 with three sigmoid heads) from the basic-pitch wheel, fed a real recording: pygame's
 example house-music loop (8-bit, 11,025 Hz) resampled to 22,050 Hz and cut into windows of
@@ -153,10 +155,11 @@ def wheel_member(spec, pattern, member):
 DDDDOCR = "ddddocr==1.6.1"
 BASIC_PITCH = "basic-pitch==0.4.0"
 PYGAME = "pygame==2.6.1"
+NUDENET = "nudenet==3.4.2"
 
 
 def more_models():
-    """The YOLOX detector and Basic Pitch, with their inputs."""
+    """The YOLOX and YOLOv8n detectors and Basic Pitch, with their inputs."""
     from scipy.signal import resample_poly
 
     out = os.path.join(DATA, "models")
@@ -165,6 +168,7 @@ def more_models():
         "basic_pitch.onnx": wheel_member(
             BASIC_PITCH, "basic_pitch-0.4.0-*.whl", "basic_pitch/saved_models/icassp_2022/nmp.onnx"
         ),
+        "yolov8n_nudenet.onnx": wheel_member(NUDENET, "nudenet-3.4.2-*.whl", "nudenet/320n.onnx"),
     }
     for name, blob in blobs.items():
         with open(os.path.join(out, name), "wb") as f:
@@ -177,6 +181,9 @@ def more_models():
         x = np.asarray(Image.open(img).convert("RGB").resize((416, 416), Image.BILINEAR), dtype=np.float32)
         x = x[..., ::-1].transpose(2, 0, 1)[None]
         np.save(os.path.join(inputs, f"yolox_{name}.npy"), np.ascontiguousarray(x))
+        # YOLOv8 (ultralytics export): RGB in [0, 1], 320x320.
+        x = np.asarray(Image.open(img).convert("RGB").resize((320, 320), Image.BILINEAR), dtype=np.float32)
+        np.save(os.path.join(inputs, f"yolov8_{name}.npy"), np.ascontiguousarray((x / 255.0).transpose(2, 0, 1)[None]))
     import io
     import wave
 
@@ -466,5 +473,6 @@ if __name__ == "__main__":
     s = silero()
     magika()
     sample_inputs()
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_bench_models.py")], check=True)
     print(f"models in {m}, inputs in {i}, onnxruntime references in {r}, exported models with test sets in {s}")
     sys.exit(0)

@@ -167,6 +167,8 @@ enum Operand<'a> {
     Full(&'a [f32]),
     /// One value per run of `run` elements (per-channel scales), cycling.
     PerRun(Vec<f32>, usize),
+    /// Values repeating whole along the leading axes (a bias `[C]` against `[.., C]`).
+    Cycle(&'a [f32]),
     /// A value of the chain itself, kept per tile in the given save slot.
     Tap(usize),
 }
@@ -179,6 +181,7 @@ impl Operand<'_> {
             Self::Scalar(q) => *q,
             Self::Full(s) => s[i],
             Self::PerRun(v, run) => v[(i / run) % v.len()],
+            Self::Cycle(v) => v[i % v.len()],
             Self::Tap(_) => f32::NAN,
         }
     }
@@ -192,6 +195,16 @@ fn operand<'a>(t: Option<&'a Tensor>, shape: &[usize]) -> Option<Operand<'a>> {
     }
     if b.shape() == shape {
         return b.as_slice().map(Operand::Full);
+    }
+    // b, less its leading 1s, is the trailing part of the shape: it repeats whole.
+    let lead = b.shape().iter().take_while(|&&d| d == 1).count();
+    let tail = &b.shape()[lead..];
+    if !tail.is_empty()
+        && tail.len() <= shape.len()
+        && shape[shape.len() - tail.len()..] == *tail
+        && let Some(v) = b.as_slice()
+    {
+        return Some(Operand::Cycle(v));
     }
     // Per-channel: b's non-1 dims form a prefix block of the (right-aligned) shape.
     let rank = shape.len();
@@ -403,6 +416,22 @@ fn apply(step: Step, pos: usize, o: &Operand<'_>, chunk: &mut [f32], base: usize
                         k = end;
                     }
                 }
+                Operand::Cycle(vals) => {
+                    // Split the tile where the pattern restarts.
+                    let (p, n) = (vals.len(), chunk.len());
+                    let mut k = 0;
+                    while k < n {
+                        let off = (base + k) % p;
+                        let end = (k + p - off).min(n);
+                        let seg = &vals[off..off + (end - k)];
+                        if pos == 0 {
+                            chunk[k..end].iter_mut().zip(seg).for_each(|(v, &q)| *v = f(*v, q));
+                        } else {
+                            chunk[k..end].iter_mut().zip(seg).for_each(|(v, &q)| *v = f(q, *v));
+                        }
+                        k = end;
+                    }
+                }
                 _ => {
                     for (k, v) in chunk.iter_mut().enumerate() {
                         let q = o.get(base + k);
@@ -429,5 +458,41 @@ fn apply(step: Step, pos: usize, o: &Operand<'_>, chunk: &mut [f32], base: usize
         Step::Tanh => chunk.iter_mut().for_each(|v| *v = v.tanh()),
         Step::Neg => chunk.iter_mut().for_each(|v| *v = -*v),
         Step::Abs => chunk.iter_mut().for_each(|v| *v = v.abs()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{ArrayD, IxDyn};
+
+    /// A bias along the last axis is a repeating pattern, a per-channel scale a run per
+    /// value; both give, at every tile offset, what the fully broadcast operand gives.
+    #[test]
+    fn trailing_and_per_channel_operands_match_full_broadcast() {
+        let shape = [2usize, 5, 7];
+        let n: usize = shape.iter().product();
+        let bias =
+            Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[7]), (0..7).map(|v| v as f32 * 0.5).collect()).expect("bias"));
+        let chan = Tensor::F32(
+            ArrayD::from_shape_vec(IxDyn(&[5, 1]), (0..5).map(|v| v as f32 + 1.0).collect()).expect("chan"),
+        );
+        assert!(matches!(operand(Some(&bias), &shape), Some(Operand::Cycle(_))));
+        assert!(matches!(operand(Some(&chan), &shape), Some(Operand::PerRun(_, 7))));
+        for t in [&bias, &chan] {
+            let Tensor::F32(b) = t else { unreachable!() };
+            let full: Vec<f32> = b.broadcast(IxDyn(&shape)).expect("broadcast").iter().copied().collect();
+            let o = operand(Some(t), &shape).expect("fits");
+            for (base, len) in [(0, n), (3, 11), (6, 1), (13, 29), (69, 1)] {
+                for pos in [0, 1] {
+                    let data: Vec<f32> = (base..base + len).map(|i| i as f32).collect();
+                    let mut got = data.clone();
+                    apply(Step::Sub, pos, &o, &mut got, base);
+                    let mut want = data.clone();
+                    apply(Step::Sub, pos, &Operand::Full(&full), &mut want, base);
+                    assert_eq!(got, want, "base {base} len {len} pos {pos}");
+                }
+            }
+        }
     }
 }

@@ -72,7 +72,10 @@ pub fn exp_approx(x: f32) -> f32 {
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     // 2ⁿ built from its exponent bits (n is in −126..=128; 128 overflows to +inf as expf).
-    let scale = f32::from_bits(((n as i32 + 127).clamp(0, 255) as u32) << 23);
+    // n + 127 is read off the mantissa of n + 127 + 1.5·2²³ rather than by a float-to-int
+    // cast, whose saturation would not vectorize.
+    let biased = (n + (127.0 + ROUND)).to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(biased << 23);
     if under { 0.0 } else { y * scale }
 }
 

@@ -137,9 +137,11 @@ fn im2col_rows(x: &[f32], cg: usize, h: usize, w: usize, g: &Geometry, oy0: usiz
                 let s0 = (lo as isize + off_w) as usize;
                 drow[lo..hi].copy_from_slice(&srow[s0..s0 + hi - lo]);
             } else {
-                for ox in lo..hi {
-                    drow[ox] = srow[(ox as isize * sw as isize + off_w) as usize];
-                }
+                let s0 = (lo as isize * sw as isize + off_w) as usize;
+                drow[lo..hi]
+                    .iter_mut()
+                    .zip(srow[s0..].iter().step_by(sw))
+                    .for_each(|(d, &v)| *d = v);
             }
         }
     }
@@ -153,24 +155,34 @@ unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
 /// One group of a general conv: tiles of output rows, each im2col'd into a cache-sized
-/// buffer and multiplied by the weights, in parallel over tiles.
+/// buffer and multiplied by the weights, in parallel over tiles. Each tile of the output
+/// starts from the group's bias and gets the activation while it is still in cache.
 fn conv_tiled(
     xg: &[f32],
     wg: &[f32],
     og: &mut [f32],
-    cg: usize,
-    mg: usize,
-    h: usize,
-    w: usize,
+    (cg, mg): (usize, usize),
+    (h, w): (usize, usize),
     geo: &Geometry,
-    accumulate: bool,
+    bias: Option<&[f32]>,
+    act: Option<super::elementwise::Activation>,
+    threads: usize,
 ) {
     let (oh, ow) = (geo.out[0], geo.out[1]);
     let ksize = cg * geo.kernel[0] * geo.kernel[1];
     let plane = oh * ow;
-    // About 256 KiB of im2col per tile.
-    let rows = ((64 * 1024) / (ksize * ow).max(1)).clamp(1, oh.max(1));
+    // About 1 MiB of im2col per tile: fewer, larger GEMMs repack the weights less often.
+    let rows = ((256 * 1024) / (ksize * ow).max(1)).clamp(1, oh.max(1));
     let tiles = oh.div_ceil(rows);
+    // Fewer tiles than threads (small maps deep in a network): the output channels of each
+    // tile are split too, so that every thread has work (a tile's im2col is then made by
+    // each of its parts).
+    let parts = if tiles >= threads {
+        1
+    } else {
+        threads.div_ceil(tiles).min(mg.div_ceil(16)).max(1)
+    };
+    let per_part = mg.div_ceil(parts);
     assert!(og.len() >= mg * plane);
     let out = SharedOut(og.as_mut_ptr());
     let pointwise = geo.kernel == [1, 1]
@@ -178,7 +190,12 @@ fn conv_tiled(
         && geo.pad_begin.iter().chain(&geo.pad_end).all(|&p| p == 0)
         && oh == h
         && ow == w;
-    (0..tiles).into_par_iter().for_each_init(Vec::new, |col, t| {
+    (0..tiles * parts).into_par_iter().for_each_init(Vec::new, |col, item| {
+        let (t, part) = (item / parts, item % parts);
+        let (r0, r1) = (part * per_part, ((part + 1) * per_part).min(mg));
+        if r0 >= r1 {
+            return;
+        }
         let oy0 = t * rows;
         let oy1 = (oy0 + rows).min(oh);
         let n = (oy1 - oy0) * ow;
@@ -196,18 +213,25 @@ fn conv_tiled(
             reason = "moves the whole Send wrapper into the closure, not its raw-pointer field"
         )]
         let out = out;
-        // SAFETY: tile t writes columns oy0*ow..oy1*ow of each of the mg output rows, which
-        // no other tile touches; the bounds were checked above.
+        // SAFETY (here and below): work item (t, part) reads and writes columns
+        // oy0*ow..oy1*ow of output rows r0..r1, which no other item touches; the bounds were
+        // checked above.
+        let segment = |r: usize| unsafe { std::slice::from_raw_parts_mut(out.0.add(r * plane + oy0 * ow), n) };
+        if let Some(b) = bias {
+            for r in r0..r1 {
+                segment(r).fill(b[r]);
+            }
+        }
         unsafe {
             gemm::gemm(
-                mg,
+                r1 - r0,
                 n,
                 ksize,
-                out.0.add(oy0 * ow),
+                out.0.add(r0 * plane + oy0 * ow),
                 1,
                 plane as isize,
-                accumulate,
-                wg.as_ptr(),
+                bias.is_some(),
+                wg.as_ptr().add(r0 * ksize),
                 1,
                 ksize as isize,
                 rhs.as_ptr(),
@@ -220,6 +244,11 @@ fn conv_tiled(
                 false,
                 gemm::Parallelism::None,
             );
+        }
+        if let Some(a) = act {
+            for r in r0..r1 {
+                a.apply_slice(segment(r));
+            }
         }
     });
 }
@@ -492,17 +521,10 @@ pub fn conv2d(
         && kw == 1
         && geo.strides.iter().all(|&s| s == 1)
         && geo.pad_begin.iter().chain(&geo.pad_end).all(|&p| p == 0);
-    // Depthwise and pointwise convs apply the activation (and a pointwise conv its bias,
-    // after the sum as onnxruntime does) to each piece of the output as soon as it is
-    // computed, while it is in cache. A depthwise plane starts from its bias (onnxruntime's
-    // order too: PP-OCR rec on a photo moves by 2e-4 with the other one). The tiled path
-    // starts from the bias and applies the activation in a pass of its own.
-    let tiled = !depthwise && !pointwise;
-    if tiled && let Some(b) = bias {
-        out.par_chunks_mut(plane)
-            .enumerate()
-            .for_each(|(i, p)| p.fill(b[i % m]));
-    }
+    // Every kernel applies the activation (and a pointwise conv its bias, after the sum as
+    // onnxruntime does) to each piece of the output as soon as it is computed, while it is
+    // in cache. A depthwise plane and a tile of the general path start from their bias
+    // (onnxruntime's order too: PP-OCR rec on a photo moves by 2e-4 with the other one).
     let finish = |ch: usize, o: &mut [f32], with_bias: bool| {
         if with_bias && let Some(b) = bias {
             let v = b[ch];
@@ -556,12 +578,10 @@ pub fn conv2d(
                     &epi,
                 );
             } else {
-                conv_tiled(xg, wg, og, cg, mg, h, w, &geo, bias.is_some());
+                let bg = bias.map(|b| &b[gi * mg..(gi + 1) * mg]);
+                conv_tiled(xg, wg, og, (cg, mg), (h, w), &geo, bg, act, threads);
             }
         }
-    }
-    if tiled && let Some(a) = act {
-        out.par_chunks_mut(1 << 14).for_each(|c| a.apply_slice(c));
     }
     let mut shape = vec![n, m];
     shape.extend(if x.ndim() == 3 { vec![ow] } else { vec![oh, ow] });
@@ -739,8 +759,129 @@ enum Pool {
     Lp(i32),
 }
 
-/// N-D pooling over NC… inputs. Returns the pooled values and, for MaxPool, flat argmax indices.
-fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool) -> Result<(ArrayD<f32>, Vec<i64>), String> {
+/// One plane of a 2-D max or average pool, separably: each input row is copied into a
+/// padded buffer (so that no bound is checked in the inner loops), reduced along the width
+/// into `rows`, then the rows are reduced along the height. `div` holds, for an average, the
+/// divisor of each output position (row count × column count); the loops over a row are
+/// plain slice loops the compiler vectorizes.
+#[inline(always)]
+fn pool2d_plane_impl<const FMA: bool>(
+    src: &[f32],
+    (h, w): (usize, usize),
+    g: &Geometry,
+    max: bool,
+    div: &[f32],
+    bufs: &mut (Vec<f32>, Vec<f32>),
+    out: &mut [f32],
+) {
+    let (oh, ow) = (g.out[0], g.out[1]);
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (pt, pl) = (g.pad_begin[0], g.pad_begin[1]);
+    let init = if max { f32::NEG_INFINITY } else { 0.0 };
+    // The padded row covers every window, ceil-mode windows past the end padding included.
+    let wp = (w + pl + g.pad_end[1]).max((ow - 1) * sw + (kw - 1) * dw + 1);
+    let (padded, rows) = bufs;
+    padded.clear();
+    padded.resize(wp, init);
+    rows.clear();
+    rows.resize(h * ow, 0.0);
+    for iy in 0..h {
+        padded[pl..pl + w].copy_from_slice(&src[iy * w..(iy + 1) * w]);
+        let r = &mut rows[iy * ow..(iy + 1) * ow];
+        r.fill(init);
+        for j in 0..kw {
+            let tap = &padded[j * dw..];
+            if sw == 1 {
+                if max {
+                    r.iter_mut().zip(&tap[..ow]).for_each(|(a, &v)| *a = a.max(v));
+                } else {
+                    r.iter_mut().zip(&tap[..ow]).for_each(|(a, &v)| *a += v);
+                }
+            } else if max {
+                r.iter_mut()
+                    .zip(tap.iter().step_by(sw))
+                    .for_each(|(a, &v)| *a = a.max(v));
+            } else {
+                r.iter_mut().zip(tap.iter().step_by(sw)).for_each(|(a, &v)| *a += v);
+            }
+        }
+    }
+    for oy in 0..oh {
+        let o = &mut out[oy * ow..(oy + 1) * ow];
+        o.fill(init);
+        for i in 0..kh {
+            let iy = (oy * sh + i * dh) as isize - pt as isize;
+            if iy < 0 || iy >= h as isize {
+                continue;
+            }
+            let r = &rows[iy as usize * ow..(iy as usize + 1) * ow];
+            if max {
+                o.iter_mut().zip(r).for_each(|(a, &v)| *a = a.max(v));
+            } else {
+                o.iter_mut().zip(r).for_each(|(a, &v)| *a += v);
+            }
+        }
+        if !max {
+            o.iter_mut()
+                .zip(&div[oy * ow..(oy + 1) * ow])
+                .for_each(|(a, &d)| *a = if d == 0.0 { 0.0 } else { *a / d });
+        }
+    }
+}
+
+crate::simd_dispatch!(fn pool2d_plane(
+    src: &[f32],
+    hw: (usize, usize),
+    g: &Geometry,
+    max: bool,
+    div: &[f32],
+    bufs: &mut (Vec<f32>, Vec<f32>),
+    out: &mut [f32],
+) => pool2d_plane_impl);
+
+/// 2-D max or average pooling of every plane (no argmax indices), in parallel over planes.
+fn pool2d(xd: &[f32], planes: usize, (h, w): (usize, usize), g: &Geometry, max: bool, count_pad: bool) -> Vec<f32> {
+    let (oh, ow) = (g.out[0], g.out[1]);
+    // Per axis, how many taps of the window at output position `o` count: inside the input,
+    // or with `count_include_pad` inside the input or its padding.
+    let counts = |ax: usize, n: usize, size: usize| -> Vec<usize> {
+        let (lo, hi) = if count_pad {
+            (-(g.pad_begin[ax] as isize), (size + g.pad_end[ax]) as isize)
+        } else {
+            (0, size as isize)
+        };
+        (0..n)
+            .map(|o| {
+                (0..g.kernel[ax])
+                    .filter(|&k| {
+                        let p = (o * g.strides[ax] + k * g.dilations[ax]) as isize - g.pad_begin[ax] as isize;
+                        p >= lo && p < hi
+                    })
+                    .count()
+            })
+            .collect()
+    };
+    let div: Vec<f32> = if max {
+        Vec::new()
+    } else {
+        let (cy, cx) = (counts(0, oh, h), counts(1, ow, w));
+        cy.iter()
+            .flat_map(|&a| cx.iter().map(move |&b| (a * b) as f32))
+            .collect()
+    };
+    let mut out = vec![0f32; planes * oh * ow];
+    out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each_init(
+        || (Vec::new(), Vec::new()),
+        |bufs, (pi, o)| pool2d_plane(&xd[pi * h * w..(pi + 1) * h * w], (h, w), g, max, &div, bufs, o),
+    );
+    out
+}
+
+/// N-D pooling over NC… inputs. Returns the pooled values and, for MaxPool with `want_idx`,
+/// flat argmax indices.
+fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool, want_idx: bool) -> Result<(ArrayD<f32>, Vec<i64>), String> {
     if x.ndim() < 3 {
         return Err(format!("pooling needs an N×C×… input, got {:?}", x.shape()));
     }
@@ -761,6 +902,15 @@ fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool) -> Result<(ArrayD<f32>, Vec<i6
     let out_plane: usize = g.out.iter().product();
     let xs = x.as_standard_layout();
     let xd = xs.as_slice().ok_or("layout")?;
+    let mut shape = vec![n, c];
+    shape.extend(&g.out);
+    if nsp == 2 && !matches!(kind, Pool::Lp(_)) && !want_idx && out_plane > 0 {
+        let out = pool2d(xd, n * c, (sp[0], sp[1]), &g, kind == Pool::Max, count_pad);
+        return Ok((
+            ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?,
+            Vec::new(),
+        ));
+    }
     let mut out = vec![0f32; n * c * out_plane];
     let mut idx = vec![0i64; if kind == Pool::Max { n * c * out_plane } else { 0 }];
     let win: usize = kernel.iter().product();
@@ -851,8 +1001,6 @@ fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool) -> Result<(ArrayD<f32>, Vec<i6
             .enumerate()
             .for_each(work);
     }
-    let mut shape = vec![n, c];
-    shape.extend(&g.out);
     Ok((
         ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?,
         idx,
@@ -908,14 +1056,15 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
                 "AveragePool" => Pool::Avg,
                 _ => Pool::Lp(node.attr_i("p").unwrap_or(2) as i32),
             };
-            let (y, idx) = pool(node, &xt.to_f32(), kind)?;
+            let want_idx = kind == Pool::Max && node.outputs.get(1).is_some_and(Option::is_some);
+            let (y, idx) = pool(node, &xt.to_f32(), kind, want_idx)?;
             let yt = if xt.dtype().is_float() {
                 f32_as(xt.dtype(), y.clone())
             } else {
                 super::quant::cast_f64(&y.mapv(f64::from), xt.dtype())?
             };
             let mut outs = vec![yt];
-            if kind == Pool::Max && node.outputs.len() > 1 {
+            if want_idx {
                 outs.push(Tensor::I64(
                     ArrayD::from_shape_vec(IxDyn(y.shape()), idx).map_err(|e| e.to_string())?,
                 ));
@@ -937,6 +1086,71 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::Attr;
+
+    fn pool_node(attrs: Vec<(&str, Attr)>) -> Node {
+        Node {
+            name: "pool".into(),
+            op: "MaxPool".into(),
+            domain: String::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            attrs: attrs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            origin: Vec::new(),
+        }
+    }
+
+    /// The separable 2-D pool against the general N-D loop (the same pool on a 3-D input
+    /// whose last axis is 1), for max and average, with and without counting the padding,
+    /// over kernels, strides, dilations, asymmetric pads and ceil mode.
+    #[test]
+    fn separable_pool_matches_nd_loop() {
+        let mut seed = 3u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        for &(h, w, k, s, d, pads, ceil) in &[
+            (10, 10, 5, 1, 1, [2, 2, 2, 2], 0),
+            (56, 57, 3, 2, 1, [1, 1, 1, 1], 0),
+            (9, 13, 3, 2, 1, [0, 1, 1, 0], 1),
+            (8, 11, 2, 2, 1, [0, 0, 0, 0], 1),
+            (12, 9, 3, 1, 2, [2, 1, 0, 2], 0),
+            (7, 7, 7, 1, 1, [0, 0, 0, 0], 0),
+            (6, 20, 3, 3, 1, [1, 1, 1, 1], 1),
+        ] {
+            let x: Vec<f32> = (0..2 * h * w).map(|_| next()).collect();
+            for kind in [Pool::Max, Pool::Avg] {
+                for count_pad in [0, 1] {
+                    let attrs = |n: usize| {
+                        let mut p = pads[..2].to_vec();
+                        p.resize(n, 0);
+                        p.extend(&pads[2..]);
+                        p.resize(2 * n, 0);
+                        vec![
+                            ("kernel_shape", Attr::Ints([k as i64, k as i64, 1][..n].to_vec())),
+                            ("strides", Attr::Ints([s as i64, s as i64, 1][..n].to_vec())),
+                            ("dilations", Attr::Ints([d as i64, d as i64, 1][..n].to_vec())),
+                            ("pads", Attr::Ints(p)),
+                            ("ceil_mode", Attr::Int(ceil)),
+                            ("count_include_pad", Attr::Int(count_pad)),
+                        ]
+                    };
+                    let x2 = ArrayD::from_shape_vec(IxDyn(&[1, 2, h, w]), x.clone()).expect("shape");
+                    let x3 = ArrayD::from_shape_vec(IxDyn(&[1, 2, h, w, 1]), x.clone()).expect("shape");
+                    let (fast, _) = pool(&pool_node(attrs(2)), &x2, kind, false).expect("2-D pool");
+                    let (nd, _) = pool(&pool_node(attrs(3)), &x3, kind, false).expect("3-D pool");
+                    assert_eq!(&fast.shape()[..4], &nd.shape()[..4], "{h}x{w} k{k} s{s} d{d} {pads:?}");
+                    for (i, (a, b)) in fast.iter().zip(nd.iter()).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-6 || a == b,
+                            "{h}x{w} k{k} s{s} d{d} {pads:?} ceil {ceil} pad {count_pad}: element {i}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     /// The blocked depthwise kernel (padded, phase-split, AVX2 where present) against the
     /// plain per-tap loop, over strides, dilations, paddings and widths around a block.

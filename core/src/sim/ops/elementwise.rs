@@ -36,6 +36,30 @@ where
         let p = *a.iter().next().ok_or("empty operand")?;
         return Ok(map_par(b, |q| f(p, q)));
     }
+    // One operand repeated along leading axes only (a bias [C] against [.., C]): whole
+    // runs of it against contiguous runs of the other.
+    if shape.as_slice() == a.shape()
+        && is_trailing(b.shape(), a.shape())
+        && let (Some(x), Some(y)) = (a.as_slice(), b.as_slice())
+        && !y.is_empty()
+    {
+        let v: Vec<C> = x
+            .chunks(y.len())
+            .flat_map(|c| c.iter().zip(y).map(|(&p, &q)| f(p, q)))
+            .collect();
+        return ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| e.to_string());
+    }
+    if shape.as_slice() == b.shape()
+        && is_trailing(a.shape(), b.shape())
+        && let (Some(x), Some(y)) = (a.as_slice(), b.as_slice())
+        && !x.is_empty()
+    {
+        let v: Vec<C> = y
+            .chunks(x.len())
+            .flat_map(|c| x.iter().zip(c).map(|(&p, &q)| f(p, q)))
+            .collect();
+        return ArrayD::from_shape_vec(IxDyn(&shape), v).map_err(|e| e.to_string());
+    }
     let va = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     let vb = b.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     let z = Zip::from(&va).and(&vb);
@@ -44,6 +68,14 @@ where
     } else {
         z.map_collect(|&p, &q| f(p, q))
     })
+}
+
+/// Whether `small`, less its leading 1s, is the trailing part of `big`'s shape (so that it
+/// repeats whole along `big`'s leading axes).
+fn is_trailing(small: &[usize], big: &[usize]) -> bool {
+    let lead = small.iter().take_while(|&&d| d == 1).count();
+    let tail = &small[lead..];
+    tail.len() <= big.len() && big[big.len() - tail.len()..] == *tail
 }
 
 /// Maps every element, in parallel for large arrays.
@@ -118,9 +150,72 @@ fn erf64(x: f64) -> f64 {
     }
 }
 
-/// erf in f32 precision (computed in f64).
+/// erf in float32 within about 1 ulp, branch-free so that loops over it vectorize: Norbert
+/// Juffa's minimax polynomials, `x·p(x²)` below |x| = 0.9277 and `1 − e^{q(|x|)}` above
+/// (both computed, one selected).
+#[inline(always)]
+fn erf_poly<const FMA: bool>(a: f32) -> f32 {
+    use crate::sim::simd::madd;
+    let t = a.abs();
+    // erf(4) rounds to 1 in float32; the clamp keeps the polynomial away from overflow.
+    let t = if t > 4.0 { 4.0 } else { t };
+    let s = t * t;
+    let mut r = madd::<FMA>(3.831_971_3e-4, -1.728_534_7e-5, t);
+    let u = madd::<FMA>(2.425_462_2e-2, -3.883_964_4e-3, t);
+    r = madd::<FMA>(u, r, s);
+    r = madd::<FMA>(-1.067_778_8e-1, r, t);
+    r = madd::<FMA>(-6.348_467e-1, r, t);
+    r = madd::<FMA>(-1.287_175_1e-1, r, t);
+    r = madd::<FMA>(-t, r, t);
+    let big = (1.0 - crate::sim::simd::exp_approx(r)).copysign(a);
+    let mut p = -5.967_617e-4_f32;
+    p = madd::<FMA>(4.991_194_2e-3, p, s);
+    p = madd::<FMA>(-2.676_813_5e-2, p, s);
+    p = madd::<FMA>(1.128_199_3e-1, p, s);
+    p = madd::<FMA>(-3.761_253_4e-1, p, s);
+    p = madd::<FMA>(1.283_791_7e-1, p, s);
+    let small = madd::<FMA>(a, p, a);
+    if t > 0.927_734_4 { big } else { small }
+}
+
+/// erf in float32 (see [`erf_poly`]).
 pub fn erf(x: f32) -> f32 {
-    erf64(f64::from(x)) as f32
+    erf_poly::<false>(x)
+}
+
+#[inline(always)]
+fn gelu_poly<const FMA: bool>(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf_poly::<FMA>(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+#[inline(always)]
+fn erf_slice_impl<const FMA: bool>(s: &mut [f32], gelu: bool) {
+    if gelu {
+        s.iter_mut().for_each(|v| *v = gelu_poly::<FMA>(*v));
+    } else {
+        s.iter_mut().for_each(|v| *v = erf_poly::<FMA>(*v));
+    }
+}
+
+crate::simd_dispatch!(fn erf_slice(s: &mut [f32], gelu: bool) => erf_slice_impl);
+
+/// Erf (or exact GELU with `gelu`) of every element, vectorized, in parallel for large slices.
+fn erf_par(data: &mut [f32], gelu: bool) {
+    if data.len() >= PAR_MIN {
+        use rayon::prelude::*;
+        data.par_chunks_mut(1 << 14).for_each(|c| erf_slice(c, gelu));
+    } else {
+        erf_slice(data, gelu);
+    }
+}
+
+/// [`erf_par`] into a new float32 array.
+fn erf_map(a: &ArrayD<f32>, gelu: bool) -> ArrayD<f32> {
+    let mut y = a.as_standard_layout().into_owned();
+    if let Some(d) = y.as_slice_mut() {
+        erf_par(d, gelu);
+    }
+    y
 }
 
 fn gelu(x: f32, tanh_approx: bool) -> f32 {
@@ -128,7 +223,7 @@ fn gelu(x: f32, tanh_approx: bool) -> f32 {
         let c = (2.0f32 / std::f32::consts::PI).sqrt();
         0.5 * x * (1.0 + (c * (x + 0.044_715 * x * x * x)).tanh())
     } else {
-        0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
+        gelu_poly::<false>(x)
     }
 }
 
@@ -285,7 +380,10 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         "Ceil" => unary!(x, |v| v.ceil()),
         "Floor" => unary!(x, |v| v.floor()),
         "Round" => unary!(x, |v| round_even(v)),
-        "Erf" => float_unary(x, erf, erf64),
+        "Erf" => match x {
+            Tensor::F32(a) => Ok(Tensor::F32(erf_map(a, false))),
+            _ => float_unary(x, erf, erf64),
+        },
         "Sigmoid" => float_unary(x, sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
         "Softplus" => unary!(x, |v| if v > 20.0 { v } else { v.exp().ln_1p() }),
         "Softsign" => unary!(x, |v| v / (1.0 + v.abs())),
@@ -357,7 +455,10 @@ fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>>
         }
         "Gelu" => {
             let t = node.attr_s("approximate") == Some("tanh");
-            float_unary(x, |v| gelu(v, t), |v| gelu64(v, t))
+            match x {
+                Tensor::F32(a) if !t => Ok(Tensor::F32(erf_map(a, true))),
+                _ => float_unary(x, |v| gelu(v, t), |v| gelu64(v, t)),
+            }
         }
         // com.microsoft QuickGelu: x · sigmoid(alpha · x); alpha = 1 is SiLU.
         "QuickGelu" => {
@@ -778,6 +879,8 @@ pub const INPLACE_OPS: &[&str] = &[
     "Relu",
     "Sigmoid",
     "Tanh",
+    "Erf",
+    "Gelu",
     "HardSigmoid",
     "HardSwish",
     "Clip",
@@ -833,6 +936,14 @@ fn binary_inplace<F: Fn(f32, f32) -> f32 + Sync + Send>(a: &mut ArrayD<f32>, b: 
     }
     if !broadcast_shapes(a.shape(), b.shape()).is_ok_and(|s| s == a.shape()) {
         return false;
+    }
+    if is_trailing(b.shape(), a.shape())
+        && let (Some(bs), Some(data)) = (b.as_slice(), a.as_slice_mut())
+        && !bs.is_empty()
+    {
+        data.chunks_mut(bs.len())
+            .for_each(|d| d.iter_mut().zip(bs).for_each(|(v, &q)| *v = f(*v, q)));
+        return true;
     }
     // b covers a prefix of a's axes and is 1 on every later axis (per-channel scales
     // [1, C, 1, 1] against [N, C, H, W]): one scalar per contiguous run.
@@ -922,6 +1033,8 @@ pub fn try_inplace(node: &Node, x: &mut Tensor, rest: &[Option<&Tensor>], ctx: &
             });
         }
         "Tanh" => par(data, |v| *v = v.tanh()),
+        "Erf" => erf_par(data, false),
+        "Gelu" if node.attr_s("approximate") != Some("tanh") => erf_par(data, true),
         "Exp" => par(data, |v| *v = v.exp()),
         "Sqrt" => par(data, |v| *v = v.sqrt()),
         "Neg" => par(data, |v| *v = -*v),
@@ -930,4 +1043,42 @@ pub fn try_inplace(node: &Node, x: &mut Tensor, rest: &[Option<&Tensor>], ctx: &
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vectorized erf and GELU against the f64 series, over the range where erf moves
+    /// and far past it, at the plain and the fused-multiply-add builds.
+    #[test]
+    fn erf_poly_is_within_about_one_ulp() {
+        let mut worst = 0f64;
+        for i in -600_000..=600_000 {
+            let x = i as f32 * 1e-5;
+            let want = erf64(f64::from(x));
+            for got in [erf_poly::<false>(x), erf_poly::<true>(x)] {
+                let err = (f64::from(got) - want).abs();
+                worst = worst.max(err / want.abs().max(1e-30).min(1.0));
+                assert!(err <= 1.2e-7 * want.abs().max(1e-3), "erf({x}) = {got}, want {want}");
+            }
+        }
+        assert!(worst < 2e-7, "worst relative error {worst}");
+        for x in [1e-30f32, -3e-8, 1e-4, 4.5, 1e6] {
+            let want = erf64(f64::from(x)) as f32;
+            assert!((erf(x) - want).abs() <= want.abs() * 2e-7, "erf({x}) = {}", erf(x));
+        }
+        assert_eq!(erf(f32::NEG_INFINITY), -1.0);
+        assert_eq!(erf(f32::INFINITY), 1.0);
+        assert!(erf(f32::NAN).is_nan());
+        let mut g = [-3.0f32, -0.5, 0.0, 0.7, 2.5];
+        erf_slice(&mut g, true);
+        for (got, x) in g.iter().zip([-3.0f64, -0.5, 0.0, 0.7, 2.5]) {
+            let want = 0.5 * x * (1.0 + erf64(x / std::f64::consts::SQRT_2));
+            assert!(
+                (f64::from(*got) - want).abs() <= 1e-7 * want.abs().max(1.0),
+                "gelu({x}) = {got}"
+            );
+        }
+    }
 }

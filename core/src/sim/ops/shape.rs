@@ -112,6 +112,53 @@ pub(crate) fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
     })
 }
 
+/// A strided view copied into standard layout. Unit axes are dropped first and views of up
+/// to four remaining axes are copied at a fixed rank, where ndarray's iteration is several
+/// times faster than over dynamic dimensions.
+pub(crate) fn standard_copy<T: Clone>(v: ndarray::ArrayViewD<'_, T>) -> ArrayD<T> {
+    use ndarray::{Ix1, Ix2, Ix3, Ix4};
+    let shape = v.shape().to_vec();
+    if v.is_standard_layout() || v.is_empty() {
+        return v.to_owned();
+    }
+    let mut c = v.view();
+    for ax in (0..c.ndim()).rev() {
+        if c.len_of(Axis(ax)) == 1 && c.ndim() > 1 {
+            c = c.index_axis_move(Axis(ax), 0);
+        }
+    }
+    // Logical-order iteration at a fixed rank (fast) or at the dynamic one (the fallback).
+    let owned: Vec<T> = match c.ndim() {
+        1 => c
+            .view()
+            .into_dimensionality::<Ix1>()
+            .map(|x| x.iter().cloned().collect())
+            .ok(),
+        2 => c
+            .view()
+            .into_dimensionality::<Ix2>()
+            .map(|x| x.iter().cloned().collect())
+            .ok(),
+        3 => c
+            .view()
+            .into_dimensionality::<Ix3>()
+            .map(|x| x.iter().cloned().collect())
+            .ok(),
+        4 => c
+            .view()
+            .into_dimensionality::<Ix4>()
+            .map(|x| x.iter().cloned().collect())
+            .ok(),
+        _ => None,
+    }
+    .unwrap_or_else(|| c.iter().cloned().collect());
+    match ArrayD::from_shape_vec(IxDyn(&shape), owned) {
+        Ok(a) => a,
+        // Not reached (same element count); the plain copy keeps it panic-free.
+        Err(_) => v.as_standard_layout().into_owned(),
+    }
+}
+
 pub(crate) fn slice_axis(t: &Tensor, axis: usize, start: isize, end: Option<isize>, step: isize) -> Tensor {
     map_tensor!(t, a => a.slice_axis(Axis(axis), Slice::new(start, end, step)).to_owned())
 }
@@ -236,6 +283,18 @@ pub fn pad_tensor(x: &Tensor, begin: &[i64], end: &[i64], mode: &str, value: f64
         out_shape.push(d as usize);
     }
     let fill = crate::sim::ops::quant::cast_f64(&ArrayD::from_elem(IxDyn(&[]), value), x.dtype())?;
+    if mode == "constant" && begin.iter().chain(end).all(|&p| p >= 0) {
+        // The fill everywhere, then the input copied into its window in one assignment.
+        return Ok(map_tensor!(x, a => {
+            let mut o = ArrayD::from_elem(IxDyn(&out_shape), fill_value(&fill, Default::default()));
+            o.slice_each_axis_mut(|d| {
+                let b = begin[d.axis.index()] as usize;
+                Slice::from(b..b + shape[d.axis.index()])
+            })
+            .assign(a);
+            o
+        }));
+    }
     let src_index = |o: usize, i: usize| -> Option<usize> {
         let n = shape[i] as i64;
         let p = o as i64 - begin[i];
@@ -510,19 +569,29 @@ pub(crate) fn slice_spec(
 
 fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
     let x = input(inputs, 0)?;
-    let mut out = x.clone();
-    for a in slice_spec(node, inputs, ctx.opset, x.shape())? {
-        out = if a.count == 0 {
-            slice_axis(&out, a.axis, 0, Some(0), 1)
-        } else if a.step > 0 {
-            let end = a.first as isize + (a.count as isize - 1) * a.step + 1;
-            slice_axis(&out, a.axis, a.first as isize, Some(end), a.step)
-        } else {
-            let last = a.first as isize + (a.count as isize - 1) * a.step;
-            slice_axis(&out, a.axis, last, Some(a.first as isize + 1), a.step)
-        };
-    }
-    Ok(out)
+    // Every axis narrowed on one view, then one copy (no copy of the whole input).
+    let cuts: Vec<(usize, Slice)> = slice_spec(node, inputs, ctx.opset, x.shape())?
+        .iter()
+        .map(|a| {
+            let cut = if a.count == 0 {
+                Slice::new(0, Some(0), 1)
+            } else if a.step > 0 {
+                let end = a.first as isize + (a.count as isize - 1) * a.step + 1;
+                Slice::new(a.first as isize, Some(end), a.step)
+            } else {
+                let last = a.first as isize + (a.count as isize - 1) * a.step;
+                Slice::new(last, Some(a.first as isize + 1), a.step)
+            };
+            (a.axis, cut)
+        })
+        .collect();
+    Ok(map_tensor!(x, a => {
+        let mut v = a.view();
+        for &(axis, cut) in &cuts {
+            v.slice_axis_inplace(Axis(axis), cut);
+        }
+        standard_copy(v)
+    }))
 }
 
 /// Weights of one output position along one axis: (source index, weight) pairs.
