@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Runs `npu-studio run` on the real PP-OCR models and real images, as a user would, and
-checks every output against onnxruntime: max|err| / max|ref| <= 1e-4 (outputs that are all
+"""Runs `npu-studio run` on the real PP-OCR models and the models of bench/compare_ort.py
+with real inputs, as a user would, and checks every output against onnxruntime: max|err| / max|ref| <= 1e-4 (outputs that are all
 ~0, i.e. no text in the photo, are held to 1e-6 absolute). Exits non-zero on a mismatch."""
 import os
 import subprocess
@@ -13,28 +13,43 @@ import onnxruntime as ort
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BIN = os.environ.get("NPU_STUDIO", os.path.join(ROOT, "target", "release", "npu-studio"))
 failures = 0
-for kind in ("det", "cls", "rec"):
-    model = os.path.join(ROOT, "data", "models", f"ppocr_{kind}.onnx")
+# (label, model in data/models, prefix of its inputs in data/inputs): PP-OCR, then the
+# models of bench/compare_ort.py (YOLOv8n, YOLOX, ResNet-18, ViT-Tiny, Basic Pitch).
+CASES = [
+    ("det", "ppocr_det.onnx", "det_"),
+    ("cls", "ppocr_cls.onnx", "cls_"),
+    ("rec", "ppocr_rec.onnx", "rec_"),
+    ("yolov8", "yolov8n_nudenet.onnx", "yolov8_"),
+    ("yolox", "yolox_ddddocr.onnx", "yolox_"),
+    ("resnet", "resnet18_like.onnx", "imagenet_"),
+    ("vit", "vit_tiny_like.onnx", "imagenet_"),
+    ("pitch", "basic_pitch.onnx", "pitch_"),
+]
+for kind, mfile, prefix in CASES:
+    model = os.path.join(ROOT, "data", "models", mfile)
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     iname = sess.get_inputs()[0].name
-    oname = sess.get_outputs()[0].name
-    inputs = sorted(f for f in os.listdir(os.path.join(ROOT, "data", "inputs")) if f.startswith(kind + "_"))
+    inputs = sorted(f for f in os.listdir(os.path.join(ROOT, "data", "inputs")) if f.startswith(prefix))
+    if not inputs:
+        print(f"{kind}: no inputs {prefix}* in data/inputs (run scripts/fetch_models.py) FAIL")
+        failures += 1
     for f in inputs:
         xpath = os.path.join(ROOT, "data", "inputs", f)
-        ref = sess.run(None, {iname: np.load(xpath)})[0]
+        refs = sess.run(None, {iname: np.load(xpath)})
         with tempfile.TemporaryDirectory() as out:
             subprocess.run([BIN, "run", model, "--input", f"{iname}={xpath}", "--output-dir", out], check=True, capture_output=True)
-            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in oname)
-            got = np.load(os.path.join(out, safe + ".npy"))
-        err = float(np.abs(got.astype(np.float64) - ref).max())
-        top = float(np.abs(ref).max())
-        if top < 1e-3:
-            ok = err <= 1e-6
-            print(f"{kind} {f}: outputs ~0, max|err| = {err:.2e} {'ok' if ok else 'FAIL'}")
-        else:
-            ok = err / top <= 1e-4
-            print(f"{kind} {f}: max|err|/max|ref| = {err / top:.2e} {'ok' if ok else 'FAIL'}")
-        failures += 0 if ok else 1
+            for o, ref in zip(sess.get_outputs(), refs):
+                safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in o.name)
+                got = np.load(os.path.join(out, safe + ".npy"))
+                err = float(np.abs(got.astype(np.float64) - ref).max())
+                top = float(np.abs(ref).max())
+                if top < 1e-3:
+                    ok = err <= 1e-6
+                    print(f"{kind} {f} {o.name}: outputs ~0, max|err| = {err:.2e} {'ok' if ok else 'FAIL'}")
+                else:
+                    ok = err / top <= 1e-4
+                    print(f"{kind} {f} {o.name}: max|err|/max|ref| = {err / top:.2e} {'ok' if ok else 'FAIL'}")
+                failures += 0 if ok else 1
 # Models written back by our ONNX writer (tests/tests/export_round_trip.rs writes them to
 # data/exported/) must load in onnxruntime and give the original's outputs.
 import glob

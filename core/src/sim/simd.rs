@@ -19,6 +19,22 @@ pub fn avx2_fma() -> bool {
     })
 }
 
+/// Whether this CPU has AVX-512 (F, with AVX2 and FMA; checked once). `NPU_NO_AVX512=1`
+/// turns the 512-bit builds off (to compare them with the AVX2 ones).
+pub fn avx512() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            avx2_fma() && std::arch::is_x86_feature_detected!("avx512f") && std::env::var_os("NPU_NO_AVX512").is_none()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// `acc + a * b`, fused (one rounding) when `FMA`; the baseline build keeps the separate
 /// multiply and add, since a fused op without the instruction is a slow library call.
 #[inline(always)]
@@ -26,9 +42,9 @@ pub fn madd<const FMA: bool>(acc: f32, a: f32, b: f32) -> f32 {
     if FMA { a.mul_add(b, acc) } else { acc + a * b }
 }
 
-/// Defines `$name(args)` that runs `$body::<true>` compiled with AVX2+FMA when the CPU has
-/// them and `$body::<false>` otherwise. `$body` must be `#[inline(always)]` and generic over
-/// `const FMA: bool`.
+/// Defines `$name(args)` that runs `$body::<true>` compiled with AVX-512 when the CPU has it,
+/// else with AVX2+FMA when it has them, and `$body::<false>` otherwise. `$body` must be
+/// `#[inline(always)]` and generic over `const FMA: bool`.
 #[macro_export]
 macro_rules! simd_dispatch {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? => $body:ident) => {
@@ -36,9 +52,17 @@ macro_rules! simd_dispatch {
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                fn wider($($arg: $ty),*) $(-> $ret)? {
+                    $body::<true>($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
                 fn wide($($arg: $ty),*) $(-> $ret)? {
                     $body::<true>($($arg),*)
+                }
+                if $crate::sim::simd::avx512() {
+                    // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked at run time).
+                    return unsafe { wider($($arg),*) };
                 }
                 if $crate::sim::simd::avx2_fma() {
                     // SAFETY: the CPU has AVX2 and FMA (checked at run time just above).
