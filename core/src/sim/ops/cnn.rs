@@ -230,8 +230,8 @@ fn conv_tiled(
         // checked above.
         let segment = |r: usize| unsafe { std::slice::from_raw_parts_mut(out.0.add(r * plane + oy0 * ow), n) };
         if let Some(b) = bias {
-            for r in r0..r1 {
-                segment(r).fill(b[r]);
+            for (r, &v) in b.iter().enumerate().take(r1).skip(r0) {
+                segment(r).fill(v);
             }
         }
         unsafe {

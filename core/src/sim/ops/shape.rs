@@ -115,7 +115,7 @@ pub(crate) fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
 /// A strided view copied into standard layout. Unit axes are dropped first and views of up
 /// to four remaining axes are copied at a fixed rank, where ndarray's iteration is several
 /// times faster than over dynamic dimensions.
-pub(crate) fn standard_copy<T: Clone>(v: ndarray::ArrayViewD<'_, T>) -> ArrayD<T> {
+pub(crate) fn standard_copy<T: Clone>(v: &ndarray::ArrayViewD<'_, T>) -> ArrayD<T> {
     use ndarray::{Ix1, Ix2, Ix3, Ix4};
     let shape = v.shape().to_vec();
     if v.is_standard_layout() || v.is_empty() {
@@ -285,15 +285,7 @@ pub fn pad_tensor(x: &Tensor, begin: &[i64], end: &[i64], mode: &str, value: f64
     let fill = crate::sim::ops::quant::cast_f64(&ArrayD::from_elem(IxDyn(&[]), value), x.dtype())?;
     if mode == "constant" && begin.iter().chain(end).all(|&p| p >= 0) {
         // The fill everywhere, then the input copied into its window in one assignment.
-        return Ok(map_tensor!(x, a => {
-            let mut o = ArrayD::from_elem(IxDyn(&out_shape), fill_value(&fill, Default::default()));
-            o.slice_each_axis_mut(|d| {
-                let b = begin[d.axis.index()] as usize;
-                Slice::from(b..b + shape[d.axis.index()])
-            })
-            .assign(a);
-            o
-        }));
+        return Ok(map_tensor!(x, a => pad_constant(a, &fill, &out_shape, begin)));
     }
     let src_index = |o: usize, i: usize| -> Option<usize> {
         let n = shape[i] as i64;
@@ -325,6 +317,22 @@ pub fn pad_tensor(x: &Tensor, begin: &[i64], end: &[i64], mode: &str, value: f64
         .map(|i| (0..out_shape[i]).map(|o| src_index(o, i)).collect())
         .collect();
     Ok(map_tensor!(x, a => pad_array(a, &fill, &maps, &out_shape)))
+}
+
+/// A constant pad (no crop): the fill everywhere, the input assigned into its window.
+fn pad_constant<T: Clone + Default + 'static>(
+    a: &ArrayD<T>,
+    fill: &Tensor,
+    out_shape: &[usize],
+    begin: &[i64],
+) -> ArrayD<T> {
+    let mut o = ArrayD::from_elem(IxDyn(out_shape), fill_value(fill, T::default()));
+    o.slice_each_axis_mut(|d| {
+        let b = begin[d.axis.index()] as usize;
+        Slice::from(b..b + a.shape()[d.axis.index()])
+    })
+    .assign(a);
+    o
 }
 
 fn pad_array<T: Clone + Default + 'static>(
@@ -590,7 +598,7 @@ fn slice(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor,
         for &(axis, cut) in &cuts {
             v.slice_axis_inplace(Axis(axis), cut);
         }
-        standard_copy(v)
+        standard_copy(&v)
     }))
 }
 
