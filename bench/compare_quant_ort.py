@@ -1,34 +1,49 @@
 #!/usr/bin/env python3
-"""W8A8 output SQNR: npu-studio's `w8a8` preset vs onnxruntime's quantize_static, side by side.
+"""W8A8 and W8A16 output SQNR: npu-studio against onnxruntime's quantize_static, side by side,
+with calibration and evaluation on disjoint samples.
 
-Usage: python3 bench/compare_quant_ort.py [--models det,rec,cls] [--binary target/release/npu-studio]
-       [--a16w8]
+Usage: python3 bench/compare_quant_ort.py [--models cls,det,rec,yolox,pitch,magika]
+       [--binary target/release/npu-studio] [--a16w8]
 
-For each PP-OCR model (data/models, see scripts/fetch_models.py) both quantizers calibrate
-on the same real photos (data/inputs/<model>_*.npy: scikit-image's astronaut, chelsea, coffee,
-page, rocket and text, preprocessed as PaddleOCR does) and are evaluated on the same photos.
-onnxruntime runs its six QDQ configurations (per-tensor / per-channel weights x MinMax /
-Percentile / Entropy calibration; uint8 activations, int8 weights, after its recommended
-quant_pre_process); a configuration that fails to quantize or to run is reported as such.
-Output SQNR = 10 log10(sum ref^2 / sum (ref - q)^2) over all evaluation images, against the
-FP32 model in onnxruntime. Prints one table; --a16w8 adds onnxruntime's 16-bit-activation
-configurations.
+Models and splits are scripts/model_sets.py's (fetch_models.py fetches them): PP-OCR cls
+(calibrated on eight crops, evaluated on the six photos), det and rec (three photos / the
+other three), the YOLOX detector (same), Basic Pitch (audio windows), Magika (int32 byte
+values, Keras export). Both quantizers calibrate on the calibration samples only, and both
+are evaluated on the held-out samples only.
+
+npu-studio: `quantize --preset w8a8` (and `w8a16`) on the calibration set, `--eval` on the
+held-out set; the figure is the integer reference's output SQNR (`integer_sqnr_db`: the
+plan run with LiteRT's integer kernels), with the fake-quant simulation's beside it.
+
+onnxruntime gets its best chance: the model is converted to opset 13 first when it is older
+(per-channel QDQ needs it; `onnx.version_converter`), then quant_pre_process; its six W8A8
+configurations (per-tensor / per-channel int8 weights x MinMax / Percentile / Entropy,
+uint8 activations) and the same three calibrations with uint16 activations (A16W8) run in
+QDQ format. A configuration that fails to quantize or to run is reported as such.
+
+Output SQNR = 10 log10(sum ref^2 / sum (ref - q)^2) of the first output over all held-out
+samples, against the FP32 model in onnxruntime. Prints one table: ours, onnxruntime's best,
+the margin; then every configuration.
 """
 import argparse
-import glob
+import contextlib
+import io
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                       quantize_static)
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from model_sets import PREPROCESS, ROOT, linked_folder, model_path, run, sets  # noqa: E402
+
+DEFAULT_MODELS = "cls,det,rec,yolox,pitch,magika"
 
 
 def session(path):
@@ -51,86 +66,131 @@ def sqnr(refs, outs):
     return float("inf") if den == 0 else 10 * np.log10(num / den)
 
 
-def ort_config(model, name, arrays, refs, per_channel, method, a16, tmp):
+def load_sample(path, spec):
+    """A calibration sample as the model takes it: an .npy as stored, an image through the
+    preprocessing spec (the subset PREPROCESS uses: size, color, scale, mean, std; NCHW)."""
+    if path.endswith(".npy"):
+        return np.load(path)
+    from PIL import Image
+    opts = dict(kv.split("=", 1) for kv in spec.split(";"))
+    h, w = (int(v) for v in opts["size"].split("x"))
+    img = np.asarray(Image.open(path).convert("RGB").resize((w, h), Image.BILINEAR), dtype=np.float32)
+    if opts.get("color") == "bgr":
+        img = img[..., ::-1]
+    num, _, den = opts.get("scale", "1/255").partition("/")
+    x = img * (float(num) / float(den or 1))
+    x = (x - float(opts.get("mean", 0))) / float(opts.get("std", 1))
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+
+
+def opset13(model, tmp):
+    """The model at opset 13 or later (converted when older), for per-channel QDQ."""
+    m = onnx.load(model)
+    ver = max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    if ver >= 13:
+        return model, ver
+    out = os.path.join(tmp, "opset13.onnx")
+    onnx.save(onnx.version_converter.convert_version(m, 13), out)
+    return out, ver
+
+
+def ort_config(model, name, calib, evals, refs, per_channel, method, a16, tmp):
     pre = os.path.join(tmp, "pre.onnx")
     if not os.path.exists(pre):
         try:
             from onnxruntime.quantization.shape_inference import quant_pre_process
             quant_pre_process(model, pre, skip_symbolic_shape=True)
-        except Exception as e:  # noqa: BLE001 - report and fall back to the raw model
-            print(f"  quant_pre_process failed ({type(e).__name__}); quantizing the original", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 - report and fall back to the converted model
+            print(f"  quant_pre_process failed ({type(e).__name__}); quantizing without it", file=sys.stderr)
             pre = model
     out = os.path.join(tmp, f"q_{per_channel}_{method.name}_{a16}.onnx")
     extra = {"ActivationSymmetric": False, "WeightSymmetric": True}
     try:
-        quantize_static(pre, out, Reader(name, arrays), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                        activation_type=QuantType.QUInt16 if a16 else QuantType.QUInt8,
-                        weight_type=QuantType.QInt8, calibrate_method=method, extra_options=extra)
+        # Its calibrators print their progress; the table is this script's output.
+        with contextlib.redirect_stdout(io.StringIO()):
+            quantize_static(pre, out, Reader(name, calib), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                            activation_type=QuantType.QUInt16 if a16 else QuantType.QUInt8,
+                            weight_type=QuantType.QInt8, calibrate_method=method, extra_options=extra)
     except Exception as e:  # noqa: BLE001
         return None, f"quantize failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}"
     try:
         s = session(out)
-        outs = [s.run(None, {name: a})[0] for a in arrays]
+        outs = [s.run(None, {name: a})[0] for a in evals]
     except Exception as e:  # noqa: BLE001
         return None, f"invalid model: {type(e).__name__}: {str(e).splitlines()[0][:80]}"
     return sqnr(refs, outs), ""
 
 
-def ours(binary, model, folder, preset):
-    with tempfile.TemporaryDirectory() as tmp:
-        rep = os.path.join(tmp, "r.json")
-        t0 = time.perf_counter()
-        subprocess.run([binary, "quantize", model, "--calib", folder, "--eval", folder, "--preset", preset,
-                        "--out", os.path.join(tmp, "p.ron"), "--report", rep], check=True, capture_output=True)
-        dt = time.perf_counter() - t0
-        r = json.load(open(rep))
-    return r["outputs"][0]["sqnr_db"], dt
+def ours(binary, m, calib, ev, preset, tmp):
+    """(integer reference dB, fake-quant dB, seconds) of a preset calibrated on `calib`."""
+    plan, rep = os.path.join(tmp, f"{preset}.ron"), os.path.join(tmp, f"{preset}.json")
+    cmd = [binary, "quantize", model_path(m), "--calib", calib, "--eval", ev, "--preset", preset,
+           "--out", plan, "--report", rep]
+    if m in PREPROCESS:
+        cmd += ["--preprocess", PREPROCESS[m]]
+    t0 = time.perf_counter()
+    run(cmd)
+    dt = time.perf_counter() - t0
+    out = json.load(open(rep))["outputs"][0]
+    return out.get("integer_sqnr_db"), out.get("sqnr_db"), dt
+
+
+def fmt(v):
+    return "—" if v is None else f"{v:.2f}"
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="det,rec,cls")
+    ap.add_argument("--models", default=DEFAULT_MODELS)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "npu-studio"))
-    ap.add_argument("--a16w8", action="store_true")
+    ap.add_argument("--a16w8", action="store_true", help="accepted for older scripts: A16W8 always runs now")
     args = ap.parse_args()
     rows = []
     for m in args.models.split(","):
-        model = os.path.join(ROOT, "data", "models", f"ppocr_{m}.onnx")
-        files = sorted(glob.glob(os.path.join(ROOT, "data", "inputs", f"{m}_*.npy")))
-        arrays = [np.load(f).astype(np.float32) for f in files]
+        tmp = tempfile.mkdtemp(prefix=f"quant_ort_{m}_")
+        calib_dir, eval_files = sets(m, tmp)
+        ev = linked_folder(tmp, "eval", eval_files)
+        calib_files = sorted(os.path.join(calib_dir, f) for f in os.listdir(calib_dir))
+        calib = [load_sample(f, PREPROCESS.get(m, "")) for f in calib_files]
+        evals = [np.load(os.path.join(ROOT, f)) for f in eval_files]
+        model = os.path.join(ROOT, model_path(m))
         fp = session(model)
         name = fp.get_inputs()[0].name
-        refs = [fp.run(None, {name: a})[0] for a in arrays]
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = os.path.join(tmp, "set")
-            os.makedirs(folder)
-            for f in files:
-                os.symlink(os.path.abspath(f), os.path.join(folder, os.path.basename(f)))
-            ours_db, ours_s = ours(args.binary, model, folder, "w8a8")
-            results = []
-            for a16 in ([False, True] if args.a16w8 else [False]):
-                for pc in (False, True):
-                    for meth in (CalibrationMethod.MinMax, CalibrationMethod.Percentile, CalibrationMethod.Entropy):
-                        t0 = time.perf_counter()
-                        db, err = ort_config(model, name, arrays, refs, pc, meth, a16, tmp)
-                        label = f"{'A16W8' if a16 else 'W8A8'} {'per-channel' if pc else 'per-tensor'} {meth.name}"
-                        results.append((label, db, err, time.perf_counter() - t0))
-                        shown = f"{db:6.2f} dB" if db is not None else err
-                        print(f"{m}: onnxruntime {label}: {shown} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-            if args.a16w8:
-                w16 = ours(args.binary, model, folder, "w8a16")[0]
-                results.append(("npu-studio w8a16", w16, "", 0.0))
-        best = max((r[1] for r in results if r[1] is not None and r[0].startswith("W8A8")), default=None)
-        rows.append((m, len(files), ours_db, ours_s, best, results))
-    print(f"\nW8A8 output SQNR vs FP32 (dB), same {rows[0][1] if rows else 0} photos for calibration and evaluation")
-    print(f"{'model':6} {'npu-studio w8a8':>16} {'best onnxruntime':>17} {'margin':>8}")
-    for m, n, o, s, best, results in rows:
-        margin = f"{o - best:+.2f}" if best is not None else "ORT failed"
-        print(f"{m:6} {o:16.2f} {best if best is not None else float('nan'):17.2f} {margin:>8}")
-    print("\nevery onnxruntime configuration:")
-    for m, n, o, s, best, results in rows:
-        for label, db, err, t in results:
-            print(f"  {m:4} {label:36} {f'{db:7.2f}' if db is not None else err}")
+        refs = [fp.run(None, {name: a})[0] for a in evals]
+        w8a8 = ours(args.binary, m, calib_dir, ev, "w8a8", tmp)
+        w8a16 = ours(args.binary, m, calib_dir, ev, "w8a16", tmp)
+        conv, ver = opset13(model, tmp)
+        results = []
+        for a16 in (False, True):
+            for pc in (False, True):
+                for meth in (CalibrationMethod.MinMax, CalibrationMethod.Percentile, CalibrationMethod.Entropy):
+                    t0 = time.perf_counter()
+                    db, err = ort_config(conv, name, calib, evals, refs, pc, meth, a16, tmp)
+                    label = f"{'A16W8' if a16 else 'W8A8'} {'per-channel' if pc else 'per-tensor'} {meth.name}"
+                    results.append((label, db, err))
+                    shown = f"{db:6.2f} dB" if db is not None else err
+                    print(f"{m}: onnxruntime {label}: {shown} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        print(f"{m}: npu-studio w8a8 {fmt(w8a8[0])} dB (fake-quant {fmt(w8a8[1])}), w8a16 {fmt(w8a16[0])} dB "
+              f"(fake-quant {fmt(w8a16[1])}), {w8a8[2]:.0f} s", file=sys.stderr)
+        best8 = max((db for lab, db, _ in results if db is not None and lab.startswith("W8A8")), default=None)
+        best16 = max((db for lab, db, _ in results if db is not None and lab.startswith("A16W8")), default=None)
+        rows.append((m, len(calib), len(evals), ver, w8a8, w8a16, best8, best16, results))
+
+    print("\nOutput SQNR vs FP32 (dB) on held-out samples; calibration and evaluation disjoint; "
+          "npu-studio on its integer reference")
+    print(f"{'model':7} {'calib/eval':>10} {'w8a8':>7} {'ORT W8A8':>9} {'margin':>7}   "
+          f"{'w8a16':>7} {'ORT A16W8':>10} {'margin':>7}")
+    for m, nc, ne, ver, w8a8, w8a16, best8, best16, _ in rows:
+        def margin(a, b):
+            return "—" if a is None or b is None else f"{a - b:+.2f}"
+        print(f"{m:7} {f'{nc}/{ne}':>10} {fmt(w8a8[0]):>7} {fmt(best8):>9} {margin(w8a8[0], best8):>7}   "
+              f"{fmt(w8a16[0]):>7} {fmt(best16):>10} {margin(w8a16[0], best16):>7}")
+    print("\nevery configuration (onnxruntime on the model at opset max(13, its own)):")
+    for m, nc, ne, ver, w8a8, w8a16, best8, best16, results in rows:
+        print(f"  {m:6} npu-studio w8a8 integer {fmt(w8a8[0])} / fake-quant {fmt(w8a8[1])}; "
+              f"w8a16 integer {fmt(w8a16[0])} / fake-quant {fmt(w8a16[1])}; model opset {ver}")
+        for label, db, err in results:
+            print(f"  {m:6} onnxruntime {label:32} {f'{db:7.2f}' if db is not None else err}")
     return 0
 
 

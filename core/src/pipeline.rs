@@ -136,7 +136,7 @@ impl Samples {
 
     /// Random data: the figures it gives do not describe real inputs.
     pub fn is_synthetic(&self) -> bool {
-        matches!(self.source, Source::Synthetic(_))
+        matches!(self.source, Source::Synthetic(_) | Source::SyntheticFrom(..))
     }
 
     /// Streams the samples as `model`'s inputs, each checked (errors name the file).
@@ -202,7 +202,8 @@ pub fn calibrate(q: &Quantizer<'_>, samples: &Samples, progress: &dyn Progress) 
 /// Whether a plan gets the empirical bias correction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BiasCorrection {
-    /// Measured on the calibration set, kept only where it raises the output SQNR there.
+    /// Fitted on the calibration set, kept only where it raises the output SQNR on a
+    /// held-back third of it (see [`Quantizer::correct_bias`]).
     #[default]
     Measure,
     Off,

@@ -130,8 +130,13 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     end_progress();
     let planned = planned?;
     if let Some(bc) = planned.bias_correction {
+        let judged = if bc.held_back > 0 {
+            format!("on {} held-back calibration samples", bc.held_back)
+        } else {
+            "on the calibration samples it was fitted to (fewer than 3 to split)".to_owned()
+        };
         println!(
-            "bias correction: calibration-set output SQNR {} → {}; {}",
+            "bias correction: output SQNR {judged} {} → {}; {}",
             db2(bc.without),
             db2(bc.with),
             if bc.kept { "kept" } else { "dropped" }

@@ -317,8 +317,35 @@ impl Tensor {
         }
         Some(map_tensor!(self, a => {
             let std = a.as_standard_layout();
-            ArrayD::from_shape_vec(IxDyn(shape), std.iter().cloned().collect()).ok()?
+            let data = match std.as_slice() {
+                Some(s) => s.to_vec(),
+                None => std.iter().cloned().collect(),
+            };
+            ArrayD::from_shape_vec(IxDyn(shape), data).ok()?
         }))
+    }
+
+    /// The same elements under another shape: without a copy when the array is in standard
+    /// layout, as [`Tensor::reshaped`] otherwise; `None` if the element counts differ.
+    pub fn into_reshaped(self, shape: &[usize]) -> Option<Self> {
+        if checked_numel(shape) != Some(self.len()) {
+            return None;
+        }
+        if !for_each_tensor!(&self, a => a.is_standard_layout()) {
+            return self.reshaped(shape);
+        }
+        let dims = IxDyn(shape);
+        macro_rules! mv {
+            ($($v:ident),*) => {
+                match self {
+                    $(Self::$v(a) => Self::$v(a.into_shape_with_order(dims).ok()?),)*
+                    Self::Small(dt, a) => Self::Small(dt, a.into_shape_with_order(dims).ok()?),
+                }
+            };
+        }
+        Some(mv!(
+            F32, F64, F16, BF16, I8, U8, I16, U16, I32, I64, U32, U64, Bool, Str
+        ))
     }
 
     /// Bytes the elements occupy in the executor (small types count one byte each).

@@ -345,7 +345,7 @@ pub enum SampleProblem {
     SeveralInputs(usize),
     Read(String),
     NotNpz(String),
-    /// An `.npz` without a float32 array of that input's name.
+    /// An `.npz` without an array of that input's name.
     NoArray {
         input: String,
         message: String,
@@ -373,7 +373,7 @@ impl fmt::Display for SampleProblem {
             ),
             Self::Read(m) => f.write_str(m),
             Self::NotNpz(m) => write!(f, "not a readable .npz: {m}"),
-            Self::NoArray { input, message } => write!(f, "no float32 array named `{input}`: {message}"),
+            Self::NoArray { input, message } => write!(f, "no array named `{input}`: {message}"),
             Self::NotNpy(m) => write!(f, "not a usable .npy file: {m}"),
             Self::Image(e) => write!(f, "{e}"),
             Self::NoTensor(input) => write!(f, "no tensor for input `{input}`"),
@@ -393,6 +393,8 @@ pub enum Source {
     Files(Vec<PathBuf>),
     /// N random samples (normal, mean 0, std 1) with the input's shape.
     Synthetic(usize),
+    /// The synthetic samples `start..start + n` (a held-back part of a synthetic set).
+    SyntheticFrom(usize, usize),
 }
 
 const IMAGE_EXT: &[&str] = &["png", "jpg", "jpeg"];
@@ -439,11 +441,29 @@ impl Source {
     pub fn len(&self) -> usize {
         match self {
             Self::Files(f) => f.len(),
-            Self::Synthetic(n) => *n,
+            Self::Synthetic(n) | Self::SyntheticFrom(_, n) => *n,
         }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The set split for a data-driven choice judged on samples it was not fitted to:
+    /// (fit, held back), the last third held back (at least one); `None` under three samples.
+    pub fn held_back_split(&self) -> Option<(Self, Self)> {
+        let n = self.len();
+        if n < 3 {
+            return None;
+        }
+        let held = n / 3;
+        Some(match self {
+            Self::Files(f) => (Self::Files(f[..n - held].to_vec()), Self::Files(f[n - held..].to_vec())),
+            Self::Synthetic(_) => (Self::Synthetic(n - held), Self::SyntheticFrom(n - held, held)),
+            Self::SyntheticFrom(start, _) => (
+                Self::SyntheticFrom(*start, n - held),
+                Self::SyntheticFrom(start + n - held, held),
+            ),
+        })
     }
 
     /// Streams the samples, each checked against the model's inputs (dtype, rank, fixed
@@ -468,6 +488,10 @@ impl Source {
                     })
             }
             Self::Synthetic(_) => synthetic(model, i as u64).map(|s| (format!("synthetic sample {i}"), s)),
+            Self::SyntheticFrom(start, _) => {
+                let i = start + i;
+                synthetic(model, i as u64).map(|s| (format!("synthetic sample {i}"), s))
+            }
         })
     }
 }
@@ -493,19 +517,14 @@ fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String
             out.insert(name, read_npy(p, dtype)?);
         }
         "npz" => {
-            use ndarray_npy::NpzReader;
             let f = std::fs::File::open(p).map_err(|e| SampleProblem::Read(e.to_string()))?;
-            let mut z = NpzReader::new(f).map_err(|e| SampleProblem::NotNpz(e.to_string()))?;
+            let mut z = zip::ZipArchive::new(f).map_err(|e| SampleProblem::NotNpz(e.to_string()))?;
             for &i in &g.inputs {
                 let name = &g.values[i].name;
-                let a: ndarray::ArrayD<f32> =
-                    z.by_name(name)
-                        .or_else(|_| z.by_name(&format!("{name}.npy")))
-                        .map_err(|e| SampleProblem::NoArray {
-                            input: name.clone(),
-                            message: e.to_string(),
-                        })?;
-                out.insert(name.clone(), Tensor::F32(a));
+                let bytes = npz_member(&mut z, name)?;
+                let t =
+                    crate::ir::npy::parse(&bytes).map_err(|e| SampleProblem::NotNpy(format!("array `{name}`: {e}")))?;
+                out.insert(name.clone(), to_input_dtype(t, g.values[i].dtype)?);
             }
         }
         _ => {
@@ -516,12 +535,36 @@ fn load_file(p: &Path, model: &Model, pre: &Preprocess) -> Result<HashMap<String
     Ok(out)
 }
 
+/// The bytes of the `.npz` member holding `input` (`input.npy`, or `input` as numpy also
+/// accepts); the error lists the arrays the archive holds.
+fn npz_member(z: &mut zip::ZipArchive<std::fs::File>, input: &str) -> Result<Vec<u8>, SampleProblem> {
+    use std::io::Read;
+    for member in [format!("{input}.npy"), input.to_owned()] {
+        if let Ok(mut f) = z.by_name(&member) {
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)
+                .map_err(|e| SampleProblem::Read(format!("array `{input}`: {e}")))?;
+            return Ok(bytes);
+        }
+    }
+    let held: Vec<&str> = z.file_names().map(|n| n.strip_suffix(".npy").unwrap_or(n)).collect();
+    Err(SampleProblem::NoArray {
+        input: input.to_owned(),
+        message: format!("the archive holds {held:?}"),
+    })
+}
+
 /// An `.npy` sample for `input`: floats become float32 for a float input; integers and
 /// booleans are cast to an integer or boolean input's dtype (token ids, byte values, masks)
 /// and to float32 for a float input (pixels saved as uint8).
 fn read_npy(p: &Path, input: Option<crate::ir::DType>) -> Result<Tensor, SampleProblem> {
-    use crate::ir::DType;
     let t = crate::ir::npy::read(p).map_err(|e| SampleProblem::NotNpy(e.to_string()))?;
+    to_input_dtype(t, input)
+}
+
+/// A sample array in the dtype its input takes (see [`read_npy`]).
+fn to_input_dtype(t: Tensor, input: Option<crate::ir::DType>) -> Result<Tensor, SampleProblem> {
+    use crate::ir::DType;
     let from = t.dtype();
     let to = match input {
         Some(d) if !d.is_float() => d,
@@ -655,5 +698,95 @@ mod tests {
         );
         assert!(e.to_string().contains("dtype") && e.to_string().contains("f64"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `.npz` samples keep every input's dtype: an int64 scalar (a sample rate), an int32
+    /// id vector and a bool mask beside a float32 signal; a missing array is named.
+    #[test]
+    fn npz_arrays_of_any_dtype() {
+        use crate::ir::{DType, Value};
+        use ndarray::{ArrayD, IxDyn, arr0, arr1};
+        let dir = std::env::temp_dir().join(format!("npu_npz_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let mut m = Model::default();
+        for (name, dt, shape) in [
+            ("x", DType::F32, vec![1, 3]),
+            ("sr", DType::I64, vec![]),
+            ("ids", DType::I32, vec![2]),
+            ("mask", DType::Bool, vec![2]),
+        ] {
+            let mut v = Value::new(name);
+            v.dtype = Some(dt);
+            v.shape = Some(shape.into_iter().map(Dim::Fixed).collect());
+            m.graph.values.push(v);
+            m.graph.inputs.push(m.graph.values.len() - 1);
+        }
+        let path = dir.join("s.npz");
+        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&path).expect("create"));
+        w.add_array(
+            "x",
+            &ArrayD::from_shape_vec(IxDyn(&[1, 3]), vec![0.5f32, -1.0, 2.0]).expect("shape"),
+        )
+        .expect("x");
+        w.add_array("sr", &arr0(16_000i64)).expect("sr");
+        w.add_array("ids", &arr1(&[7i32, 300])).expect("ids");
+        w.add_array("mask", &arr1(&[true, false])).expect("mask");
+        w.finish().expect("finish");
+        let src = Source::Files(vec![path.clone()]);
+        let pre = Preprocess::default();
+        let (_, s) = src.samples(&m, &pre).next().expect("one").expect("loads");
+        assert!(matches!(&s["x"], Tensor::F32(a) if a[[0, 2]] == 2.0));
+        assert!(matches!(&s["sr"], Tensor::I64(a) if a.ndim() == 0 && a.iter().next() == Some(&16_000)));
+        assert!(matches!(&s["ids"], Tensor::I32(a) if a.as_slice() == Some(&[7, 300][..])));
+        assert!(matches!(&s["mask"], Tensor::Bool(a) if a.as_slice() == Some(&[true, false][..])));
+        // An input the archive lacks is named, with what it holds.
+        m.graph.values[1].name = "rate".into();
+        let e = src
+            .samples(&m, &pre)
+            .next()
+            .expect("one")
+            .expect_err("no `rate`")
+            .to_string();
+        assert!(
+            e.contains("s.npz") && e.contains("`rate`") && e.contains("\"sr\""),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The held-back split: the last third (at least one sample), disjoint from the rest,
+    /// for files and synthetic sets alike; no split under three samples.
+    #[test]
+    fn held_back_split_is_disjoint() {
+        let files: Vec<PathBuf> = (0..7).map(|k| PathBuf::from(format!("s{k}.npy"))).collect();
+        let (fit, held) = Source::Files(files.clone()).held_back_split().expect("splits");
+        let (Source::Files(a), Source::Files(b)) = (&fit, &held) else {
+            panic!("files stay files")
+        };
+        assert_eq!((a.len(), b.len()), (5, 2));
+        assert_eq!([a.clone(), b.clone()].concat(), files);
+        assert!(Source::Files(files[..2].to_vec()).held_back_split().is_none());
+        let (fit, held) = Source::Synthetic(6).held_back_split().expect("splits");
+        assert_eq!((fit.len(), held.len()), (4, 2));
+        let mut m = Model::default();
+        let mut v = crate::ir::Value::new("x");
+        v.dtype = Some(crate::ir::DType::F32);
+        v.shape = Some(vec![Dim::Fixed(4)]);
+        m.graph.values.push(v);
+        m.graph.inputs.push(0);
+        let pre = Preprocess::default();
+        let labels = |s: &Source| -> Vec<String> { s.samples(&m, &pre).map(|r| r.expect("sample").0).collect() };
+        let all = labels(&Source::Synthetic(6));
+        assert_eq!([labels(&fit), labels(&held)].concat(), all);
+        let first = |s: &Source| s.samples(&m, &pre).next().expect("one").expect("sample").1["x"].clone();
+        assert_eq!(
+            first(&held),
+            Source::Synthetic(6)
+                .samples(&m, &pre)
+                .nth(4)
+                .expect("fifth")
+                .expect("sample")
+                .1["x"]
+        );
     }
 }

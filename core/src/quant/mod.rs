@@ -213,6 +213,9 @@ pub struct BiasCorrectionNote {
     pub without: Option<f64>,
     pub with: Option<f64>,
     pub kept: bool,
+    /// Calibration samples held back to judge it (the shifts are fitted on the others);
+    /// 0 when the set is too small to split and it is judged on the samples it was fitted to.
+    pub held_back: usize,
 }
 
 /// Errors of the quantizer, each naming what it concerns.
@@ -598,9 +601,11 @@ impl<'m> Quantizer<'m> {
         })
     }
 
-    /// Measures the empirical bias correction of `plan` on the samples and keeps it only
-    /// where it raises the output SQNR on them (each layer's shift is measured alone, and
-    /// on some models the shifts interact).
+    /// Measures the empirical bias correction of `plan` and keeps it only where it raises
+    /// the output SQNR on samples it was not fitted to: with three samples or more, the last
+    /// third is held back, the shifts are fitted on the rest and judged on it, and when they
+    /// win they are fitted again on every sample. Each layer's shift is measured alone, and
+    /// on some models the shifts interact, hence the judgement on the whole output.
     pub fn correct_bias(
         &self,
         plan: QuantPlan,
@@ -608,14 +613,28 @@ impl<'m> Quantizer<'m> {
         pre: &data::Preprocess,
         progress: &dyn Progress,
     ) -> Result<(QuantPlan, BiasCorrectionNote), QuantError> {
-        let corr = self.bias_corrections(&plan, &mut src.samples(self.model, pre), progress)?;
-        let cached = self.cache(&mut src.samples(self.model, pre))?;
+        let split = src.held_back_split();
+        let (fit, judge) = match &split {
+            Some((fit, held)) => (fit, held),
+            None => (src, src),
+        };
+        let corr = self.bias_corrections(&plan, &mut fit.samples(self.model, pre), progress)?;
+        let cached = self.cache(&mut judge.samples(self.model, pre))?;
         let without = self.output_sqnr(&plan, &cached)?.sqnr_db;
         let mut with_plan = plan.clone();
         with_plan.bias_correction = corr;
         let with = self.output_sqnr(&with_plan, &cached)?.sqnr_db;
         let kept = with.unwrap_or(f64::INFINITY) >= without.unwrap_or(f64::INFINITY);
-        let note = BiasCorrectionNote { without, with, kept };
+        if kept && split.is_some() {
+            with_plan.bias_correction = self.bias_corrections(&plan, &mut src.samples(self.model, pre), progress)?;
+        }
+        let held_back = split.as_ref().map_or(0, |(_, h)| h.len());
+        let note = BiasCorrectionNote {
+            without,
+            with,
+            kept,
+            held_back,
+        };
         Ok((if kept { with_plan } else { plan }, note))
     }
 

@@ -425,8 +425,10 @@ fn run_in_place(
     env: &mut [Slot<'_>],
     ctx: &OpCtx,
 ) -> Result<Option<Tensor>, String> {
+    let op = node.op.as_str();
+    let view = matches!(op, "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity");
     let donor = node.input(0).filter(|&v| {
-        ops::elementwise::INPLACE_OPS.contains(&node.op.as_str())
+        (view || ops::elementwise::INPLACE_OPS.contains(&op))
             && matches!(env[v], Slot::Owned(_))
             && plan.frees[step].contains(&v)
             && node.inputs.iter().filter(|x| **x == Some(v)).count() == 1
@@ -435,6 +437,27 @@ fn run_in_place(
     let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty) else {
         return Ok(None);
     };
+    if view {
+        // The buffer moves into the output under its new shape (no copy).
+        let inputs: Vec<Option<&Tensor>> = std::iter::once(None)
+            .chain(node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())))
+            .collect();
+        let dims = match ops::shape::view_dims(op, node, x.shape(), &inputs, ctx) {
+            None => Ok(x.shape().to_vec()),
+            Some(d) => d,
+        };
+        return match dims {
+            Ok(d) if d.iter().try_fold(1usize, |a, &b| a.checked_mul(b)) == Some(x.len()) => Ok(x.into_reshaped(&d)),
+            Ok(_) => {
+                env[v] = Slot::Owned(x);
+                Ok(None)
+            }
+            Err(e) => {
+                env[v] = Slot::Owned(x);
+                Err(e)
+            }
+        };
+    }
     let rest: Vec<Option<&Tensor>> = node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
     match ops::elementwise::try_inplace(node, &mut x, &rest, ctx) {
         Ok(true) => Ok(Some(x)),

@@ -268,37 +268,89 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
         let a = ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?;
         return Ok(vec![f32_as(xt.dtype(), a)]);
     }
-    out.par_chunks_mut(block.max(1))
-        .zip(xd.par_chunks(block.max(1)))
-        .for_each(|(o, s)| {
-            for j in 0..inner {
-                let mut mx = f32::NEG_INFINITY;
-                for k in 0..len {
-                    mx = mx.max(s[k * inner + j]);
-                }
-                let mut sum = 0f32;
-                for k in 0..len {
-                    let e = (s[k * inner + j] - mx).exp();
-                    o[k * inner + j] = e;
-                    sum += e;
-                }
-                if log {
-                    let ls = sum.ln();
-                    for k in 0..len {
-                        o[k * inner + j] = s[k * inner + j] - mx - ls;
-                    }
-                } else {
-                    let inv = 1.0 / sum;
-                    for k in 0..len {
-                        o[k * inner + j] *= inv;
-                    }
-                }
-            }
-        });
+    // Along a middle axis: columns of `inner` contiguous values, taken `SOFTMAX_COLS` at a
+    // time so that every pass is a contiguous, vectorized loop; the (block, column chunk)
+    // pieces are spread over the threads.
+    let chunks = inner.div_ceil(SOFTMAX_COLS);
+    let pieces = (xd.len() / block.max(1)) * chunks;
+    let optr = SendPtr(out.as_mut_ptr());
+    (0..pieces).into_par_iter().for_each_init(Vec::new, |buf, p| {
+        let (b, c) = (p / chunks, p % chunks);
+        let (j0, w) = (c * SOFTMAX_COLS, SOFTMAX_COLS.min(inner - c * SOFTMAX_COLS));
+        let src = &xd[b * block..(b + 1) * block];
+        buf.resize(len * w, 0.0);
+        softmax_cols(src, inner, j0, buf, log);
+        for k in 0..len {
+            let at = b * block + k * inner + j0;
+            // SAFETY: `out` has `xd.len()` elements; piece (b, c) alone writes columns
+            // j0..j0+w of rows b·block + k·inner, so no two pieces write the same element.
+            unsafe { std::ptr::copy_nonoverlapping(buf[k * w..].as_ptr(), optr.get().add(at), w) };
+        }
+    });
     Ok(vec![f32_as(
         xt.dtype(),
         ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?,
     )])
+}
+
+/// Columns of a middle-axis softmax taken at a time.
+const SOFTMAX_COLS: usize = 512;
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: the softmax pieces write disjoint elements (see `softmax`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+crate::simd_dispatch!(fn softmax_cols(s: &[f32], inner: usize, j0: usize, o: &mut [f32], log: bool) => softmax_cols_impl);
+
+/// (Log)softmax down the columns `j0..j0 + w` of `s` (rows of `inner` values), into `o`
+/// as `len` rows of `w = o.len() / len` values.
+#[inline(always)]
+fn softmax_cols_impl<const FMA: bool>(s: &[f32], inner: usize, j0: usize, o: &mut [f32], log: bool) {
+    let len = s.len() / inner;
+    let w = o.len() / len;
+    let mut mx = s[j0..j0 + w].to_vec();
+    for k in 1..len {
+        for (m, &v) in mx.iter_mut().zip(&s[k * inner + j0..k * inner + j0 + w]) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let mut sum = vec![0f32; w];
+    for k in 0..len {
+        let row = &s[k * inner + j0..k * inner + j0 + w];
+        let dst = &mut o[k * w..(k + 1) * w];
+        for (((d, &v), &m), a) in dst.iter_mut().zip(row).zip(&mx).zip(sum.iter_mut()) {
+            let e = crate::sim::simd::exp_approx(v - m);
+            *d = e;
+            *a += e;
+        }
+    }
+    if log {
+        for (m, a) in mx.iter_mut().zip(&sum) {
+            *m += a.ln();
+        }
+        for k in 0..len {
+            let row = &s[k * inner + j0..k * inner + j0 + w];
+            for ((d, &v), &m) in o[k * w..(k + 1) * w].iter_mut().zip(row).zip(&mx) {
+                *d = v - m;
+            }
+        }
+    } else {
+        for a in &mut sum {
+            *a = 1.0 / *a;
+        }
+        for k in 0..len {
+            for (d, &i) in o[k * w..(k + 1) * w].iter_mut().zip(&sum) {
+                *d *= i;
+            }
+        }
+    }
 }
 
 fn reduce(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> OpResult {

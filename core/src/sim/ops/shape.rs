@@ -60,7 +60,7 @@ fn axes_of(node: &Node, inputs: &[Option<&Tensor>], idx: usize) -> Result<Option
 }
 
 pub fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
-    map_tensor!(t, a => a.view().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned())
+    map_tensor!(t, a => standard_copy(&a.view().permuted_axes(IxDyn(perm))))
 }
 
 pub(crate) fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
@@ -127,6 +127,21 @@ pub(crate) fn standard_copy<T: Clone>(v: &ndarray::ArrayViewD<'_, T>) -> ArrayD<
             c = c.index_axis_move(Axis(ax), 0);
         }
     }
+    // Contiguous rows (a transpose that keeps the last axis, a slice of whole rows) are
+    // copied a row at a time.
+    let row = c.shape().last().copied().unwrap_or(0);
+    if c.ndim() > 1 && row >= 8 && c.strides().last() == Some(&1) {
+        let mut owned = Vec::with_capacity(c.len());
+        for r in c.rows() {
+            match r.as_slice() {
+                Some(s) => owned.extend_from_slice(s),
+                None => owned.extend(r.iter().cloned()),
+            }
+        }
+        if let Ok(a) = ArrayD::from_shape_vec(IxDyn(&shape), owned) {
+            return a;
+        }
+    }
     // Logical-order iteration at a fixed rank (fast) or at the dynamic one (the fallback).
     let owned: Vec<T> = match c.ndim() {
         1 => c
@@ -186,10 +201,6 @@ fn slice_bounds(dim: usize, start: i64, end: i64, step: i64) -> (isize, Option<i
     }
 }
 
-#[expect(
-    clippy::cloned_instead_of_copied,
-    reason = "one body serves every dtype through `map_tensor!`, strings (not Copy) included"
-)]
 pub(crate) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String> {
     let idx = indices.to_i64().ok_or("indices must be integers")?;
     let dim = *data.shape().get(axis).ok_or("axis out of range")? as i64;
@@ -204,9 +215,20 @@ pub(crate) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Ten
     let mut out_shape: Vec<usize> = data.shape()[..axis].to_vec();
     out_shape.extend_from_slice(idx.shape());
     out_shape.extend_from_slice(&data.shape()[axis + 1..]);
+    // Runs of `inner` contiguous elements copied from the standard-layout data: for each
+    // block of the axes before `axis`, one run per index.
+    let inner: usize = data.shape()[axis + 1..].iter().product();
+    let dim = dim as usize;
     Ok(map_tensor!(data, a => {
-        let sel = a.select(Axis(axis), &flat);
-        ArrayD::from_shape_vec(IxDyn(&out_shape), sel.iter().cloned().collect()).map_err(|e| e.to_string())?
+        let std = a.as_standard_layout();
+        let src = std.as_slice().ok_or("layout")?;
+        let mut out = Vec::with_capacity(src.len() / (dim * inner).max(1) * flat.len() * inner);
+        for block in src.chunks_exact((dim * inner).max(1)) {
+            for &j in &flat {
+                out.extend_from_slice(&block[j * inner..(j + 1) * inner]);
+            }
+        }
+        ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?
     }))
 }
 
@@ -1090,32 +1112,86 @@ fn dropout(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
     Ok(vec![super::quant::cast_f64(&y, x.dtype())?, Tensor::Bool(mask)])
 }
 
+/// The output dims of an op that only renames the shape of its first input (Reshape,
+/// Flatten, Squeeze, Unsqueeze), from that input's `shape` and the other inputs (`inputs[0]`
+/// is not read); `None` for any other op. The executor uses it to move a dying input
+/// into its output instead of copying it.
+pub(crate) fn view_dims(
+    op: &str,
+    node: &Node,
+    shape: &[usize],
+    inputs: &[Option<&Tensor>],
+    ctx: &OpCtx,
+) -> Option<Result<Vec<usize>, String>> {
+    if !matches!(op, "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze") {
+        return None;
+    }
+    let r = shape.len();
+    Some((|| match op {
+        "Reshape" => {
+            let spec = if ctx.opset < 5 {
+                node.attr_ints("shape").ok_or("shape missing")?.to_vec()
+            } else {
+                input_ints(inputs, 1)?
+            };
+            reshape_dims(shape, &spec, node.attr_i("allowzero").unwrap_or(0) != 0)
+        }
+        "Flatten" => {
+            let axis = node.attr_i("axis").unwrap_or(1);
+            let axis = if axis < 0 { axis + r as i64 } else { axis };
+            if axis < 0 || axis as usize > r {
+                return Err(format!("axis {axis} out of range"));
+            }
+            let outer: usize = shape[..axis as usize].iter().product();
+            Ok(vec![outer, shape.iter().product::<usize>() / outer.max(1)])
+        }
+        "Squeeze" => Ok(match axes_of(node, inputs, 1)? {
+            Some(ax) => {
+                let ax: Vec<usize> = ax.iter().map(|&a| norm_axis(a, r)).collect::<Result<_, _>>()?;
+                for &a in &ax {
+                    if shape[a] != 1 {
+                        return Err(format!("cannot squeeze axis {a} of size {}", shape[a]));
+                    }
+                }
+                shape
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !ax.contains(i))
+                    .map(|(_, &d)| d)
+                    .collect()
+            }
+            None => shape.iter().copied().filter(|&d| d != 1).collect(),
+        }),
+        _ => {
+            // Unsqueeze
+            let axes = axes_of(node, inputs, 1)?.ok_or("axes missing")?;
+            let r = r + axes.len();
+            let mut ax: Vec<usize> = axes.iter().map(|&a| norm_axis(a, r)).collect::<Result<_, _>>()?;
+            ax.sort_unstable();
+            let mut dims = Vec::with_capacity(r);
+            let mut src = shape.iter();
+            for i in 0..r {
+                if ax.contains(&i) {
+                    dims.push(1);
+                } else {
+                    dims.push(*src.next().ok_or("bad axes")?);
+                }
+            }
+            Ok(dims)
+        }
+    })())
+}
+
 /// Dispatches the shape family; `None` if `op` is not one of them.
 pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Option<OpResult> {
     let r = (|| -> OpResult {
         match op {
             "Identity" => one(input(inputs, 0)?.clone()),
             "Dropout" => dropout(node, inputs),
-            "Reshape" => {
+            "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
                 let x = input(inputs, 0)?;
-                let spec = if ctx.opset < 5 {
-                    node.attr_ints("shape").ok_or("shape missing")?.to_vec()
-                } else {
-                    input_ints(inputs, 1)?
-                };
-                let dims = reshape_dims(x.shape(), &spec, node.attr_i("allowzero").unwrap_or(0) != 0)?;
+                let dims = view_dims(op, node, x.shape(), inputs, ctx).unwrap_or_else(|| Err(op.to_owned()))?;
                 one(reshape(x, &dims)?)
-            }
-            "Flatten" => {
-                let x = input(inputs, 0)?;
-                let r = x.shape().len();
-                let axis = node.attr_i("axis").unwrap_or(1);
-                let axis = if axis < 0 { axis + r as i64 } else { axis };
-                if axis < 0 || axis as usize > r {
-                    return Err(format!("axis {axis} out of range"));
-                }
-                let outer: usize = x.shape()[..axis as usize].iter().product();
-                one(reshape(x, &[outer, x.len() / outer.max(1)])?)
             }
             "Transpose" => {
                 let x = input(inputs, 0)?;
@@ -1134,46 +1210,6 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
                     return Err(format!("perm {perm:?} does not match rank {r}"));
                 }
                 one(transpose(x, &perm))
-            }
-            "Squeeze" => {
-                let x = input(inputs, 0)?;
-                let r = x.shape().len();
-                let axes = axes_of(node, inputs, 1)?;
-                let dims: Vec<usize> = match axes {
-                    Some(ax) => {
-                        let ax: Vec<usize> = ax.iter().map(|&a| norm_axis(a, r)).collect::<Result<_, _>>()?;
-                        for &a in &ax {
-                            if x.shape()[a] != 1 {
-                                return Err(format!("cannot squeeze axis {a} of size {}", x.shape()[a]));
-                            }
-                        }
-                        x.shape()
-                            .iter()
-                            .enumerate()
-                            .filter(|(i, _)| !ax.contains(i))
-                            .map(|(_, &d)| d)
-                            .collect()
-                    }
-                    None => x.shape().iter().copied().filter(|&d| d != 1).collect(),
-                };
-                one(reshape(x, &dims)?)
-            }
-            "Unsqueeze" => {
-                let x = input(inputs, 0)?;
-                let axes = axes_of(node, inputs, 1)?.ok_or("axes missing")?;
-                let r = x.shape().len() + axes.len();
-                let mut ax: Vec<usize> = axes.iter().map(|&a| norm_axis(a, r)).collect::<Result<_, _>>()?;
-                ax.sort_unstable();
-                let mut dims = Vec::with_capacity(r);
-                let mut src = x.shape().iter();
-                for i in 0..r {
-                    if ax.contains(&i) {
-                        dims.push(1);
-                    } else {
-                        dims.push(*src.next().ok_or("bad axes")?);
-                    }
-                }
-                one(reshape(x, &dims)?)
             }
             "Concat" => {
                 let ts: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
