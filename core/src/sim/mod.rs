@@ -607,3 +607,74 @@ pub fn count_macs(model: &Model) -> (u64, bool) {
     }
     (total, partial)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Executor;
+    use crate::ir::{Attr, Constant, DType, Dim, Model, Node, Tensor, Value};
+    use ndarray::{ArrayD, IxDyn};
+    use std::collections::HashMap;
+
+    /// Reshape, Flatten, Squeeze, Unsqueeze and Identity move their input when it dies
+    /// there and copy it when a later node still reads it; both give the same values.
+    #[test]
+    fn view_ops_move_a_dying_input_and_copy_a_live_one() {
+        let mut m = Model::default();
+        m.meta.ir_version = 8;
+        m.meta.opsets.insert(String::new(), 13);
+        let g = &mut m.graph;
+        let value = |g: &mut crate::ir::Graph, name: &str, c: Option<Tensor>| {
+            let mut v = Value::new(name);
+            if let Some(t) = c {
+                v.dtype = Some(t.dtype());
+                v.constant = Some(Constant::from_tensor(&t));
+            }
+            g.values.push(v);
+            g.values.len() - 1
+        };
+        let ints = |v: &[i64]| Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).expect("shape"));
+        let x = value(g, "x", None);
+        g.values[x].dtype = Some(DType::F32);
+        g.values[x].shape = Some(vec![Dim::Fixed(2), Dim::Fixed(6)]);
+        g.inputs.push(x);
+        let shape = value(g, "shape", Some(ints(&[3, 1, 4])));
+        let axes = value(g, "axes", Some(ints(&[1])));
+        let node = |g: &mut crate::ir::Graph, op: &str, ins: &[usize], attrs: Vec<(&str, Attr)>| {
+            let out = value(g, &format!("{op}_{}", g.nodes.len()), None);
+            g.values[out].producer = Some(g.nodes.len());
+            g.nodes.push(Node {
+                name: format!("n{}", g.nodes.len()),
+                op: op.into(),
+                domain: String::new(),
+                inputs: ins.iter().map(|&i| Some(i)).collect(),
+                outputs: vec![Some(out)],
+                attrs: attrs.into_iter().map(|(k, a)| (k.to_owned(), a)).collect(),
+                origin: vec![],
+            });
+            out
+        };
+        let r = node(g, "Relu", &[x], vec![]);
+        // `r` is read again by the Add below: this Reshape copies.
+        let a = node(g, "Reshape", &[r, shape], vec![]);
+        let s = node(g, "Squeeze", &[a, axes], vec![]);
+        let u = node(g, "Unsqueeze", &[s, axes], vec![]);
+        let f = node(g, "Flatten", &[u], vec![("axis", Attr::Int(0))]);
+        let i = node(g, "Identity", &[f], vec![]);
+        let shape2 = value(g, "shape2", Some(ints(&[2, 6])));
+        let back = node(g, "Reshape", &[i, shape2], vec![]);
+        let sum = node(g, "Add", &[back, r], vec![]);
+        g.outputs = vec![sum, r];
+        crate::import::shapes::infer(&mut m);
+        m.validate().expect("valid");
+        let data: Vec<f32> = (0..12).map(|k| k as f32 - 5.5).collect();
+        let feeds = HashMap::from([("x".to_owned(), Tensor::from_f32(&[2, 6], data.clone()).expect("x"))]);
+        let outs = Executor::new(&m, 1).expect("plan").run(&feeds).expect("runs");
+        let relu: Vec<f32> = data.iter().map(|v| v.max(0.0)).collect();
+        let Tensor::F32(got) = &outs[0].1 else { panic!("f32") };
+        assert_eq!(got.shape(), &[2, 6]);
+        let want: Vec<f32> = relu.iter().map(|v| 2.0 * v).collect();
+        assert_eq!(got.iter().copied().collect::<Vec<_>>(), want);
+        let Tensor::F32(r) = &outs[1].1 else { panic!("f32") };
+        assert_eq!(r.iter().copied().collect::<Vec<_>>(), relu);
+    }
+}
