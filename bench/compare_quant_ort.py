@@ -28,7 +28,6 @@ the margin; then every configuration.
 import argparse
 import contextlib
 import io
-import json
 import os
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, 
                                       quantize_static)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from model_sets import PREPROCESS, ROOT, linked_folder, model_path, run, sets  # noqa: E402
+from model_sets import PREPROCESS, ROOT, linked_folder, model_path, quantize_eval, sets  # noqa: E402
 
 DEFAULT_MODELS = "cls,det,rec,yolox,pitch,magika"
 
@@ -123,16 +122,9 @@ def ort_config(model, name, calib, evals, refs, per_channel, method, a16, tmp):
 
 def ours(binary, m, calib, ev, preset, tmp):
     """(integer reference dB, fake-quant dB, seconds) of a preset calibrated on `calib`."""
-    plan, rep = os.path.join(tmp, f"{preset}.ron"), os.path.join(tmp, f"{preset}.json")
-    cmd = [binary, "quantize", model_path(m), "--calib", calib, "--eval", ev, "--preset", preset,
-           "--out", plan, "--report", rep]
-    if m in PREPROCESS:
-        cmd += ["--preprocess", PREPROCESS[m]]
     t0 = time.perf_counter()
-    run(cmd)
-    dt = time.perf_counter() - t0
-    out = json.load(open(rep))["outputs"][0]
-    return out.get("integer_sqnr_db"), out.get("sqnr_db"), dt
+    out = quantize_eval(binary, m, calib, ev, tmp, preset)[1]["outputs"][0]
+    return out.get("integer_sqnr_db"), out.get("sqnr_db"), time.perf_counter() - t0
 
 
 def fmt(v):

@@ -11,14 +11,13 @@ places, and the mean local loss (fake-quant minus integer) where both are measur
 Usage: integer_vs_fakequant.py [--bin PATH] [--models cls,det,rec,...] [--preset w8a8]
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
 from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from model_sets import MODELS, PREPROCESS, ROOT, linked_folder, model_path, run, sets  # noqa: E402
+from model_sets import MODELS, ROOT, linked_folder, quantize_eval, sets  # noqa: E402
 
 
 def main():
@@ -32,13 +31,7 @@ def main():
         tmp = tempfile.mkdtemp(prefix=f"intcost_{m}_")
         calib, evals = sets(m, tmp)
         ev = linked_folder(tmp, "eval", evals)
-        plan, report = os.path.join(tmp, "plan.ron"), os.path.join(tmp, "report.json")
-        cmd = [args.bin, "quantize", model_path(m), "--calib", calib, "--eval", ev, "--out", plan]
-        cmd += ["--report", report, "--preset", args.preset]
-        if m in PREPROCESS:
-            cmd += ["--preprocess", PREPROCESS[m]]
-        run(cmd)
-        r = json.load(open(report))
+        _, r = quantize_eval(args.bin, m, calib, ev, tmp, args.preset)
         outs = r["outputs"]
         fake = [o.get("sqnr_db") for o in outs]
         integer = [o.get("integer_sqnr_db") for o in outs]

@@ -13,18 +13,13 @@ import onnxruntime as ort
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BIN = os.environ.get("NPU_STUDIO", os.path.join(ROOT, "target", "release", "npu-studio"))
 failures = 0
-# (label, model in data/models, prefix of its inputs in data/inputs): PP-OCR, then the
-# models of bench/compare_ort.py (YOLOv8n, YOLOX, ResNet-18, ViT-Tiny, Basic Pitch).
-CASES = [
-    ("det", "ppocr_det.onnx", "det_"),
-    ("cls", "ppocr_cls.onnx", "cls_"),
-    ("rec", "ppocr_rec.onnx", "rec_"),
-    ("yolov8", "yolov8n_nudenet.onnx", "yolov8_"),
-    ("yolox", "yolox_ddddocr.onnx", "yolox_"),
-    ("resnet", "resnet18_like.onnx", "imagenet_"),
-    ("vit", "vit_tiny_like.onnx", "imagenet_"),
-    ("pitch", "basic_pitch.onnx", "pitch_"),
-]
+# The models of bench/compare_ort.py (PP-OCR det/rec/cls, YOLOv8n, YOLOX, ResNet-18,
+# ViT-Tiny, Basic Pitch), each on every input of its family in data/inputs (the prefix of
+# the benchmark's input: `det_`, `imagenet_`, ...).
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from compare_ort import CASES as BENCH_CASES  # noqa: E402
+
+CASES = [(kind, mfile, bench_input.split("_")[0] + "_") for kind, mfile, bench_input in BENCH_CASES]
 for kind, mfile, prefix in CASES:
     model = os.path.join(ROOT, "data", "models", mfile)
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])

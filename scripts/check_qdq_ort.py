@@ -17,13 +17,12 @@ SQNRs differ by 1.5 dB on three samples). Exits non-zero on a larger gap.
 Usage: check_qdq_ort.py [--bin PATH] [--models det,cls,rec]
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
 
 import numpy as np
-from model_sets import PREPROCESS, ROOT, linked_folder, model_path, run, sets
+from model_sets import ROOT, linked_folder, model_path, quantize_eval, run, sets
 
 TOLERANCE_DB = 0.5
 
@@ -41,48 +40,42 @@ def main():
         calib, evals = sets(m, tmp)
         ev = linked_folder(tmp, "eval", evals)
         model = model_path(m)
-        plan, report, qdq = (os.path.join(tmp, f) for f in ("plan.ron", "report.json", "qdq.onnx"))
-        cmd = [args.bin, "quantize", model, "--calib", calib, "--eval", ev, "--out", plan, "--report", report]
-        if m in PREPROCESS:
-            cmd += ["--preprocess", PREPROCESS[m]]
-        run(cmd)
-        predicted = json.load(open(report))["outputs"][0]["sqnr_db"]
+        qdq = os.path.join(tmp, "qdq.onnx")
+        plan, report = quantize_eval(args.bin, m, calib, ev, tmp)
+        predicted = report["outputs"][0]["sqnr_db"]
         print(run([args.bin, "export", model, "--plan", plan, "--format", "onnx-qdq", "--out", qdq]).strip())
         fp32 = ort.InferenceSession(os.path.join(ROOT, model), providers=["CPUExecutionProvider"])
+        name = fp32.get_inputs()[0].name
+        xs = [np.load(os.path.join(ROOT, f)) for f in evals]
+        refs = [fp32.run(None, {name: x})[0].astype(np.float64) for x in xs]
 
-        def sqnr(level):
+        def sqnr(outs):
+            """Output SQNR of `outs` (one per held-out sample) against the FP32 outputs."""
+            ref_sq = sum(float((r * r).sum()) for r in refs)
+            err_sq = sum(float(((r - q.astype(np.float64)) ** 2).sum()) for r, q in zip(refs, outs))
+            return 10 * np.log10(ref_sq / err_sq)
+
+        def in_ort(level):
             so = ort.SessionOptions()
             so.graph_optimization_level = level
             so.log_severity_level = 3
             qs = ort.InferenceSession(qdq, so, providers=["CPUExecutionProvider"])
-            ref_sq = err_sq = 0.0
-            for f in evals:
-                x = np.load(os.path.join(ROOT, f))
-                r = fp32.run(None, {fp32.get_inputs()[0].name: x})[0].astype(np.float64)
-                q = qs.run(None, {qs.get_inputs()[0].name: x})[0].astype(np.float64)
-                ref_sq += float((r * r).sum())
-                err_sq += float(((r - q) ** 2).sum())
-            return 10 * np.log10(ref_sq / err_sq)
+            return sqnr([qs.run(None, {qs.get_inputs()[0].name: x})[0] for x in xs])
 
         def ours():
             """Output SQNR of the QDQ file as written, run by npu-studio."""
-            ref_sq = err_sq = 0.0
-            name = fp32.get_inputs()[0].name
+            outs = []
             for i, f in enumerate(evals):
                 out = os.path.join(tmp, f"ours{i}")
                 run([args.bin, "run", qdq, "--input", f"{name}={os.path.join(ROOT, f)}", "--output-dir", out])
-                x = np.load(os.path.join(ROOT, f))
-                r = fp32.run(None, {name: x})[0].astype(np.float64)
-                q = np.load(os.path.join(out, fp32.get_outputs()[0].name.replace("/", "_") + ".npy"))
-                ref_sq += float((r * r).sum())
-                err_sq += float(((r - q.astype(np.float64)) ** 2).sum())
-            return 10 * np.log10(ref_sq / err_sq)
+                outs.append(np.load(os.path.join(out, fp32.get_outputs()[0].name.replace("/", "_") + ".npy")))
+            return sqnr(outs)
 
         # The file's own semantics (Q/DQ executed as written) is what the simulator
         # predicts; onnxruntime's full optimization level also fuses Q/DQ into its integer
         # kernels (QLinearConv and kin, u8·s8 with their own rounding), shown beside it.
-        got = sqnr(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
-        fused = sqnr(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        got = in_ort(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+        fused = in_ort(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         own = ours()
         gap, own_gap, engines = got - predicted, own - predicted, got - own
         print(f"{m}: onnxruntime runs our QDQ export at {got:.2f} dB output SQNR on {len(evals)} held-out samples; "

@@ -10,6 +10,7 @@ three other batches; MediaPipe's face detector (a TFLite file) calibrates on thr
 and is evaluated on the other three.
 All inputs are written by fetch_models.py into data/inputs.
 """
+import json
 import os
 import subprocess
 import sys
@@ -91,6 +92,19 @@ def run(cmd):
     if r.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
     return r.stdout
+
+
+def quantize_eval(binary, model, calib, ev, tmp, preset="w8a8"):
+    """`npu-studio quantize` of `model` (a MODELS key) calibrated on the folder `calib` and
+    simulated on the folder `ev`; (plan path, report as a dict), written into `tmp`."""
+    plan, report = os.path.join(tmp, f"{preset}.ron"), os.path.join(tmp, f"{preset}.json")
+    cmd = [binary, "quantize", model_path(model), "--calib", calib, "--eval", ev, "--out", plan,
+           "--report", report, "--preset", preset]
+    if model in PREPROCESS:
+        cmd += ["--preprocess", PREPROCESS[model]]
+    run(cmd)
+    with open(report) as f:
+        return plan, json.load(f)
 
 
 def w8a8_plan(binary, model, tmp):

@@ -434,42 +434,37 @@ fn run_in_place(
             && node.inputs.iter().filter(|x| **x == Some(v)).count() == 1
     });
     let Some(v) = donor else { return Ok(None) };
-    let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty) else {
-        return Ok(None);
-    };
     if view {
-        // The buffer moves into the output under its new shape (no copy).
+        // The buffer moves into the output under its new shape (no copy). Dims the op
+        // rejects are left to its kernel, which reports them.
+        let Some(x) = env[v].get() else { return Ok(None) };
+        let (shape, len) = (x.shape().to_vec(), x.len());
         let inputs: Vec<Option<&Tensor>> = std::iter::once(None)
             .chain(node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())))
             .collect();
-        let dims = match ops::shape::view_dims(op, node, x.shape(), &inputs, ctx) {
-            None => Ok(x.shape().to_vec()),
-            Some(d) => d,
+        let dims = match ops::shape::view_dims(op, node, &shape, &inputs, ctx) {
+            None => shape,
+            Some(Ok(d)) => d,
+            Some(Err(_)) => return Ok(None),
         };
-        return match dims {
-            Ok(d) if d.iter().try_fold(1usize, |a, &b| a.checked_mul(b)) == Some(x.len()) => Ok(x.into_reshaped(&d)),
-            Ok(_) => {
-                env[v] = Slot::Owned(x);
-                Ok(None)
-            }
-            Err(e) => {
-                env[v] = Slot::Owned(x);
-                Err(e)
-            }
+        if dims.iter().try_fold(1usize, |a, &b| a.checked_mul(b)) != Some(len) {
+            return Ok(None);
+        }
+        let Slot::Owned(x) = std::mem::replace(&mut env[v], Slot::Empty) else {
+            return Ok(None);
         };
+        return Ok(x.into_reshaped(&dims));
     }
+    let Slot::Owned(mut x) = std::mem::replace(&mut env[v], Slot::Empty) else {
+        return Ok(None);
+    };
     let rest: Vec<Option<&Tensor>> = node.inputs[1..].iter().map(|v| v.and_then(|v| env[v].get())).collect();
-    match ops::elementwise::try_inplace(node, &mut x, &rest, ctx) {
-        Ok(true) => Ok(Some(x)),
-        Ok(false) => {
-            env[v] = Slot::Owned(x);
-            Ok(None)
-        }
-        Err(e) => {
-            env[v] = Slot::Owned(x);
-            Err(e)
-        }
+    let done = ops::elementwise::try_inplace(node, &mut x, &rest, ctx);
+    if matches!(done, Ok(true)) {
+        return Ok(Some(x));
     }
+    env[v] = Slot::Owned(x);
+    done.map(|_| None)
 }
 
 /// Runs an element-wise chain: donates the start buffer when nothing else needs it,

@@ -159,13 +159,6 @@ fn im2col_rows(x: &[f32], cg: usize, h: usize, w: usize, g: &Geometry, oy0: usiz
     }
 }
 
-/// A mutable pointer that may be shared across the workers writing disjoint output tiles.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: every worker writes a disjoint set of output rows (see `conv_tiled`).
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
-
 /// One group of a general conv: tiles of output rows, each im2col'd into a cache-sized
 /// buffer and multiplied by the weights, in parallel over tiles. Each tile of the output
 /// starts from the group's bias and gets the activation while it is still in cache.
@@ -196,7 +189,7 @@ fn conv_tiled(
     };
     let per_part = mg.div_ceil(parts);
     assert!(og.len() >= mg * plane);
-    let out = SharedOut(og.as_mut_ptr());
+    let out = super::SendPtr(og.as_mut_ptr());
     let pointwise = geo.kernel == [1, 1]
         && geo.strides == [1, 1]
         && geo.pad_begin.iter().chain(&geo.pad_end).all(|&p| p == 0)
@@ -220,15 +213,10 @@ fn conv_tiled(
             (col.as_slice(), n)
         };
         assert!(ksize == 0 || (ksize - 1) * rhs_rs + n <= rhs.len());
-        #[expect(
-            clippy::redundant_locals,
-            reason = "moves the whole Send wrapper into the closure, not its raw-pointer field"
-        )]
-        let out = out;
         // SAFETY (here and below): work item (t, part) reads and writes columns
         // oy0*ow..oy1*ow of output rows r0..r1, which no other item touches; the bounds were
         // checked above.
-        let segment = |r: usize| unsafe { std::slice::from_raw_parts_mut(out.0.add(r * plane + oy0 * ow), n) };
+        let segment = |r: usize| unsafe { std::slice::from_raw_parts_mut(out.get().add(r * plane + oy0 * ow), n) };
         if let Some(b) = bias {
             for (r, &v) in b.iter().enumerate().take(r1).skip(r0) {
                 segment(r).fill(v);
@@ -239,7 +227,7 @@ fn conv_tiled(
                 r1 - r0,
                 n,
                 ksize,
-                out.0.add(r0 * plane + oy0 * ow),
+                out.get().add(r0 * plane + oy0 * ow),
                 1,
                 plane as isize,
                 bias.is_some(),

@@ -1,6 +1,6 @@
 //! MatMul and Gemm on the `gemm` crate's kernels.
 
-use super::{OpResult, broadcast_shapes, f32_as, input, opt_input};
+use super::{OpResult, SendPtr, broadcast_shapes, f32_as, input, opt_input};
 use crate::ir::{Node, Tensor};
 use crate::sim::OpCtx;
 use ndarray::{ArrayD, Axis, IxDyn};
@@ -123,11 +123,6 @@ fn sgemm_impl(
         (0..len.div_ceil(step)).into_par_iter().for_each(|p| {
             let lo = p * step;
             let cnt = step.min(len - lo);
-            #[expect(
-                clippy::redundant_locals,
-                reason = "moves the whole Send wrapper into the closure, not its raw-pointer field"
-            )]
-            let out = out;
             // SAFETY: block p writes rows (or columns) lo..lo+cnt of C, which no other block
             // touches; all operand bounds were checked above.
             unsafe {
@@ -136,7 +131,7 @@ fn sgemm_impl(
                         cnt,
                         n,
                         k,
-                        out.0.add(lo * n),
+                        out.get().add(lo * n),
                         n,
                         a.data.as_ptr().offset(lo as isize * a.rs),
                         a,
@@ -147,7 +142,7 @@ fn sgemm_impl(
                     );
                     if let Some(f) = epi {
                         // SAFETY: rows lo..lo+cnt belong to this block only.
-                        let blk = std::slice::from_raw_parts_mut(out.0.add(lo * n), cnt * n);
+                        let blk = std::slice::from_raw_parts_mut(out.get().add(lo * n), cnt * n);
                         blk.chunks_mut(n).enumerate().for_each(|(r, row)| f(lo + r, row));
                     }
                 } else {
@@ -155,7 +150,7 @@ fn sgemm_impl(
                         m,
                         cnt,
                         k,
-                        out.0.add(lo),
+                        out.get().add(lo),
                         n,
                         a.data.as_ptr(),
                         a,
@@ -167,7 +162,7 @@ fn sgemm_impl(
                     if let Some(f) = epi {
                         for r in 0..m {
                             // SAFETY: columns lo..lo+cnt of every row belong to this block only.
-                            f(r, std::slice::from_raw_parts_mut(out.0.add(r * n + lo), cnt));
+                            f(r, std::slice::from_raw_parts_mut(out.get().add(r * n + lo), cnt));
                         }
                     }
                 }
@@ -195,13 +190,6 @@ fn sgemm_impl(
         c[..m * n].chunks_mut(n).enumerate().for_each(|(r, row)| f(r, row));
     }
 }
-
-/// A pointer to disjoint parts of one output, shared by the workers writing them.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: each worker writes a disjoint block (see `sgemm_scaled`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
 
 /// One single-threaded GEMM on raw pointers: `c (m×n, row stride ldc) = [c +] scale · a · b`,
 /// with `a` and `b` strided as their views say.

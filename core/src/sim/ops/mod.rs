@@ -15,6 +15,22 @@ use super::OpCtx;
 use crate::ir::{Node, Tensor};
 use ndarray::ArrayD;
 
+/// A pointer to disjoint parts of one output, shared by the workers that write them.
+/// Closures reach it through [`SendPtr::get`], so that they capture the wrapper (which is
+/// `Send`), not its raw-pointer field.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+// SAFETY: each use has every worker write elements no other worker writes (see the uses:
+// GEMM blocks, conv tiles, softmax column pieces).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Result of one kernel: the node's outputs in order.
 pub type OpResult = Result<Vec<Tensor>, String>;
 

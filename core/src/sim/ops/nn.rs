@@ -273,7 +273,7 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
     // pieces are spread over the threads.
     let chunks = inner.div_ceil(SOFTMAX_COLS);
     let pieces = (xd.len() / block.max(1)) * chunks;
-    let optr = SendPtr(out.as_mut_ptr());
+    let optr = super::SendPtr(out.as_mut_ptr());
     (0..pieces).into_par_iter().for_each_init(Vec::new, |buf, p| {
         let (b, c) = (p / chunks, p % chunks);
         let (j0, w) = (c * SOFTMAX_COLS, SOFTMAX_COLS.min(inner - c * SOFTMAX_COLS));
@@ -295,17 +295,6 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
 
 /// Columns of a middle-axis softmax taken at a time.
 const SOFTMAX_COLS: usize = 512;
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: the softmax pieces write disjoint elements (see `softmax`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
 
 crate::simd_dispatch!(fn softmax_cols(s: &[f32], inner: usize, j0: usize, o: &mut [f32], log: bool) => softmax_cols_impl);
 
