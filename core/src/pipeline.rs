@@ -31,7 +31,7 @@ use crate::quant::live::{Keep, Live};
 use crate::quant::observer::Calibration;
 use crate::quant::recipe::{Recipe, RecipeError};
 use crate::quant::{BiasCorrectionNote, LayerPrecision, QuantError, QuantPlan, Quantizer, Report, Stats};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// The threads the kernels use when nobody says: every core.
@@ -244,6 +244,8 @@ pub struct Planned {
     pub method: Calibration,
     /// How many nodes of the optimized graph each recipe rule matched (in rule order).
     pub rules_matched: Vec<usize>,
+    /// Layers whose preset precision was changed for the integer kernels' sake.
+    pub adjusted: Vec<crate::quant::recipe::Adjustment>,
     /// What the bias correction did (`None`: not asked for).
     pub bias_correction: Option<BiasCorrectionNote>,
 }
@@ -269,7 +271,7 @@ pub fn plan(
     progress: &dyn Progress,
 ) -> Result<Planned, PlanError> {
     let recipe = &request.recipe;
-    let resolved = recipe.resolve(&q.model.graph)?;
+    let resolved = resolve_recipe(q.model, recipe, &stats.input_shapes)?;
     let method = request.calibration.unwrap_or(resolved.calibration);
     let mut plan = q.plan_from_stats(stats, &recipe.preset, method)?;
     plan.preset.clone_from(&request.label);
@@ -285,8 +287,27 @@ pub fn plan(
         plan,
         method,
         rules_matched: resolved.matched,
+        adjusted: resolved.adjusted,
         bias_correction: note,
     })
+}
+
+/// `recipe` resolved on `model` (the optimized graph) with its inputs fixed to
+/// `input_shapes` (a calibrated plan's), so that the layers whose precision depends on a
+/// shape (a Softmax's width) see it even when the model's dims are dynamic.
+pub fn resolve_recipe(
+    model: &Model,
+    recipe: &Recipe,
+    input_shapes: &BTreeMap<String, Vec<usize>>,
+) -> Result<crate::quant::recipe::Resolved, RecipeError> {
+    let shapes: HashMap<String, Vec<usize>> = input_shapes.clone().into_iter().collect();
+    if !shapes.is_empty() {
+        let mut fixed = model.clone();
+        if crate::import::shapes::fix_inputs(&mut fixed, &shapes).is_ok() {
+            return recipe.resolve(&fixed.graph);
+        }
+    }
+    recipe.resolve(&model.graph)
 }
 
 /// Part of planning: automatic mixed precision from `plan` to `target_db` on the

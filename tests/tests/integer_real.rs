@@ -163,3 +163,74 @@ fn a_plan_of_another_graph_is_refused() {
         other => panic!("expected WrongGraph, got {:?}", other.map(|p| p.ops.len())),
     }
 }
+
+/// A folder of copies of `files` from data/inputs.
+fn folder(name: &str, files: &[String]) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("npu_integer_{name}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp");
+    for f in files {
+        std::fs::copy(data_dir().join("inputs").join(f), d.join(f)).expect("data/inputs");
+    }
+    d
+}
+
+#[test]
+fn rec_w8a16_runs_its_6625_class_softmax_in_int8() {
+    use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
+    use npu_core::quant::recipe::Recipe;
+    let (m, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_rec.onnx")).expect("loads");
+    let model = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
+        .expect("optimizes")
+        .model;
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    let files = |names: &[&str]| names.iter().map(|n| format!("rec_{n}.npy")).collect::<Vec<_>>();
+    let calib_dir = folder("rec_calib", &files(&["astronaut", "chelsea", "coffee"]));
+    let eval_dir = folder("rec_eval", &files(&["page", "rocket", "text"]));
+    let calib = Samples::open(calib_dir.to_str().expect("path"), "").expect("calibration set");
+    let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
+    let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
+    let score = |recipe: Recipe| {
+        let request = PlanRequest {
+            bias_correction: BiasCorrection::Off,
+            ..PlanRequest::recipe(recipe, "w8a16".into())
+        };
+        let planned = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent).expect("plans");
+        let report = q
+            .simulate(&planned.plan, &mut eval.iter(&model), eval.len(), &Silent)
+            .expect("simulates");
+        let o = &report.outputs[0];
+        (
+            planned,
+            report.constraints.clone(),
+            o.sqnr_db.expect("fake"),
+            o.integer_sqnr_db.expect("integer"),
+        )
+    };
+    // The preset: the last Softmax (over the 6625 characters) runs in int8.
+    let (planned, constraints, fake, int) = score(Recipe::from_preset("w8a16"));
+    assert_eq!(planned.adjusted.len(), 1, "{:?}", planned.adjusted);
+    let node = planned.adjusted[0].node.clone();
+    assert_eq!(
+        planned.plan.layers.get(&node),
+        Some(&npu_core::quant::LayerPrecision::INT8)
+    );
+    assert!(!constraints.iter().any(|c| c.constraint.rule == "int16-softmax-floor"));
+    // Named int16 by a rule, it keeps LiteRT's int16 kernel, and its exp floor costs dB.
+    let forced = Recipe::parse_ron(&format!(
+        r#"Recipe(preset: "w8a16", rules: [(name: Some("^{node}$"), precision: "int16")])"#
+    ))
+    .expect("recipe");
+    let (p16, c16, fake16, int16) = score(forced);
+    assert!(p16.adjusted.is_empty() && p16.plan.layers.is_empty());
+    assert!(
+        c16.iter()
+            .any(|c| c.constraint.rule == "int16-softmax-floor" && c.constraint.node == node)
+    );
+    println!(
+        "rec w8a16 on 3 held-out photos: int8 Softmax fake-quant {fake:.2} / integer {int:.2} dB; \
+         int16 Softmax {fake16:.2} / {int16:.2} dB"
+    );
+    assert!(int > fake - 3.0, "integer {int} dB vs fake-quant {fake} dB");
+    assert!(int > int16 + 4.0, "int8 Softmax {int} dB vs int16 {int16} dB");
+}

@@ -129,6 +129,14 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         .and_then(|stats| pipeline::plan(&q, &stats, &calib_set, &request, &Stderr).map_err(anyhow::Error::from));
     end_progress();
     let planned = planned?;
+    for a in &planned.adjusted {
+        println!(
+            "{}: {} instead of the preset's precision ({})",
+            a.node,
+            a.precision.keyword().unwrap_or("?"),
+            a.reason
+        );
+    }
     if let Some(bc) = planned.bias_correction {
         let judged = if bc.held_back > 0 {
             format!("on {} held-back calibration samples", bc.held_back)

@@ -273,7 +273,8 @@ pub struct Constraint {
     pub tensor: String,
     pub node: String,
     /// A short stable key: `fixed-output-grid`, `lut-input-grid`, `concat-requantize`,
-    /// `folded-hardsigmoid`.
+    /// `folded-hardsigmoid`, `int16-softmax-floor` and the others `Legalizer::constraint`
+    /// is called with.
     pub rule: String,
     pub detail: String,
 }
@@ -1266,6 +1267,20 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     return Err("softmax over an axis other than the last has no integer form yet".into());
                 }
                 let ty = self.ty_of(out)?;
+                let depth = self.shape(x).map_err(|e| e.to_string())?.last().copied().unwrap_or(1);
+                let floor = super::recipe::int16_softmax_floor(depth);
+                if ty == IntType::I16 && floor > super::recipe::INT16_SOFTMAX_FLOOR_LIMIT {
+                    let name = self.name(out);
+                    self.constraint(
+                        &name,
+                        &node.name,
+                        "int16-softmax-floor",
+                        format!(
+                            "int16 Softmax over {depth} values: the kernel floors every exp at e^-10, adding up to \
+                             {floor:.3} to a row's denominator (int8 has no such floor)"
+                        ),
+                    );
+                }
                 let xi = self.input(node, x, ty)?;
                 let y = self.act(out)?;
                 self.op(node, OpKind::Softmax { beta: 1.0 }, vec![xi], vec![y]);

@@ -79,6 +79,44 @@ pub struct Resolved {
     pub layers: BTreeMap<String, LayerPrecision>,
     /// How many nodes each rule matched (in rule order).
     pub matched: Vec<usize>,
+    /// Layers the preset would give a precision whose integer kernel is known to fail
+    /// them, set to another precision (they are in `layers` too); no rule or override
+    /// named them.
+    pub adjusted: Vec<Adjustment>,
+}
+
+/// A layer the preset's precision is changed for, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Adjustment {
+    pub node: String,
+    pub precision: LayerPrecision,
+    pub reason: String,
+}
+
+/// LiteRT's int16 SOFTMAX looks exp up over [−10, 0] and clamps below it: every value more
+/// than 10 under its row's maximum still adds e^−10 (of the maximum's 1) to the
+/// denominator. Above this share of added mass the int8 kernel, whose exp has no such
+/// floor, is the better choice.
+pub const INT16_SOFTMAX_FLOOR_LIMIT: f64 = 0.01;
+
+/// The mass LiteRT's int16 SOFTMAX can add to a row's denominator over `depth` values:
+/// `(depth − 1)·e^−10`.
+pub fn int16_softmax_floor(depth: usize) -> f64 {
+    depth.saturating_sub(1) as f64 * (-10f64).exp()
+}
+
+/// The length of the axis a Softmax node normalizes over, where its input shape fixes it
+/// (the `axis` attribute, else the last axis).
+pub fn softmax_depth(graph: &Graph, node: &Node) -> Option<usize> {
+    let x = node.input(0)?;
+    let shape = graph.values.get(x)?.shape.as_ref()?;
+    let rank = shape.len() as i64;
+    let axis = node.attr_i("axis").unwrap_or(-1);
+    let axis = if axis < 0 { axis + rank } else { axis };
+    match shape.get(usize::try_from(axis).ok()?)? {
+        crate::ir::Dim::Fixed(n) => Some(*n),
+        crate::ir::Dim::Sym(_) => None,
+    }
 }
 
 fn op_matches(rule_op: &str, node: &Node) -> bool {
@@ -126,6 +164,7 @@ impl Recipe {
         }
         let mut matched = vec![0; rules.len()];
         let mut layers = BTreeMap::new();
+        let mut named = std::collections::HashSet::new();
         for node in &graph.nodes {
             let mut chosen = None;
             for (k, (re, op, p)) in rules.iter().enumerate() {
@@ -136,11 +175,15 @@ impl Recipe {
                     chosen = Some(*p);
                 }
             }
+            if chosen.is_some() {
+                named.insert(node.name.as_str());
+            }
             if let Some(p) = chosen.filter(|p| *p != default) {
                 layers.insert(node.name.clone(), p);
             }
         }
         for (name, prec) in &self.overrides {
+            named.insert(name.as_str());
             if !graph.nodes.iter().any(|n| &n.name == name) {
                 return Err(RecipeError::NoSuchNode { node: name.clone() });
             }
@@ -154,12 +197,37 @@ impl Recipe {
                 layers.insert(name.clone(), p);
             }
         }
+        let mut adjusted = Vec::new();
+        if default.activations == ActFormat::Int16 {
+            for node in graph
+                .nodes
+                .iter()
+                .filter(|n| n.op == "Softmax" && !named.contains(n.name.as_str()))
+            {
+                let Some(depth) = softmax_depth(graph, node) else {
+                    continue;
+                };
+                let floor = int16_softmax_floor(depth);
+                if floor > INT16_SOFTMAX_FLOOR_LIMIT {
+                    layers.insert(node.name.clone(), LayerPrecision::INT8);
+                    adjusted.push(Adjustment {
+                        node: node.name.clone(),
+                        precision: LayerPrecision::INT8,
+                        reason: format!(
+                            "Softmax over {depth} values: LiteRT's int16 kernel floors every exp at e^-10, \
+                             adding up to {floor:.3} to a row's denominator; its int8 kernel has no such floor"
+                        ),
+                    });
+                }
+            }
+        }
         Ok(Resolved {
             default,
             calibration: self.calibration.unwrap_or(method),
             inputs: self.inputs.unwrap_or(default.activations),
             layers,
             matched,
+            adjusted,
         })
     }
 }
@@ -267,6 +335,44 @@ mod tests {
         assert_eq!(res.matched, vec![2, 2, 1, 0]);
         // A round trip through RON keeps the recipe.
         assert_eq!(Recipe::parse_ron(&r.to_ron()).expect("round trip"), r);
+    }
+
+    #[test]
+    fn a_wide_int16_softmax_runs_int8_unless_a_rule_names_it() {
+        use crate::ir::{Dim, Value, ValueKind};
+        let mut g = graph(&[("attn.softmax", "Softmax"), ("head.softmax", "Softmax")]);
+        for (k, depth) in [80, 6625].into_iter().enumerate() {
+            g.values.push(Value {
+                name: format!("x{k}"),
+                dtype: None,
+                shape: Some(vec![Dim::Fixed(1), Dim::Sym("T".into()), Dim::Fixed(depth)]),
+                constant: None,
+                producer: None,
+                outer: false,
+                kind: ValueKind::default(),
+            });
+            g.nodes[k].inputs = vec![Some(k)];
+        }
+        let res = Recipe::from_preset("w8a16").resolve(&g).expect("resolves");
+        assert_eq!(res.layers.get("head.softmax"), Some(&LayerPrecision::INT8));
+        assert_eq!(res.layers.get("attn.softmax"), None, "80 values stay int16");
+        assert_eq!(res.adjusted.len(), 1);
+        assert!(res.adjusted[0].reason.contains("6625"), "{}", res.adjusted[0].reason);
+        // 8-bit presets are left alone, and a rule that names the layer wins.
+        assert!(
+            Recipe::from_preset("w8a8")
+                .resolve(&g)
+                .expect("resolves")
+                .adjusted
+                .is_empty()
+        );
+        let named = Recipe::parse_ron(r#"Recipe(preset: "w8a16", rules: [(name: Some("^head"), precision: "int16")])"#)
+            .expect("parses")
+            .resolve(&g)
+            .expect("resolves");
+        assert!(named.adjusted.is_empty() && named.layers.is_empty());
+        assert!(int16_softmax_floor(222) > INT16_SOFTMAX_FLOOR_LIMIT);
+        assert!(int16_softmax_floor(221) < INT16_SOFTMAX_FLOOR_LIMIT);
     }
 
     #[test]

@@ -143,6 +143,15 @@ fn optional_text(ui: &mut egui::Ui, label: &str, value: &mut Option<String>, wid
 }
 
 impl QuantView {
+    /// The input shapes the calibrated plan was made at (none before a calibration).
+    fn calibrated_shapes(&self) -> std::collections::BTreeMap<String, Vec<usize>> {
+        self.session
+            .as_ref()
+            .and_then(|s| s.result.as_ref())
+            .map(|r| r.plan.input_shapes.clone())
+            .unwrap_or_default()
+    }
+
     /// The recipe the editor shows: the preset, the rules and the overrides.
     pub fn recipe(&self) -> Recipe {
         Recipe {
@@ -170,10 +179,15 @@ impl QuantView {
             rules: self.rules.clone(),
             ..Recipe::default()
         };
-        match recipe.resolve(&m.optimized.graph) {
+        match npu_core::pipeline::resolve_recipe(&m.optimized, &recipe, &self.calibrated_shapes()) {
             Ok(r) => {
+                let adjusted = if r.adjusted.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} kept off the preset for its integer kernel", r.adjusted.len())
+                };
                 self.rules_note = Some(format!(
-                    "applied: {} layers off the preset; nodes matched per rule: {:?}",
+                    "applied: {} layers off the preset; nodes matched per rule: {:?}{adjusted}",
                     r.layers.len(),
                     r.matched
                 ));
@@ -228,7 +242,7 @@ impl QuantView {
         let Some(m) = self.session.as_ref().and_then(|s| s.mapping.clone()) else {
             return;
         };
-        match recipe.resolve(&m.optimized.graph) {
+        match npu_core::pipeline::resolve_recipe(&m.optimized, recipe, &self.calibrated_shapes()) {
             Ok(r) => {
                 self.rules_note = Some(format!("recipe applied: {} layers off the preset", r.layers.len()));
                 self.apply_layers(r.layers);
