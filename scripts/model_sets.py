@@ -94,12 +94,14 @@ def run(cmd):
     return r.stdout
 
 
-def quantize_eval(binary, model, calib, ev, tmp, preset="w8a8"):
+def quantize_eval(binary, model, calib, ev, tmp, preset="w8a8", extra=()):
     """`npu-studio quantize` of `model` (a MODELS key) calibrated on the folder `calib` and
-    simulated on the folder `ev`; (plan path, report as a dict), written into `tmp`."""
-    plan, report = os.path.join(tmp, f"{preset}.ron"), os.path.join(tmp, f"{preset}.json")
+    simulated on the folder `ev`, with `extra` options (e.g. `--equalize`); (plan path,
+    report as a dict), written into `tmp`."""
+    stem = preset + "".join(extra).replace("-", "_")
+    plan, report = os.path.join(tmp, f"{stem}.ron"), os.path.join(tmp, f"{stem}.json")
     cmd = [binary, "quantize", model_path(model), "--calib", calib, "--eval", ev, "--out", plan,
-           "--report", report, "--preset", preset]
+           "--report", report, "--preset", preset, *extra]
     if model in PREPROCESS:
         cmd += ["--preprocess", PREPROCESS[model]]
     run(cmd)

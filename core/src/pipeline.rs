@@ -292,6 +292,16 @@ pub fn plan(
     })
 }
 
+/// `model` (the optimized graph) with the recipe's cross-layer equalization applied, and
+/// what it did (`None`: the recipe does not ask for it).
+pub fn equalized(model: Model, recipe: &Recipe) -> (Model, Option<crate::quant::equalize::Equalized>) {
+    if !recipe.equalize {
+        return (model, None);
+    }
+    let (m, e) = crate::quant::equalize::equalize(&model);
+    (m, Some(e))
+}
+
 /// `recipe` resolved on `model` (the optimized graph) with its inputs fixed to
 /// `input_shapes` (a calibrated plan's), so that the layers whose precision depends on a
 /// shape (a Softmax's width) see it even when the model's dims are dynamic.

@@ -234,3 +234,76 @@ fn rec_w8a16_runs_its_6625_class_softmax_in_int8() {
     assert!(int > fake - 3.0, "integer {int} dB vs fake-quant {fake} dB");
     assert!(int > int16 + 4.0, "int8 Softmax {int} dB vs int16 {int16} dB");
 }
+
+#[test]
+fn cls_cross_layer_equalization_keeps_fp32_and_raises_held_out_sqnr() {
+    use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
+    use npu_core::quant::recipe::Recipe;
+    let model = cls_model();
+    let pre = "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5";
+    let calib = Samples::open(data_dir().join("crops8").to_str().expect("path"), pre).expect("crops8");
+    let names: Vec<String> = ["astronaut", "chelsea", "coffee", "page", "rocket", "text"]
+        .iter()
+        .map(|n| format!("cls_{n}.npy"))
+        .collect();
+    let eval_dir = folder("cls_cle_eval", &names);
+    let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
+    let score = |equalize: bool| {
+        let recipe = Recipe {
+            equalize,
+            ..Recipe::from_preset("w8a8")
+        };
+        let (m, eq) = npu_core::pipeline::equalized(model.clone(), &recipe);
+        let q = Quantizer::new(&m, 2).expect("quantizer");
+        let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
+        let request = PlanRequest {
+            bias_correction: BiasCorrection::Off,
+            ..PlanRequest::recipe(recipe, "w8a8".into())
+        };
+        let mut plan = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent)
+            .expect("plans")
+            .plan;
+        if let Some(e) = &eq {
+            plan.equalization = e.scales.clone();
+        }
+        let r = q
+            .simulate(&plan, &mut eval.iter(&m), eval.len(), &Silent)
+            .expect("simulates");
+        (m, eq, plan, r.outputs[0].integer_sqnr_db.expect("integer"))
+    };
+    let (_, _, _, before) = score(false);
+    let (m, eq, plan, after) = score(true);
+    let eq = eq.expect("equalized");
+    println!(
+        "cls w8a8 integer reference on 6 held-out photos: {before:.2} dB, with CLE ({} pairs) {after:.2} dB",
+        eq.pairs.len()
+    );
+    assert!(eq.pairs.len() >= 10, "{} pairs", eq.pairs.len());
+    assert!(after > before + 1.0, "CLE {after} dB vs {before} dB");
+    // The FP32 function is the model's.
+    for n in &names {
+        let x = npu_core::ir::npy::read(&eval_dir.join(n)).expect("npy");
+        let inputs = HashMap::from([("x".to_owned(), x)]);
+        let a = npu_core::sim::Executor::new(&model, 2)
+            .expect("exec")
+            .run(&inputs)
+            .expect("runs");
+        let b = npu_core::sim::Executor::new(&m, 2)
+            .expect("exec")
+            .run(&inputs)
+            .expect("runs");
+        let (a, b) = (a[0].1.to_f32(), b[0].1.to_f32());
+        let d = a.iter().zip(b.iter()).fold(0f32, |d, (p, q)| d.max((p - q).abs()));
+        assert!(d < 1e-4, "{n}: FP32 output moved by {d}");
+    }
+    // The plan's scales rebuild the same weights from the optimized graph.
+    let mut again = model.clone();
+    npu_core::quant::equalize::apply(&mut again, &plan.equalization).expect("applies");
+    let same = again
+        .graph
+        .values
+        .iter()
+        .zip(&m.graph.values)
+        .all(|(p, q)| p.constant.as_ref().map(|c| c.raw()) == q.constant.as_ref().map(|c| c.raw()));
+    assert!(same, "apply() and equalize() disagree");
+}

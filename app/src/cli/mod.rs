@@ -304,6 +304,11 @@ enum Command {
         /// Skip the empirical bias correction (a second pass over the calibration data).
         #[arg(long)]
         no_bias_correction: bool,
+        /// Cross-layer equalization before calibration: conv pairs with a Relu (or none)
+        /// between them get equal per-channel weight ranges (same as `equalize: true` in a
+        /// recipe).
+        #[arg(long)]
+        equalize: bool,
         /// Automatic mixed precision: promote the fewest layers needed to reach this output
         /// SQNR (dB) on the calibration set; prints the curve.
         #[arg(long, value_name = "DB")]
@@ -501,6 +506,7 @@ pub fn main() -> Result<()> {
             csv,
             threads,
             no_bias_correction,
+            equalize,
             target_sqnr,
             promote_to,
             cost_target,
@@ -517,6 +523,7 @@ pub fn main() -> Result<()> {
             csv: csv.as_deref(),
             threads,
             no_bias_correction,
+            equalize,
             target_sqnr,
             promote_to: &promote_to,
             cost_target: cost_target.as_deref(),

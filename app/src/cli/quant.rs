@@ -50,6 +50,7 @@ pub struct QuantizeArgs<'a> {
     pub csv: Option<&'a Path>,
     pub threads: usize,
     pub no_bias_correction: bool,
+    pub equalize: bool,
     pub target_sqnr: Option<f64>,
     pub promote_to: &'a str,
     pub cost_target: Option<&'a str>,
@@ -74,6 +75,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         csv,
         threads,
         no_bias_correction,
+        equalize,
         target_sqnr,
         promote_to,
         cost_target,
@@ -82,10 +84,11 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     if eval.is_none() && (report_path.is_some() || csv.is_some()) {
         bail!("--report and --csv need --eval PATH (the evaluation set)");
     }
-    let recipe = match recipe {
+    let mut recipe = match recipe {
         Some(p) => load_recipe(p)?,
         None => Recipe::from_preset(preset_name),
     };
+    recipe.equalize |= equalize;
     let label = recipe_name(a.recipe, &recipe);
     preset(&recipe.preset)?;
     let method = method.map(Calibration::parse).transpose()?;
@@ -94,7 +97,10 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         .transpose()?;
     let pre = preprocess.unwrap_or("");
     let calib_set = open_set("calibration", calib, pre)?;
-    let model = optimized(model_path)?;
+    let (model, equalized) = pipeline::equalized(optimized(model_path)?, &recipe);
+    if let Some(e) = &equalized {
+        print_equalization(e);
+    }
     // Checked before the calibration: a recipe that does not fit the graph fails at once,
     // naming the file, and rules that match nothing are reported first.
     let resolved = recipe.resolve(&model.graph).map_err(|e| match a.recipe {
@@ -151,6 +157,9 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         );
     }
     let mut plan = planned.plan;
+    if let Some(e) = &equalized {
+        plan.equalization.clone_from(&e.scales);
+    }
     let calib_s = t.elapsed().as_secs_f64();
     let mut amp = None;
     if let (Some(target), Some(to)) = (target_sqnr, promote_to) {
@@ -197,6 +206,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
             &QuantizeReport {
                 report: &report,
                 mixed_precision: amp.as_ref(),
+                equalization: equalized.as_ref().map(|e| e.pairs.as_slice()),
             },
         )?;
     }
@@ -254,6 +264,9 @@ struct QuantizeReport<'a> {
     report: &'a Report,
     #[serde(skip_serializing_if = "Option::is_none")]
     mixed_precision: Option<&'a npu_core::quant::amp::MixedPrecision>,
+    /// Cross-layer equalization, pair by pair: weight channel-range spread before and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    equalization: Option<&'a [npu_core::quant::equalize::PairReport]>,
 }
 
 /// The name a plan records for its recipe: the preset, or the recipe file's name.
@@ -274,7 +287,28 @@ fn recipe_name(path: Option<&Path>, recipe: &Recipe) -> String {
 /// model its names refer to.
 pub(super) fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantPlan, Model)> {
     let plan = pipeline::load_plan(plan_path)?;
-    Ok((plan, optimized(model_path)?))
+    let mut model = optimized(model_path)?;
+    npu_core::quant::equalize::apply(&mut model, &plan.equalization)
+        .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
+    Ok((plan, model))
+}
+
+/// One line for cross-layer equalization: pairs, and the median channel-range spread of
+/// their weights before and after.
+fn print_equalization(e: &npu_core::quant::equalize::Equalized) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(1.0)
+    };
+    let first = |f: fn(&npu_core::quant::equalize::PairReport) -> f64| median(e.pairs.iter().map(f).collect());
+    println!(
+        "cross-layer equalization: {} conv pairs; median weight channel-range spread (max/min) of the first layer {:.1} → {:.1}, of the second {:.1} → {:.1}",
+        e.pairs.len(),
+        first(|p| p.first_spread_before),
+        first(|p| p.first_spread_after),
+        first(|p| p.second_spread_before),
+        first(|p| p.second_spread_after),
+    );
 }
 
 /// `npu-studio simulate`: the fake-quant simulation of a plan and its error report.

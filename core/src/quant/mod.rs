@@ -8,6 +8,7 @@
 pub mod amp;
 pub mod analysis;
 pub mod data;
+pub mod equalize;
 pub mod integer_check;
 pub mod legalize;
 pub mod live;
@@ -199,6 +200,10 @@ pub struct QuantPlan {
     /// integer device needs a grid there, and legalization takes it from here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hidden: BTreeMap<String, Ranges>,
+    /// Cross-layer equalization scales by the first layer of each pair
+    /// ([`equalize::apply`] makes the weights the ranges were calibrated on).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub equalization: equalize::Scales,
 }
 
 impl QuantPlan {
@@ -598,6 +603,7 @@ impl<'m> Quantizer<'m> {
             bias_correction: BTreeMap::new(),
             graph: Some(params::graph_id(self.model)),
             input_shapes: stats.input_shapes.clone(),
+            equalization: BTreeMap::new(),
         })
     }
 

@@ -11,6 +11,7 @@
 //!         (name: Some("head"), op: Some("Conv"), precision: "float"),
 //!     ],
 //!     overrides: {"p2o.Conv.3": "int16"},
+//!     equalize: true,
 //! )
 //! ```
 
@@ -51,6 +52,10 @@ pub struct Recipe {
     /// Node name → precision; wins over every rule.
     #[serde(default)]
     pub overrides: BTreeMap<String, String>,
+    /// Cross-layer equalization of the optimized graph's conv pairs before calibration
+    /// ([`super::equalize`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub equalize: bool,
 }
 
 fn default_preset() -> String {
@@ -65,6 +70,7 @@ impl Default for Recipe {
             inputs: None,
             rules: Vec::new(),
             overrides: BTreeMap::new(),
+            equalize: false,
         }
     }
 }
