@@ -47,6 +47,7 @@ pub fn bench_quant_edit(
         data,
         preprocess,
         preset,
+        equalize: false,
     };
     let r = crate::bench_quant_edit::bench_edits(&std::sync::Arc::new(m), &model.display().to_string(), setup, edits)
         .map_err(anyhow::Error::msg)?;

@@ -228,6 +228,7 @@ fn print_curve(mp: &npu_core::quant::amp::MixedPrecision, target: f64, promote_t
         mp.layers_total
     );
     println!("  promotions weighed by {}", mp.cost);
+    println!("  output SQNR on the calibration samples (the ranges were fitted to them)");
     for c in &mp.curve {
         println!(
             "  {:>4} layers  {:>10.0} activation bytes  {}{}",

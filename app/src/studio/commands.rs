@@ -33,6 +33,8 @@ pub struct Setup {
     pub data: String,
     pub preprocess: String,
     pub preset: String,
+    /// Cross-layer equalization of the optimized graph before calibration.
+    pub equalize: bool,
 }
 
 impl Default for Setup {
@@ -41,6 +43,7 @@ impl Default for Setup {
             data: String::new(),
             preprocess: String::new(),
             preset: "w8a8".into(),
+            equalize: false,
         }
     }
 }

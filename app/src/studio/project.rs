@@ -22,6 +22,9 @@ pub struct Project {
     pub data: String,
     pub preprocess: String,
     pub preset: String,
+    /// Cross-layer equalization before calibration.
+    #[serde(default)]
+    pub equalize: bool,
     /// Precision edits by node name of the optimized graph.
     pub layers: BTreeMap<String, LayerPrecision>,
     /// The recipe editor's rules.
@@ -55,6 +58,7 @@ impl Project {
             data: setup.data.clone(),
             preprocess: setup.preprocess.clone(),
             preset: setup.preset.clone(),
+            equalize: setup.equalize,
             layers: edits.layers.clone(),
             rules: rules.to_vec(),
             plan: edits.base.as_deref().cloned(),
@@ -82,6 +86,7 @@ impl Project {
             data: self.data.clone(),
             preprocess: self.preprocess.clone(),
             preset: self.preset.clone(),
+            equalize: self.equalize,
         }
     }
 
@@ -128,7 +133,12 @@ pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> 
     let p = Project::load(autosave).ok()?;
     let differs = match saved {
         Some(s) => {
-            s.layers != p.layers || s.data != p.data || s.preset != p.preset || s.rules != p.rules || s.plan != p.plan
+            s.layers != p.layers
+                || s.data != p.data
+                || s.preset != p.preset
+                || s.equalize != p.equalize
+                || s.rules != p.rules
+                || s.plan != p.plan
         }
         None => !p.layers.is_empty() || p.plan.is_some(),
     };
@@ -151,6 +161,7 @@ mod tests {
             data: "photos".into(),
             preprocess: "size=8x8".into(),
             preset: "w8a8".into(),
+            equalize: true,
         };
         let rules = vec![Rule {
             name: Some("^conv".into()),

@@ -77,6 +77,8 @@ fn controls_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, setup: &m
                     ui.selectable_value(&mut setup.preset, p.to_string(), p);
                 }
             });
+        ui.checkbox(&mut setup.equalize, "Equalize")
+            .on_hover_text("cross-layer equalization: conv pairs with a Relu (or nothing) between them get equal per-channel weight ranges before calibration");
         ui.toggle_value(&mut q.show_recipe, "Recipe…");
         if let Some(s) = q.session.as_ref().filter(|s| s.starting()) {
             let (f, what) = s.progress.fraction();

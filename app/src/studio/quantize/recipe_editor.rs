@@ -164,6 +164,7 @@ impl QuantView {
                 .iter()
                 .filter_map(|(n, p)| Some((n.clone(), p.keyword()?.to_string())))
                 .collect(),
+            equalize: self.setup.equalize,
             ..Recipe::default()
         }
     }
@@ -215,6 +216,7 @@ impl QuantView {
         if recipe.preset != self.setup.preset {
             self.setup.preset.clone_from(&recipe.preset);
         }
+        self.setup.equalize = recipe.equalize;
         self.rules.clone_from(&recipe.rules);
         self.dirty = true;
         // Its layers refer to a plan calibrated with its preset.

@@ -493,11 +493,21 @@ fn worker(
             Err(npu_core::passes::OptimizeError::Cancelled) => return Err(JobError::Cancelled),
             Err(e) => return Err(JobError::Failed(format!("optimizing: {e}"))),
         };
+        let recipe = npu_core::quant::recipe::Recipe {
+            equalize: setup.equalize,
+            ..npu_core::quant::recipe::Recipe::from_preset(&setup.preset)
+        };
+        let (optimized, equalized) = pipeline::equalized(optimized, &recipe);
         let optimized = Arc::new(optimized);
         let q = pipeline::quantizer(&optimized, w.threads)?;
         let calib = Samples::open(&setup.data, &setup.preprocess).map_err(|e| JobError::Failed(e.to_string()))?;
         let stats = pipeline::calibrate(&q, &calib, progress)?;
-        let planned = pipeline::plan(&q, &stats, &calib, &PlanRequest::preset(&setup.preset), progress)?;
+        let mut planned = pipeline::plan(&q, &stats, &calib, &PlanRequest::preset(&setup.preset), progress)?;
+        if let Some(e) = equalized {
+            // The mapping's graph carries the equalized weights; the plan keeps the scales
+            // for the commands that rebuild them from the model file.
+            planned.plan.equalization = e.scales;
+        }
         let samples = calib.load(&optimized, progress)?;
         let t = Instant::now();
         w.simulating.store(true, std::sync::atomic::Ordering::Relaxed);
