@@ -520,7 +520,11 @@ pub fn export_bundle(
         return Err(ExportError::Cancelled);
     }
     progress.update(1, steps, "writing the plan");
-    export_plan(plan, &plan_path)?;
+    // `optimized` already carries any equalized weights; the plan written beside it must
+    // not scale them again when the two are read together.
+    let mut beside = plan.clone();
+    beside.equalization.clear();
+    export_plan(&beside, &plan_path)?;
     progress.update(2, steps, "writing the report");
     export_json(report, &report_path)?;
     let mut bundle = Bundle {

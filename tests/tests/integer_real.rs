@@ -299,11 +299,8 @@ fn cls_cross_layer_equalization_keeps_fp32_and_raises_held_out_sqnr() {
     // The plan's scales rebuild the same weights from the optimized graph.
     let mut again = model.clone();
     npu_core::quant::equalize::apply(&mut again, &plan.equalization).expect("applies");
-    let same = again
-        .graph
-        .values
-        .iter()
-        .zip(&m.graph.values)
-        .all(|(p, q)| p.constant.as_ref().map(|c| c.raw()) == q.constant.as_ref().map(|c| c.raw()));
+    let same = again.graph.values.iter().zip(&m.graph.values).all(|(p, q)| {
+        p.constant.as_ref().map(npu_core::ir::Constant::raw) == q.constant.as_ref().map(npu_core::ir::Constant::raw)
+    });
     assert!(same, "apply() and equalize() disagree");
 }

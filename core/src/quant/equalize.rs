@@ -189,7 +189,9 @@ fn scale_pair(g: &Graph, consumers: &[Vec<NodeId>], work: &mut Work, a: NodeId, 
         let (shape, w) = work.get(g, pa.w);
         let per = w.len() / shape[0].max(1);
         for (c, row) in w.chunks_mut(per.max(1)).enumerate() {
-            row.iter_mut().for_each(|x| *x = (f64::from(*x) / s[c]) as f32);
+            for x in row.iter_mut() {
+                *x = (f64::from(*x) / s[c]) as f32;
+            }
         }
     }
     if let Some(bv) = pa.b {
@@ -341,6 +343,9 @@ mod tests {
     use crate::ir::{Attr, DType, Dim, Node, Value};
     use std::collections::HashMap;
 
+    /// An op of the test chain: its type, extra inputs and attributes.
+    type Step<'a> = (&'a str, Vec<ValueId>, Vec<(&'a str, Attr)>);
+
     /// Input [1,4,8,8] → Conv 3×3 (6 out, one outlier channel) → Relu → depthwise 3×3 →
     /// Relu → Conv 1×1 (3 out), optimized into three FusedConv.
     fn chain() -> Model {
@@ -389,7 +394,7 @@ mod tests {
             value(g, "w3", Some(w3)),
         );
         let mut cur = x;
-        let steps: [(&str, Vec<ValueId>, Vec<(&str, Attr)>); 5] = [
+        let steps: [Step<'_>; 5] = [
             ("Conv", vec![w1, b1], vec![("pads", Attr::Ints(vec![1; 4]))]),
             ("Relu", vec![], vec![]),
             (
