@@ -25,6 +25,14 @@ pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("data")
 }
 
+/// A model file loaded and put through the graph optimizer (what plans refer to).
+pub fn optimized(path: &Path) -> npu_core::ir::Model {
+    let (m, _) = npu_core::import::load(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
+        .expect("optimizes")
+        .model
+}
+
 /// The sub-folders of `dir`, sorted.
 pub fn sub_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)

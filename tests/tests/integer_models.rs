@@ -12,16 +12,9 @@ use npu_core::quant::observer::Calibration;
 use npu_core::quant::params::IntType;
 use npu_core::quant::{QuantPlan, Quantizer};
 use npu_core::sim::integer::{Input, run};
-use npu_tests::data_dir;
+use npu_tests::{data_dir, optimized};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-fn optimized(path: &Path) -> Model {
-    let (m, _) = npu_core::import::load(path).expect("loads");
-    npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
-        .expect("optimizes")
-        .model
-}
 
 /// A folder of links to `data/inputs/<names>` (disjoint from the evaluation files).
 fn folder(tag: &str, names: &[&str]) -> PathBuf {

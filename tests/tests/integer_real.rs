@@ -14,10 +14,7 @@ use npu_tests::data_dir;
 use std::collections::HashMap;
 
 fn cls_model() -> Model {
-    let (m, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_cls.onnx")).expect("loads");
-    npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
-        .expect("optimizes")
-        .model
+    npu_tests::optimized(&data_dir().join("models").join("ppocr_cls.onnx"))
 }
 
 #[test]
@@ -61,13 +58,7 @@ fn cls_integer_reference_tracks_fake_quant_and_exports() {
         assert_eq!(t.q.scale.len(), t.shape[0], "{}", t.name);
     }
 
-    let eval_dir = std::env::temp_dir().join(format!("npu_integer_eval_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&eval_dir);
-    std::fs::create_dir_all(&eval_dir).expect("tmp");
-    for n in ["astronaut", "chelsea", "coffee", "page", "rocket", "text"] {
-        let f = format!("cls_{n}.npy");
-        std::fs::copy(data_dir().join("inputs").join(&f), eval_dir.join(&f)).expect("data/inputs");
-    }
+    let eval_dir = folder("cls_eval", &cls_photos());
     let eval = source(eval_dir.to_str().expect("path")).expect("eval");
     let report = q
         .simulate(
@@ -164,6 +155,15 @@ fn a_plan_of_another_graph_is_refused() {
     }
 }
 
+/// PP-OCR cls's six preprocessed photos (`data/inputs/cls_*.npy`): held out from its
+/// calibration on the crops.
+fn cls_photos() -> Vec<String> {
+    ["astronaut", "chelsea", "coffee", "page", "rocket", "text"]
+        .iter()
+        .map(|n| format!("cls_{n}.npy"))
+        .collect()
+}
+
 /// A folder of copies of `files` from data/inputs.
 fn folder(name: &str, files: &[String]) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("npu_integer_{name}_{}", std::process::id()));
@@ -179,10 +179,7 @@ fn folder(name: &str, files: &[String]) -> std::path::PathBuf {
 fn rec_w8a16_runs_its_6625_class_softmax_in_int8() {
     use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
     use npu_core::quant::recipe::Recipe;
-    let (m, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_rec.onnx")).expect("loads");
-    let model = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
-        .expect("optimizes")
-        .model;
+    let model = npu_tests::optimized(&data_dir().join("models").join("ppocr_rec.onnx"));
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let files = |names: &[&str]| names.iter().map(|n| format!("rec_{n}.npy")).collect::<Vec<_>>();
     let calib_dir = folder("rec_calib", &files(&["astronaut", "chelsea", "coffee"]));
@@ -242,10 +239,7 @@ fn cls_cross_layer_equalization_keeps_fp32_and_raises_held_out_sqnr() {
     let model = cls_model();
     let pre = "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5";
     let calib = Samples::open(data_dir().join("crops8").to_str().expect("path"), pre).expect("crops8");
-    let names: Vec<String> = ["astronaut", "chelsea", "coffee", "page", "rocket", "text"]
-        .iter()
-        .map(|n| format!("cls_{n}.npy"))
-        .collect();
+    let names = cls_photos();
     let eval_dir = folder("cls_cle_eval", &names);
     let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
     let score = |equalize: bool| {

@@ -13,10 +13,7 @@ use npu_tests::data_dir;
 use std::path::{Path, PathBuf};
 
 fn cls_model() -> Model {
-    let (m, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_cls.onnx")).expect("loads");
-    npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
-        .expect("optimizes")
-        .model
+    npu_tests::optimized(&data_dir().join("models").join("ppocr_cls.onnx"))
 }
 
 /// A folder holding only one PP-OCR model's preprocessed photos (`data/inputs/<which>_*.npy`).
@@ -384,10 +381,7 @@ fn incremental_update_matches_full_simulation() {
 #[test]
 fn mixed_precision_reaches_a16w8_on_rec() {
     use npu_core::quant::LayerPrecision;
-    let (m, _) = npu_core::import::load(&data_dir().join("models").join("ppocr_rec.onnx")).expect("loads");
-    let model = npu_core::passes::optimize(&m, &npu_core::passes::Options::default())
-        .expect("optimizes")
-        .model;
+    let model = npu_tests::optimized(&data_dir().join("models").join("ppocr_rec.onnx"));
     let tmp = tmp_dir("amp");
     let dir = model_inputs(&tmp, "rec");
     let dir = dir.to_str().expect("utf-8");

@@ -301,14 +301,14 @@ fn print_equalization(e: &npu_core::quant::equalize::Equalized) {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(1.0)
     };
-    let first = |f: fn(&npu_core::quant::equalize::PairReport) -> f64| median(e.pairs.iter().map(f).collect());
+    let of = |f: fn(&npu_core::quant::equalize::PairReport) -> f64| median(e.pairs.iter().map(f).collect());
     println!(
         "cross-layer equalization: {} conv pairs; median weight channel-range spread (max/min) of the first layer {:.1} → {:.1}, of the second {:.1} → {:.1}",
         e.pairs.len(),
-        first(|p| p.first_spread_before),
-        first(|p| p.first_spread_after),
-        first(|p| p.second_spread_before),
-        first(|p| p.second_spread_after),
+        of(|p| p.first_spread_before),
+        of(|p| p.first_spread_after),
+        of(|p| p.second_spread_before),
+        of(|p| p.second_spread_after),
     );
 }
 

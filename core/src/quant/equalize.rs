@@ -62,9 +62,10 @@ fn own_f32(g: &Graph, consumers: &[Vec<NodeId>], v: Option<ValueId>, n: NodeId) 
     (matches!(c.tensor(), Tensor::F32(_)) && consumers[v].iter().all(|&u| u == n)).then_some(v)
 }
 
-/// A convolution's parts: weight value, bias value (if any), groups.
+/// A convolution's parts: weight value and shape (OIHW), bias value (if any), groups.
 struct ConvParts {
     w: ValueId,
+    shape: Vec<usize>,
     b: Option<ValueId>,
     groups: usize,
 }
@@ -80,7 +81,8 @@ fn conv_parts(g: &Graph, consumers: &[Vec<NodeId>], n: NodeId) -> Option<ConvPar
         return None;
     }
     let w = own_f32(g, consumers, node.input(1), n)?;
-    if g.values[w].constant.as_ref()?.shape.len() < 3 {
+    let shape = g.values[w].constant.as_ref()?.shape.clone();
+    if shape.len() < 3 {
         return None;
     }
     let b = match node.input(2) {
@@ -88,44 +90,54 @@ fn conv_parts(g: &Graph, consumers: &[Vec<NodeId>], n: NodeId) -> Option<ConvPar
         None => None,
     };
     let groups = usize::try_from(node.attr_i("group").unwrap_or(1)).ok()?.max(1);
-    Some(ConvParts { w, b, groups })
+    Some(ConvParts { w, shape, b, groups })
+}
+
+/// Two convolutions CLE equalizes, with their parts.
+struct Pair {
+    first: NodeId,
+    second: NodeId,
+    a: ConvParts,
+    b: ConvParts,
 }
 
 /// The pairs CLE can equalize: a convolution with a homogeneous activation whose output
 /// only one other convolution reads (and no graph output is).
-pub fn pairs(g: &Graph) -> Vec<(NodeId, NodeId)> {
+fn find_pairs(g: &Graph) -> Vec<Pair> {
     let consumers = g.consumers();
     let mut out = Vec::new();
-    for (a, node) in g.nodes.iter().enumerate() {
-        if !homogeneous(g, a) || conv_parts(g, &consumers, a).is_none() {
+    for (first, node) in g.nodes.iter().enumerate() {
+        if !homogeneous(g, first) {
             continue;
         }
+        let Some(a) = conv_parts(g, &consumers, first) else {
+            continue;
+        };
         let Some(y) = node.outputs.first().copied().flatten() else {
             continue;
         };
         if g.outputs.contains(&y) || consumers[y].len() != 1 {
             continue;
         }
-        let b = consumers[y][0];
-        if g.nodes[b].input(0) != Some(y) || conv_parts(g, &consumers, b).is_none() {
+        let second = consumers[y][0];
+        if g.nodes[second].input(0) != Some(y) {
             continue;
         }
-        let (wa, wb) = (conv_w(g, &consumers, a), conv_w(g, &consumers, b));
-        let (Some((sa, _)), Some((sb, gb))) = (wa, wb) else {
+        let Some(b) = conv_parts(g, &consumers, second) else {
             continue;
         };
         // The second layer's input channels are the first's output channels.
-        if sb[1] * gb != sa[0] {
+        if b.shape[1] * b.groups != a.shape[0] {
             continue;
         }
-        out.push((a, b));
+        out.push(Pair { first, second, a, b });
     }
     out
 }
 
-fn conv_w(g: &Graph, consumers: &[Vec<NodeId>], n: NodeId) -> Option<(Vec<usize>, usize)> {
-    let p = conv_parts(g, consumers, n)?;
-    Some((g.values[p.w].constant.as_ref()?.shape.clone(), p.groups))
+/// The (first, second) node ids of the pairs CLE can equalize.
+pub fn pairs(g: &Graph) -> Vec<(NodeId, NodeId)> {
+    find_pairs(g).iter().map(|p| (p.first, p.second)).collect()
 }
 
 /// Range (max |w|) of each output channel of an OIHW weight.
@@ -165,60 +177,72 @@ fn spread(r: &[f64]) -> f64 {
     if min.is_finite() { max / min } else { 1.0 }
 }
 
-/// Weights being equalized, by value, as flat f32 with their shapes.
+/// Weights being equalized, by value, as flat f32 (read from the graph on first use).
 struct Work {
-    data: BTreeMap<ValueId, (Vec<usize>, Vec<f32>)>,
+    data: BTreeMap<ValueId, Vec<f32>>,
 }
 
 impl Work {
-    fn get(&mut self, g: &Graph, v: ValueId) -> &mut (Vec<usize>, Vec<f32>) {
+    fn new() -> Self {
+        Self { data: BTreeMap::new() }
+    }
+
+    fn get(&mut self, g: &Graph, v: ValueId) -> &mut Vec<f32> {
         self.data.entry(v).or_insert_with(|| {
             let c = g.values[v].constant.as_ref().expect("a constant");
-            (c.shape.clone(), c.tensor().to_f32().iter().copied().collect())
+            c.tensor().to_f32().iter().copied().collect()
         })
     }
-}
 
-/// Scales output channels of `a` by `1/s` and input channels of `b` by `s`.
-fn scale_pair(g: &Graph, consumers: &[Vec<NodeId>], work: &mut Work, a: NodeId, b: NodeId, s: &[f64]) {
-    let (pa, pb) = (
-        conv_parts(g, consumers, a).expect("checked"),
-        conv_parts(g, consumers, b).expect("checked"),
-    );
-    {
-        let (shape, w) = work.get(g, pa.w);
-        let per = w.len() / shape[0].max(1);
+    /// Per-channel ranges of a pair: the first layer's outputs, the second's inputs.
+    fn ranges(&mut self, g: &Graph, p: &Pair) -> (Vec<f64>, Vec<f64>) {
+        let r1 = out_ranges(self.get(g, p.a.w), p.a.shape[0]);
+        let r2 = in_ranges(self.get(g, p.b.w), &p.b.shape, p.b.groups);
+        (r1, r2)
+    }
+
+    /// Scales output channels of the first layer by `1/s` and input channels of the
+    /// second by `s`.
+    fn scale(&mut self, g: &Graph, p: &Pair, s: &[f64]) {
+        let w = self.get(g, p.a.w);
+        let per = w.len() / p.a.shape[0].max(1);
         for (c, row) in w.chunks_mut(per.max(1)).enumerate() {
             for x in row.iter_mut() {
                 *x = (f64::from(*x) / s[c]) as f32;
             }
         }
-    }
-    if let Some(bv) = pa.b {
-        let (_, bias) = work.get(g, bv);
-        for (c, x) in bias.iter_mut().enumerate() {
-            *x = (f64::from(*x) / s[c]) as f32;
+        if let Some(bv) = p.a.b {
+            for (c, x) in self.get(g, bv).iter_mut().enumerate() {
+                *x = (f64::from(*x) / s[c]) as f32;
+            }
         }
-    }
-    let (shape, w) = work.get(g, pb.w);
-    let (o, ipg) = (shape[0], shape[1]);
-    let k: usize = shape[2..].iter().product();
-    for oc in 0..o {
-        for j in 0..ipg {
-            let c = in_channel(oc, j, o, ipg, pb.groups);
-            let base = (oc * ipg + j) * k;
-            for x in &mut w[base..base + k] {
-                *x = (f64::from(*x) * s[c]) as f32;
+        let shape = &p.b.shape;
+        let (o, ipg) = (shape[0], shape[1]);
+        let k: usize = shape[2..].iter().product();
+        let w = self.get(g, p.b.w);
+        for oc in 0..o {
+            for j in 0..ipg {
+                let c = in_channel(oc, j, o, ipg, p.b.groups);
+                let base = (oc * ipg + j) * k;
+                for x in &mut w[base..base + k] {
+                    *x = (f64::from(*x) * s[c]) as f32;
+                }
             }
         }
     }
-}
 
-/// Writes the worked weights back as constants.
-fn store(model: &mut Model, work: Work) {
-    for (v, (shape, data)) in work.data {
-        let t = Tensor::from_f32(&shape, data).expect("same shape");
-        model.graph.values[v].constant = Some(Constant::from_tensor(&t));
+    /// Writes the worked weights back as constants.
+    fn store(self, model: &mut Model) {
+        for (v, data) in self.data {
+            let shape = model.graph.values[v]
+                .constant
+                .as_ref()
+                .expect("a constant")
+                .shape
+                .clone();
+            let t = Tensor::from_f32(&shape, data).expect("same shape");
+            model.graph.values[v].constant = Some(Constant::from_tensor(&t));
+        }
     }
 }
 
@@ -226,24 +250,14 @@ fn store(model: &mut Model, work: Work) {
 /// scales a plan keeps.
 pub fn equalize(model: &Model) -> (Model, Equalized) {
     let g = &model.graph;
-    let consumers = g.consumers();
-    let pairs = pairs(g);
-    let mut work = Work { data: BTreeMap::new() };
+    let pairs = find_pairs(g);
+    let mut work = Work::new();
     let mut total: BTreeMap<NodeId, Vec<f64>> = BTreeMap::new();
-    let ranges = |work: &mut Work, a: NodeId, b: NodeId| {
-        let (pa, pb) = (
-            conv_parts(g, &consumers, a).expect("checked"),
-            conv_parts(g, &consumers, b).expect("checked"),
-        );
-        let (sa, wa) = work.get(g, pa.w).clone();
-        let (sb, wb) = work.get(g, pb.w).clone();
-        (out_ranges(&wa, sa[0]), in_ranges(&wb, &sb, pb.groups))
-    };
-    let before: Vec<(Vec<f64>, Vec<f64>)> = pairs.iter().map(|&(a, b)| ranges(&mut work, a, b)).collect();
+    let before: Vec<(Vec<f64>, Vec<f64>)> = pairs.iter().map(|p| work.ranges(g, p)).collect();
     for _ in 0..SWEEPS {
         let mut moved = 0f64;
-        for &(a, b) in &pairs {
-            let (r1, r2) = ranges(&mut work, a, b);
+        for p in &pairs {
+            let (r1, r2) = work.ranges(g, p);
             let s: Vec<f64> = r1
                 .iter()
                 .zip(&r2)
@@ -256,8 +270,8 @@ pub fn equalize(model: &Model) -> (Model, Equalized) {
                 })
                 .collect();
             moved = s.iter().fold(moved, |m, &x| m.max(x.ln().abs()));
-            scale_pair(g, &consumers, &mut work, a, b, &s);
-            let t = total.entry(a).or_insert_with(|| vec![1.0; s.len()]);
+            work.scale(g, p, &s);
+            let t = total.entry(p.first).or_insert_with(|| vec![1.0; s.len()]);
             t.iter_mut().zip(&s).for_each(|(t, s)| *t *= s);
         }
         if moved < 1e-4 {
@@ -271,25 +285,20 @@ pub fn equalize(model: &Model) -> (Model, Equalized) {
     // The model a plan's readers make: the original weights scaled once by the totals.
     let mut out = model.clone();
     apply(&mut out, &scales).expect("scales of this graph's pairs");
-    let mut after = Work { data: BTreeMap::new() };
+    let mut after = Work::new();
     let reports = pairs
         .iter()
         .zip(before)
-        .map(|(&(a, b), (r1, r2))| {
-            let (pa, pb) = (
-                conv_parts(&out.graph, &consumers, a).expect("checked"),
-                conv_parts(&out.graph, &consumers, b).expect("checked"),
-            );
-            let (sa, wa) = after.get(&out.graph, pa.w).clone();
-            let (sb, wb) = after.get(&out.graph, pb.w).clone();
+        .map(|(p, (r1, r2))| {
+            let (a1, a2) = after.ranges(&out.graph, p);
             PairReport {
-                first: g.nodes[a].name.clone(),
-                second: g.nodes[b].name.clone(),
-                channels: sa[0],
+                first: g.nodes[p.first].name.clone(),
+                second: g.nodes[p.second].name.clone(),
+                channels: p.a.shape[0],
                 first_spread_before: spread(&r1),
-                first_spread_after: spread(&out_ranges(&wa, sa[0])),
+                first_spread_after: spread(&a1),
                 second_spread_before: spread(&r2),
-                second_spread_after: spread(&in_ranges(&wb, &sb, pb.groups)),
+                second_spread_after: spread(&a2),
             }
         })
         .collect();
@@ -310,20 +319,18 @@ pub fn apply(model: &mut Model, scales: &Scales) -> Result<(), ApplyError> {
         return Ok(());
     }
     let g = &model.graph;
-    let consumers = g.consumers();
-    let pairs = pairs(g);
-    let mut work = Work { data: BTreeMap::new() };
+    let pairs = find_pairs(g);
+    let mut work = Work::new();
     for (name, s) in scales {
         let err = |problem: &str| ApplyError {
             node: name.clone(),
             problem: problem.into(),
         };
-        let &(a, b) = pairs
+        let p = pairs
             .iter()
-            .find(|(a, _)| &g.nodes[*a].name == name)
+            .find(|p| &g.nodes[p.first].name == name)
             .ok_or_else(|| err("no equalizable pair starts at this node"))?;
-        let p = conv_parts(g, &consumers, a).expect("checked");
-        let channels = g.values[p.w].constant.as_ref().map_or(0, |c| c.shape[0]);
+        let channels = p.a.shape[0];
         if s.len() != channels || s.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
             return Err(err(&format!(
                 "{} scales for {channels} channels, or one not positive",
@@ -331,9 +338,9 @@ pub fn apply(model: &mut Model, scales: &Scales) -> Result<(), ApplyError> {
             )));
         }
         let s: Vec<f64> = s.iter().map(|&x| f64::from(x)).collect();
-        scale_pair(g, &consumers, &mut work, a, b, &s);
+        work.scale(g, p, &s);
     }
-    store(model, work);
+    work.store(model);
     Ok(())
 }
 
@@ -461,25 +468,14 @@ mod tests {
             "{:?}",
             e.pairs[0]
         );
-        let c = eq.graph.consumers();
-        for &(a, b) in &pairs(&eq.graph) {
-            let (pa, pb) = (
-                conv_parts(&eq.graph, &c, a).expect("a"),
-                conv_parts(&eq.graph, &c, b).expect("b"),
-            );
-            let wa = eq.graph.values[pa.w].constant.as_ref().expect("w");
-            let wb = eq.graph.values[pb.w].constant.as_ref().expect("w");
-            let r1 = out_ranges(&wa.tensor().to_f32().iter().copied().collect::<Vec<_>>(), wa.shape[0]);
-            let r2 = in_ranges(
-                &wb.tensor().to_f32().iter().copied().collect::<Vec<_>>(),
-                &wb.shape,
-                pb.groups,
-            );
+        let mut w = Work::new();
+        for p in &find_pairs(&eq.graph) {
+            let (r1, r2) = w.ranges(&eq.graph, p);
             for (x, y) in r1.iter().zip(&r2) {
                 assert!(
                     (x / y - 1.0).abs() < 0.05,
                     "{}: channel ranges {x} and {y}",
-                    eq.graph.nodes[a].name
+                    eq.graph.nodes[p.first].name
                 );
             }
         }
