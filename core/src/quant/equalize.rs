@@ -23,8 +23,8 @@ pub struct PairReport {
     pub first: String,
     pub second: String,
     pub channels: usize,
-    /// Largest over smallest nonzero channel range of the first layer's weights, before
-    /// and after.
+    /// Largest over smallest live channel range of the first layer's weights, before
+    /// and after (channels under a millionth of the largest are left out).
     pub first_spread_before: f64,
     pub first_spread_after: f64,
     pub second_spread_before: f64,
@@ -171,9 +171,15 @@ fn in_ranges(w: &[f32], shape: &[usize], groups: usize) -> Vec<f64> {
     r
 }
 
+/// Largest over smallest channel range; dead channels (below a millionth of the largest,
+/// which no scale can bring up) are left out.
 fn spread(r: &[f64]) -> f64 {
     let max = r.iter().copied().fold(0f64, f64::max);
-    let min = r.iter().copied().filter(|&x| x > 0.0).fold(f64::INFINITY, f64::min);
+    let min = r
+        .iter()
+        .copied()
+        .filter(|&x| x > max * 1e-6)
+        .fold(f64::INFINITY, f64::min);
     if min.is_finite() { max / min } else { 1.0 }
 }
 
