@@ -298,3 +298,82 @@ fn cls_cross_layer_equalization_keeps_fp32_and_raises_held_out_sqnr() {
     });
     assert!(same, "apply() and equalize() disagree");
 }
+
+/// Magika (tf2onnx from a Flax model) writes LayerNorm with moments, `E[x²] − E[x]²`, over
+/// a middle axis and the last, reducing without kept dims and broadcasting back through
+/// dynamic Reshape/Expand. Recognized, each becomes one LayerNormalization (a float
+/// island in the integer program) instead of an int8 subtraction that cancels.
+#[test]
+fn magika_moments_layernorms_are_recognized_and_quantize_on_held_out_files() {
+    use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
+    let path = data_dir().join("real").join("magika_standard_v3_3").join("model.onnx");
+    let (raw, _) = npu_core::import::load(&path).expect("magika");
+    let recognized = npu_tests::optimized(&path);
+    let lns: Vec<&npu_core::ir::Node> = recognized
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == "LayerNormalization")
+        .collect();
+    assert_eq!(lns.len(), 2, "both LayerNorms");
+    assert!(
+        !recognized
+            .graph
+            .nodes
+            .iter()
+            .any(|n| n.op == "Sqrt" || n.op == "Reciprocal")
+    );
+    // The same passes without pattern recognition: the moments stay as written.
+    let names: Vec<String> = npu_core::passes::all_passes()
+        .iter()
+        .map(|p| p.name().to_owned())
+        .filter(|n| n != "recognize-patterns")
+        .collect();
+    let written = npu_core::pipeline::optimize(&raw, &npu_core::pipeline::Passes::Only(names), &Silent)
+        .expect("optimizes")
+        .model;
+    assert!(!written.graph.nodes.iter().any(|n| n.op == "LayerNormalization"));
+    let files = |ks: &[usize]| ks.iter().map(|k| format!("magika_{k}.npy")).collect::<Vec<_>>();
+    let calib_dir = folder("magika_calib", &files(&[0, 1, 2]));
+    let eval_dir = folder("magika_eval", &files(&[3, 4, 5]));
+    let calib = Samples::open(calib_dir.to_str().expect("path"), "").expect("calibration set");
+    let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
+    let score = |m: &Model| {
+        let q = Quantizer::new(m, 2).expect("quantizer");
+        let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
+        let request = PlanRequest {
+            bias_correction: BiasCorrection::Off,
+            ..PlanRequest::preset("w8a8")
+        };
+        let plan = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent)
+            .expect("plans")
+            .plan;
+        let r = q
+            .simulate(&plan, &mut eval.iter(m), eval.len(), &Silent)
+            .expect("simulates");
+        r.outputs[0].integer_sqnr_db.expect("integer")
+    };
+    let before = score(&written);
+    let after = score(&recognized);
+    println!(
+        "magika w8a8 integer reference on 3 held-out batches: moments as written {before:.2} dB, recognized {after:.2} dB"
+    );
+    assert!(after > before + 10.0, "recognized {after} dB vs written {before} dB");
+    assert!(after > 55.0, "{after} dB");
+    // FP32: the recognized graph computes the model's function.
+    for f in files(&[3, 4, 5]) {
+        let x = npu_core::ir::npy::read(&eval_dir.join(&f)).expect("npy");
+        let inputs = HashMap::from([("bytes".to_owned(), x)]);
+        let a = npu_core::sim::Executor::new(&raw, 2)
+            .expect("exec")
+            .run(&inputs)
+            .expect("runs");
+        let b = npu_core::sim::Executor::new(&recognized, 2)
+            .expect("exec")
+            .run(&inputs)
+            .expect("runs");
+        let (a, b) = (a[0].1.to_f32(), b[0].1.to_f32());
+        let d = a.iter().zip(b.iter()).fold(0f32, |d, (p, q)| d.max((p - q).abs()));
+        assert!(d < 1e-5, "{f}: FP32 output moved by {d}");
+    }
+}

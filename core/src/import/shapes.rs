@@ -63,6 +63,7 @@ fn infer_graph(g: &mut Graph, opset: i64) {
                 .map(|c| c.tensor().clone())
         })
         .collect();
+    let mut symv: Vec<Option<SymVec>> = vec![None; g.values.len()];
     for n in order {
         // Subgraphs first: an If's outputs take their types from its branches.
         for a in g.nodes[n].attrs.values_mut() {
@@ -126,7 +127,29 @@ fn infer_graph(g: &mut Graph, opset: i64) {
             continue;
         }
         let kv = |i: usize| node.input(i).and_then(|v| known[v].as_ref());
-        let outs = rule(&node, &ins, &kv, opset);
+        let mut outs = rule(&node, &ins, &kv, opset);
+        // Shape values with symbolic entries: tracked through the small integer ops that
+        // build a Reshape's or Expand's target from `Shape`, then used there.
+        if let Some(sv) = sym_value(&node, g, &known, &symv, opset)
+            && let Some(Some(o)) = node.outputs.first()
+        {
+            symv[*o] = Some(sv);
+        }
+        if matches!(node.op.as_str(), "Reshape" | "Expand")
+            && kv(1).is_none()
+            && let Some(want) = node.input(1).and_then(|v| symv[v].as_ref())
+            && let Some(first) = outs.first_mut()
+        {
+            let x = ins.first().cloned().flatten().and_then(|x| x.1);
+            let s = if node.op == "Reshape" {
+                sym_reshape(x.as_deref(), &want.items, node.attr_i("allowzero").unwrap_or(0) != 0)
+            } else {
+                x.map(|x| sym_expand(&x, &want.items))
+            };
+            if s.is_some() {
+                first.1 = s;
+            }
+        }
         for (k, o) in node.outputs.iter().enumerate() {
             let Some(o) = o else { continue };
             if let Some((dt, sh)) = outs.get(k) {
@@ -147,6 +170,231 @@ fn infer_graph(g: &mut Graph, opset: i64) {
 }
 
 type Io = (Option<DType>, Option<Shape>);
+
+/// One entry of a shape value: a known integer or a named symbolic dim (anonymous
+/// symbols, `Sym("")`, stand for unknown sizes and never equal each other).
+#[derive(Clone, Debug, PartialEq)]
+enum Item {
+    Int(i64),
+    Sym(String),
+}
+
+/// A small integer tensor (rank 0 or 1) whose entries are dims, some symbolic: `Shape` of a
+/// dynamic tensor and what Slice, Gather, Concat, Cast, Squeeze and Unsqueeze make of it.
+#[derive(Clone, Debug)]
+struct SymVec {
+    scalar: bool,
+    items: Vec<Item>,
+}
+
+/// The shape value a node computes, when its inputs are shape values or constants.
+fn sym_value(node: &Node, g: &Graph, known: &[Option<Tensor>], symv: &[Option<SymVec>], opset: i64) -> Option<SymVec> {
+    if !node.domain.is_empty() {
+        return None;
+    }
+    // Input `i` as a shape value: tracked, or a small integer constant.
+    let arg = |i: usize| -> Option<SymVec> {
+        let v = node.input(i)?;
+        if let Some(s) = &symv[v] {
+            return Some(s.clone());
+        }
+        let t = known[v].as_ref()?;
+        if t.shape().len() > 1 || t.len() > 64 {
+            return None;
+        }
+        Some(SymVec {
+            scalar: t.shape().is_empty(),
+            items: t.as_i64_vec()?.into_iter().map(Item::Int).collect(),
+        })
+    };
+    let ints = |i: usize| {
+        node.input(i)
+            .and_then(|v| known[v].as_ref())
+            .and_then(Tensor::as_i64_vec)
+    };
+    let tracked = |i: usize| node.input(i).is_some_and(|v| symv[v].is_some());
+    match node.op.as_str() {
+        "Shape" => {
+            let dims = g.values[node.input(0)?].shape.as_ref()?;
+            let r = dims.len() as i64;
+            let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let start = clampi(node.attr_i("start").unwrap_or(0));
+            let end = clampi(node.attr_i("end").unwrap_or(r)).max(start);
+            let items = dims[start..end]
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => Item::Int(*n as i64),
+                    Dim::Sym(s) => Item::Sym(s.clone()),
+                })
+                .collect();
+            Some(SymVec { scalar: false, items })
+        }
+        "Cast" | "Identity" if tracked(0) => {
+            let to = node.attr_i("to").and_then(|c| DType::from_onnx(c as i32));
+            (node.op == "Identity" || matches!(to, Some(DType::I64 | DType::I32))).then(|| arg(0))?
+        }
+        "Concat" if (0..node.inputs.len()).any(tracked) => {
+            let mut items = vec![];
+            for i in 0..node.inputs.len() {
+                let a = arg(i)?;
+                if a.scalar {
+                    return None;
+                }
+                items.extend(a.items);
+            }
+            Some(SymVec { scalar: false, items })
+        }
+        "Slice" if tracked(0) => {
+            let a = arg(0)?;
+            if a.scalar {
+                return None;
+            }
+            let (starts, ends, axes, steps) = if opset >= 10 {
+                (
+                    ints(1)?,
+                    ints(2)?,
+                    node.input(3).map(|_| ints(3)),
+                    node.input(4).map(|_| ints(4)),
+                )
+            } else {
+                (
+                    node.attr_ints("starts")?.to_vec(),
+                    node.attr_ints("ends")?.to_vec(),
+                    node.attr_ints("axes").map(|a| Some(a.to_vec())),
+                    None,
+                )
+            };
+            let axes_ok = axes.is_none_or(|a| a.is_some_and(|a| a.iter().all(|&x| x == 0 || x == -1)));
+            let steps_ok = steps.is_none_or(|s| s.is_some_and(|s| s.iter().all(|&x| x == 1)));
+            if starts.len() != 1 || ends.len() != 1 || !axes_ok || !steps_ok {
+                return None;
+            }
+            let n = a.items.len() as i64;
+            let clampi = |v: i64| (if v < 0 { v + n } else { v }).clamp(0, n) as usize;
+            let (s, e) = (clampi(starts[0]), clampi(ends[0]));
+            Some(SymVec {
+                scalar: false,
+                items: a.items[s..e.max(s)].to_vec(),
+            })
+        }
+        "Gather" if tracked(0) && node.attr_i("axis").unwrap_or(0) == 0 => {
+            let a = arg(0)?;
+            let t = node.input(1).and_then(|v| known[v].as_ref())?;
+            let idx = t.as_i64_vec()?;
+            if a.scalar || t.shape().len() > 1 {
+                return None;
+            }
+            let n = a.items.len() as i64;
+            let items = idx
+                .iter()
+                .map(|&i| {
+                    a.items
+                        .get(usize::try_from(if i < 0 { i + n } else { i }).ok()?)
+                        .cloned()
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some(SymVec {
+                scalar: t.shape().is_empty(),
+                items,
+            })
+        }
+        "Unsqueeze" if tracked(0) => {
+            let a = arg(0)?;
+            let axes = node.attr_ints("axes").map(<[i64]>::to_vec).or_else(|| ints(1))?;
+            (a.scalar && axes == [0]).then_some(SymVec {
+                scalar: false,
+                items: a.items,
+            })
+        }
+        "Squeeze" if tracked(0) => {
+            let a = arg(0)?;
+            (!a.scalar && a.items.len() == 1).then_some(SymVec {
+                scalar: true,
+                items: a.items,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A dim as a shape value's entry.
+fn item_dim(i: &Item) -> Dim {
+    match i {
+        Item::Int(v) => Dim::Fixed((*v).max(0) as usize),
+        Item::Sym(s) => Dim::Sym(s.clone()),
+    }
+}
+
+/// The product of dims as a known factor and the named symbols it multiplies (None when
+/// an anonymous symbol is among them).
+fn sym_product<'a>(dims: impl Iterator<Item = &'a Dim>) -> Option<(usize, Vec<String>)> {
+    let mut k = 1;
+    let mut names = vec![];
+    for d in dims {
+        match d {
+            Dim::Fixed(v) => k *= v,
+            Dim::Sym(s) if !s.is_empty() => names.push(s.clone()),
+            Dim::Sym(_) => return None,
+        }
+    }
+    names.sort();
+    Some((k, names))
+}
+
+/// Reshape of `x` to a target with symbolic entries; a −1 is solved when the input's
+/// product divided by the other entries' leaves a known size or one named symbol.
+fn sym_reshape(x: Option<&[Dim]>, want: &[Item], allowzero: bool) -> Option<Shape> {
+    let mut out: Shape = want
+        .iter()
+        .enumerate()
+        .map(|(i, it)| match it {
+            Item::Int(0) if !allowzero => x.and_then(|x| x.get(i).cloned()).unwrap_or_else(sym),
+            Item::Int(v) if *v < 0 => sym(),
+            it => item_dim(it),
+        })
+        .collect();
+    if let Some(p) = want.iter().position(|it| *it == Item::Int(-1)) {
+        out[p] = sym();
+        let solved = x.and_then(|x| sym_product(x.iter())).zip(sym_product(
+            out.iter().enumerate().filter(|(i, _)| *i != p).map(|(_, d)| d),
+        ));
+        if let Some(((kx, mut nx), (ko, no))) = solved
+            && ko > 0
+            && kx % ko == 0
+        {
+            for n in &no {
+                let Some(k) = nx.iter().position(|m| m == n) else {
+                    return Some(out);
+                };
+                nx.remove(k);
+            }
+            out[p] = match nx.as_slice() {
+                [] => Dim::Fixed(kx / ko),
+                [n] if kx == ko => Dim::Sym(n.clone()),
+                _ => sym(),
+            };
+        }
+    }
+    Some(out)
+}
+
+/// NumPy broadcasting of `x` against a target with symbolic entries (Expand).
+fn sym_expand(x: &[Dim], want: &[Item]) -> Shape {
+    let rank = x.len().max(want.len());
+    (0..rank)
+        .map(|i| {
+            let a = (i + x.len()).checked_sub(rank).map(|k| x[k].clone());
+            let b = (i + want.len()).checked_sub(rank).map(|k| &want[k]);
+            match (a, b) {
+                (Some(d), None | Some(Item::Int(1))) => d,
+                (None | Some(Dim::Fixed(1)), Some(w)) => item_dim(w),
+                (Some(Dim::Fixed(d)), Some(Item::Int(w))) if d as i64 == *w => Dim::Fixed(d),
+                (Some(Dim::Sym(s)), Some(Item::Sym(w))) if !s.is_empty() && s == *w => Dim::Sym(s),
+                _ => sym(),
+            }
+        })
+        .collect()
+}
 
 fn sym() -> Dim {
     Dim::Sym(String::new())
@@ -686,6 +934,12 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             let mut out = x.clone();
             for a in spec {
                 out[a.axis] = if fake[a.axis] == UNKNOWN {
+                    // The whole axis in order keeps its symbolic size. Exporters write
+                    // "to the end" as a huge end (tf2onnx 1e9, others i32/i64::MAX): an
+                    // end from 2^29 up is taken as one.
+                    if a.first == 0 && a.step == 1 && a.count >= 1 << 29 {
+                        continue;
+                    }
                     sym()
                 } else {
                     Dim::Fixed(a.count)

@@ -275,6 +275,15 @@ impl<'g> Cx<'g> {
         crate::ir::concrete(self.g.values.get(v?)?.shape.as_ref()?)
     }
 
+    /// Whether `a` and `b` are known to have the same shape: the same rank, and each dim
+    /// the same size or the same named symbol (anonymous symbols never match).
+    pub fn same_shape(&self, a: ValueId, b: ValueId) -> bool {
+        match (&self.g.values[a].shape, &self.g.values[b].shape) {
+            (Some(x), Some(y)) => same_dims(x, y),
+            _ => false,
+        }
+    }
+
     /// The only output of a node, if it has exactly one.
     pub fn out(&self, n: &Node) -> Option<ValueId> {
         match n.outputs.as_slice() {
@@ -712,6 +721,17 @@ pub fn op_counts(m: &Model) -> BTreeMap<String, usize> {
 }
 
 /// Shorthand used by the passes: an f32 tensor of `shape` from f64 values.
+/// Whether two shapes are known to be equal: the same rank, and each dim the same size or
+/// the same named symbol (anonymous symbols never match).
+pub(crate) fn same_dims(x: &[Dim], y: &[Dim]) -> bool {
+    x.len() == y.len()
+        && x.iter().zip(y).all(|(p, q)| match (p, q) {
+            (Dim::Fixed(m), Dim::Fixed(n)) => m == n,
+            (Dim::Sym(m), Dim::Sym(n)) => !m.is_empty() && m == n,
+            _ => false,
+        })
+}
+
 pub(crate) fn f32_tensor(shape: &[usize], data: Vec<f64>) -> Tensor {
     let v: Vec<f32> = data.into_iter().map(|x| x as f32).collect();
     Tensor::F32(

@@ -1,11 +1,16 @@
 //! Recognition of decomposed LayerNorm, RMSNorm, GELU, SiLU and HardSwish into single ops.
 //!
+//! LayerNorm comes in two forms: with the variance of the centred input, and with the
+//! moments `E[x²] − E[x]²` (Flax's fast variance, as jax2tf exports it). The second one
+//! quantizes badly as written (the subtraction cancels), so recognizing it matters for more
+//! than speed.
+//!
 //! Exporters write these as chains of element-wise ops and reductions; each matcher starts
 //! at one distinctive node, walks the chain, and checks that every value inside the chain
 //! is read only inside it.
 
-use super::{Cx, Pass, f32_tensor};
-use crate::ir::{Attr, Node, NodeId, ValueId};
+use super::{Cx, Pass, f32_tensor, same_dims};
+use crate::ir::{Attr, DType, Dim, Node, NodeId, Value, ValueId};
 use crate::sim::ops::MICROSOFT;
 
 pub struct RecognizePatterns;
@@ -26,6 +31,7 @@ impl Pass for RecognizePatterns {
                 "Div" | "Mul" => {
                     norm(cx, id, n);
                 }
+                "Sqrt" => norm_moments(cx, id, n),
                 "Erf" => gelu(cx, id, n),
                 "Sigmoid" => silu(cx, id, n),
                 "Clip" => hardswish_clip(cx, id, n),
@@ -105,15 +111,10 @@ fn emit(
     if !keeps_rank {
         return false;
     }
-    // Every value made inside the chain must be read only inside it.
-    let last = *nodes.last().unwrap_or(&0);
-    for &k in nodes {
-        for &o in cx.g.nodes[k].outputs.iter().flatten() {
-            if o != out && !cx.used_only_by(o, nodes) {
-                return false;
-            }
-        }
+    if !closed(cx, nodes, out) {
+        return false;
     }
+    let last = *nodes.last().unwrap_or(&0);
     let mut p = cx.patch(rule);
     let mut inputs = inputs;
     for (name, t, slot) in consts {
@@ -128,6 +129,17 @@ fn emit(
     p.remove.extend_from_slice(nodes);
     p.nodes.push(node);
     cx.emit(p)
+}
+
+/// Whether every value made inside `nodes` is read only inside them (but `out`).
+fn closed(cx: &Cx<'_>, nodes: &[NodeId], out: ValueId) -> bool {
+    nodes.iter().all(|&k| {
+        cx.g.nodes[k]
+            .outputs
+            .iter()
+            .flatten()
+            .all(|&o| o == out || cx.used_only_by(o, nodes))
+    })
 }
 
 /// Whether a ReduceMean reduces only the last axis of `x`, keeping dims.
@@ -457,4 +469,347 @@ fn hardswish_hardsigmoid(cx: &mut Cx<'_>, id: NodeId, h: &Node) {
         vec![],
         vec![],
     );
+}
+
+/// A mean over some axes of `src`: ReduceMean, or ReduceSum times 1/N (or over N), as
+/// exporters that fold the division write it.
+struct Mean {
+    src: ValueId,
+    axes: Vec<usize>,
+    keepdims: bool,
+    nodes: Vec<NodeId>,
+}
+
+/// A reduction's axes, normalized and sorted (from the attribute or the constant input).
+fn reduce_axes(cx: &Cx<'_>, n: &Node, rank: usize) -> Option<Vec<usize>> {
+    let a = match n.attr_ints("axes") {
+        Some(a) => a.to_vec(),
+        None => cx.constant(n.input(1)?)?.as_i64_vec()?,
+    };
+    let mut v = a
+        .iter()
+        .map(|&x| {
+            usize::try_from(if x < 0 { x + rank as i64 } else { x })
+                .ok()
+                .filter(|&x| x < rank)
+        })
+        .collect::<Option<Vec<usize>>>()?;
+    v.sort_unstable();
+    v.dedup();
+    (!v.is_empty()).then_some(v)
+}
+
+fn mean_of(cx: &Cx<'_>, v: ValueId) -> Option<Mean> {
+    let (id, n) = cx.producer(Some(v))?;
+    let shape = |x: ValueId| cx.g.values[x].shape.clone();
+    let keep = |r: &Node| r.attr_i("keepdims").unwrap_or(1) != 0;
+    match n.op.as_str() {
+        "ReduceMean" if n.domain.is_empty() => {
+            let src = n.input(0)?;
+            Some(Mean {
+                src,
+                axes: reduce_axes(cx, n, shape(src)?.len())?,
+                keepdims: keep(n),
+                nodes: vec![id],
+            })
+        }
+        "Mul" | "Div" if n.domain.is_empty() => {
+            let (sum, k) = match (cx.producer_op(n.input(0), "ReduceSum"), n.op.as_str()) {
+                (Some(_), _) => (n.input(0), n.input(1)),
+                (None, "Mul") => (n.input(1), n.input(0)),
+                _ => return None,
+            };
+            let (sid, r) = cx.producer_op(sum, "ReduceSum")?;
+            let src = r.input(0)?;
+            let dims = shape(src)?;
+            let axes = reduce_axes(cx, r, dims.len())?;
+            let count = axes
+                .iter()
+                .map(|&a| match dims[a] {
+                    Dim::Fixed(d) => Some(d),
+                    Dim::Sym(_) => None,
+                })
+                .product::<Option<usize>>()? as f64;
+            let want = if n.op == "Mul" { 1.0 / count } else { count };
+            near(cx, k, want).then_some(Mean {
+                src,
+                axes,
+                keepdims: keep(r),
+                nodes: vec![sid, id],
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A reduced statistic of `x` (over `axes`, with or without kept dims) seen through the
+/// Reshape, Unsqueeze and Expand nodes that give it back its reduced axes as size-1 dims,
+/// as exporters that reduce without keeping dims write it: the statistic's value and the
+/// nodes peeled, when every step provably keeps it broadcast-equal to the keep-dims form.
+fn peel_keepdims(cx: &Cx<'_>, v: ValueId, x: &[Dim], axes: &[usize]) -> Option<(ValueId, Vec<NodeId>)> {
+    let keep: Vec<Dim> = (0..x.len())
+        .map(|i| if axes.contains(&i) { Dim::Fixed(1) } else { x[i].clone() })
+        .collect();
+    let reduced: Vec<Dim> = (0..x.len())
+        .filter(|i| !axes.contains(i))
+        .map(|i| x[i].clone())
+        .collect();
+    let shape_of = |v: ValueId| cx.g.values[v].shape.clone();
+    let mut v = v;
+    let mut nodes = vec![];
+    let mut outer = true;
+    loop {
+        let s = shape_of(v)?;
+        let Some((id, n)) = cx
+            .producer(Some(v))
+            .filter(|(_, n)| n.domain.is_empty() && matches!(n.op.as_str(), "Reshape" | "Expand" | "Unsqueeze"))
+        else {
+            // The statistic itself: kept dims, or (under a restoring node) reduced ones.
+            let ok = same_dims(&s, &keep) || (!nodes.is_empty() && same_dims(&s, &reduced));
+            return ok.then_some((v, nodes));
+        };
+        let inner = n.input(0)?;
+        let si = shape_of(inner)?;
+        // Each step ends in the keep-dims shape; only the outermost Expand may broadcast
+        // on to x's full shape (from the keep-dims one).
+        let ok = same_dims(&s, &keep) || (outer && n.op == "Expand" && same_dims(&s, x) && same_dims(&si, &keep));
+        if !ok || (n.op == "Expand" && !same_dims(&si, &keep)) {
+            // An Expand that is not the identity must start from the keep-dims shape; a
+            // statistic that already has it stops the walk.
+            return (nodes.is_empty() && same_dims(&s, &keep)).then_some((v, nodes));
+        }
+        nodes.push(id);
+        v = inner;
+        outer = false;
+    }
+}
+
+/// A constant that scales (or shifts) along axis `ax` of a rank-`rank` tensor only, as a
+/// vector of `d` values.
+fn axis_vec(cx: &Cx<'_>, v: ValueId, rank: usize, ax: usize, d: usize) -> Option<Vec<f64>> {
+    let t = cx.constant(v)?;
+    let s = t.shape();
+    let off = rank.checked_sub(s.len())?;
+    if s.iter().enumerate().any(|(i, &k)| i + off != ax && k != 1) {
+        return None;
+    }
+    let vals: Vec<f64> = t.to_f64().iter().copied().collect();
+    match vals.len() {
+        1 => Some(vec![vals[0]; d]),
+        n if n == d => Some(vals),
+        _ => None,
+    }
+}
+
+/// LayerNorm written with moments, `(x − E[x])·rsqrt(max(E[x²] − E[x]², 0) + eps)·γ + β`,
+/// anchored at the Sqrt. Normalizing one axis other than the last becomes a Transpose, a
+/// LayerNormalization over the last axis and the Transpose back.
+fn norm_moments(cx: &mut Cx<'_>, sid: NodeId, s: &Node) {
+    let _ = norm_moments_inner(cx, sid, s);
+}
+
+fn norm_moments_inner(cx: &mut Cx<'_>, sid: NodeId, s: &Node) -> Option<()> {
+    let (aid, a) = cx.producer_op(s.input(0), "Add")?;
+    let (v1, eps) = match (a.input(0), a.input(1)) {
+        (Some(p), q) if cx.scalar(q).is_some() => (p, cx.scalar(q)?),
+        (q, Some(p)) if cx.scalar(q).is_some() => (p, cx.scalar(q)?),
+        _ => return None,
+    };
+    // The variance, under restoring reshapes and an optional clamp at 0 (on either side).
+    let var_of = |v: ValueId| -> Option<(ValueId, Vec<NodeId>)> {
+        let (mid, m) = cx.producer_op(Some(v), "Max")?;
+        let other = match (m.input(0), m.input(1)) {
+            (Some(p), q) if cx.scalar(q) == Some(0.0) => p,
+            (q, Some(p)) if cx.scalar(q) == Some(0.0) => p,
+            _ => return None,
+        };
+        Some((other, vec![mid]))
+    };
+    let mut chain = vec![];
+    let mut v = v1;
+    let mut restorers = vec![];
+    for _ in 0..6 {
+        if let Some((o, n)) = var_of(v) {
+            chain.extend(n);
+            v = o;
+        } else if let Some((k, n)) = cx
+            .producer(Some(v))
+            .filter(|(_, n)| matches!(n.op.as_str(), "Reshape" | "Expand" | "Unsqueeze"))
+        {
+            restorers.push(k);
+            v = n.input(0)?;
+        } else {
+            break;
+        }
+    }
+    let (subid, sub) = cx.producer_op(Some(v), "Sub")?;
+    let (m2v, sqv) = (sub.input(0)?, sub.input(1)?);
+    let (qid, q) = cx.producer(Some(sqv))?;
+    let m1v = q.input(0)?;
+    let squares = |n: &Node, x: ValueId| match n.op.as_str() {
+        "Mul" => n.input(0) == Some(x) && n.input(1) == Some(x),
+        "Pow" => n.input(0) == Some(x) && near(cx, n.input(1), 2.0),
+        _ => false,
+    };
+    if !q.domain.is_empty() || !squares(q, m1v) {
+        return None;
+    }
+    let m1 = mean_of(cx, m1v)?;
+    let m2 = mean_of(cx, m2v)?;
+    let (pid, pw) = cx.producer(Some(m2.src))?;
+    let x = m1.src;
+    if !pw.domain.is_empty() || !squares(pw, x) || m1.axes != m2.axes || m1.keepdims != m2.keepdims {
+        return None;
+    }
+    if cx.g.values[x].dtype != Some(DType::F32) {
+        return None;
+    }
+    let x_shape = cx.g.values[x].shape.clone()?;
+    let rank = x_shape.len();
+    let [ax] = m1.axes[..] else { return None };
+    let Dim::Fixed(d) = x_shape[ax] else { return None };
+    // The clamped variance the Sqrt reads must be the keep-dims statistic.
+    let (inner, peeled) = peel_keepdims(cx, v1, &x_shape, &m1.axes)?;
+    let mut seen = inner;
+    while seen != v {
+        let (k, n) = cx.producer(Some(seen))?;
+        if n.op != "Max" || !chain.contains(&k) {
+            return None;
+        }
+        seen = n.input(0).filter(|&i| cx.scalar(Some(i)).is_none()).or(n.input(1))?;
+    }
+    chain.extend(peeled);
+    chain.extend(restorers.iter().copied());
+    chain.extend(m1.nodes.iter().copied());
+    chain.extend(m2.nodes.iter().copied());
+    chain.extend([pid, qid, subid, aid, sid]);
+    // 1/sqrt: a Reciprocal and a Mul, or a Div; γ may scale the reciprocal first.
+    let so = cx.out(s)?;
+    let (cid, c) = cx.sole_consumer(so)?;
+    let mut gamma = None;
+    let (centered, cid, c) = if c.op == "Div" && c.domain.is_empty() && c.input(1) == Some(so) {
+        (c.input(0)?, cid, c)
+    } else if c.op == "Reciprocal" && c.domain.is_empty() {
+        chain.push(cid);
+        let ro = cx.out(c)?;
+        let (mid, m) = cx.sole_consumer(ro)?;
+        let k = other(m, "Mul", ro)?;
+        if let Some(g) = axis_vec(cx, k, rank, ax, d) {
+            gamma = Some(g);
+            chain.push(mid);
+            let go = cx.out(m)?;
+            let (nid, n) = cx.sole_consumer(go)?;
+            (other(n, "Mul", go)?, nid, n)
+        } else {
+            (k, mid, m)
+        }
+    } else {
+        return None;
+    };
+    // centered = x − E[x] (broadcast back).
+    let (xsid, xs) = cx.producer_op(Some(centered), "Sub")?;
+    if xs.input(0) != Some(x) {
+        return None;
+    }
+    let (mean_in, mean_peeled) = peel_keepdims(cx, xs.input(1)?, &x_shape, &m1.axes)?;
+    if mean_in != m1v {
+        return None;
+    }
+    chain.extend(mean_peeled);
+    chain.extend([xsid, cid]);
+    let mut out = cx.out(c)?;
+    if gamma.is_none()
+        && let Some((gid, gn)) = cx.sole_consumer(out)
+        && let Some(g) = other(gn, "Mul", out).and_then(|k| axis_vec(cx, k, rank, ax, d))
+    {
+        gamma = Some(g);
+        chain.push(gid);
+        out = cx.out(gn)?;
+    }
+    let mut beta = None;
+    if let Some((bid, bn)) = cx.sole_consumer(out)
+        && let Some(b) = other(bn, "Add", out).and_then(|k| axis_vec(cx, k, rank, ax, d))
+    {
+        beta = Some(b);
+        chain.push(bid);
+        out = cx.out(bn)?;
+    }
+    if !cx.g.values[out].shape.as_ref().is_some_and(|o| same_dims(o, &x_shape)) {
+        return None;
+    }
+    let mut dedup = std::collections::HashSet::new();
+    chain.retain(|k| dedup.insert(*k));
+    let name = cx.g.nodes[*chain.last()?].name.clone();
+    let consts = vec![
+        (
+            format!("{name}:scale"),
+            f32_tensor(&[d], gamma.unwrap_or_else(|| vec![1.0; d])),
+            1,
+        ),
+        (
+            format!("{name}:bias"),
+            f32_tensor(&[d], beta.unwrap_or_else(|| vec![0.0; d])),
+            2,
+        ),
+    ];
+    let attrs = vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps as f32))];
+    if ax + 1 == rank {
+        emit(
+            cx,
+            "layernorm-moments",
+            &chain,
+            "LayerNormalization",
+            "",
+            vec![Some(x), None, None],
+            out,
+            attrs,
+            consts,
+        );
+        return Some(());
+    }
+    if !closed(cx, &chain, out) {
+        return None;
+    }
+    // Another axis: move it last, normalize, move it back.
+    let mut perm: Vec<i64> = (0..rank as i64).collect();
+    perm.swap(ax, rank - 1);
+    let mut moved = x_shape.clone();
+    moved.swap(ax, rank - 1);
+    let mut p = cx.patch("layernorm-moments");
+    let value = |p: &mut super::Patch, suffix: &str| {
+        let mut val = Value::new(format!("{name}:{suffix}"));
+        val.dtype = Some(DType::F32);
+        val.shape = Some(moved.clone());
+        p.value(val)
+    };
+    let xt = value(&mut p, "to_last");
+    let yt = value(&mut p, "normalized");
+    let mut ins = vec![Some(xt), None, None];
+    for (cname, t, slot) in consts {
+        ins[slot] = Some(p.constant(cname, &t));
+    }
+    let mut t1 = cx.node(
+        format!("{name}/to_last"),
+        "Transpose",
+        vec![Some(x)],
+        vec![Some(xt)],
+        &chain,
+    );
+    t1.attrs.insert("perm".into(), Attr::Ints(perm.clone()));
+    let mut ln = cx.node(name.clone(), "LayerNormalization", ins, vec![Some(yt)], &chain);
+    for (k, a) in attrs {
+        ln.attrs.insert(k.into(), a);
+    }
+    let mut t2 = cx.node(
+        format!("{name}/back"),
+        "Transpose",
+        vec![Some(yt)],
+        vec![Some(out)],
+        &chain,
+    );
+    t2.attrs.insert("perm".into(), Attr::Ints(perm));
+    p.remove.extend_from_slice(&chain);
+    p.nodes.extend([t1, ln, t2]);
+    cx.emit(p);
+    Some(())
 }

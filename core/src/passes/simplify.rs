@@ -31,9 +31,10 @@ impl Pass for RemoveNoops {
                     "dropout"
                 }
                 "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Expand" => {
-                    match (cx.shape(Some(x)), cx.shape(Some(y))) {
-                        (Some(a), Some(b)) if a == b => "noop-reshape",
-                        _ => continue,
+                    if cx.same_shape(x, y) {
+                        "noop-reshape"
+                    } else {
+                        continue;
                     }
                 }
                 "Transpose" => {

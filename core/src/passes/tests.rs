@@ -475,6 +475,110 @@ fn decomposed_norms_and_activations_are_recognized() {
     assert_eq!(ln_node.origin.len(), 9, "LayerNorm comes from its 9 nodes");
 }
 
+/// LayerNorm with moments over `axis` as jax2tf writes Flax's: sums without kept dims
+/// times 1/N, `max(E[x²] − E[x]², 0)`, broadcast back by Reshape and Expand to a shape
+/// built from `Shape(x)` (the batch is dynamic), γ on the reciprocal.
+fn moments_layernorm(b: &mut B, x: ValueId, shape: &[usize], axis: usize) -> ValueId {
+    let n = shape[axis];
+    let sh = b.node("Shape", &[x], vec![]);
+    let (zero, one) = (
+        b.ints(&format!("zero{axis}"), &[0]),
+        b.ints(&format!("one{axis}"), &[1]),
+    );
+    let batch = b.node("Slice", &[sh, zero, one, zero], vec![]);
+    let mut keep: Vec<i64> = shape[1..].iter().map(|&d| d as i64).collect();
+    keep[axis - 1] = 1;
+    let rest = b.ints(&format!("rest{axis}"), &keep);
+    let cat = b.node("Concat", &[batch, rest], vec![("axis", Attr::Int(0))]);
+    let target = b.node("Cast", &[cat], vec![("to", Attr::Int(7))]);
+    let axes = b.ints(&format!("axes{axis}"), &[axis as i64]);
+    let kd = || vec![("keepdims", Attr::Int(0))];
+    let inv_n = b.scalar(&format!("inv_n{axis}"), 1.0 / n as f32);
+    let s1 = b.node("ReduceSum", &[x, axes], kd());
+    let mean = b.node("Mul", &[s1, inv_n], vec![]);
+    let sq = b.node("Mul", &[x, x], vec![]);
+    let s2 = b.node("ReduceSum", &[sq, axes], kd());
+    let m2 = b.node("Mul", &[s2, inv_n], vec![]);
+    let m1sq = b.node("Mul", &[mean, mean], vec![]);
+    let var = b.node("Sub", &[m2, m1sq], vec![]);
+    let z = b.scalar(&format!("z{axis}"), 0.0);
+    let clamped = b.node("Max", &[z, var], vec![]);
+    let r = b.node("Reshape", &[clamped, target], vec![]);
+    let e = b.node("Expand", &[r, target], vec![]);
+    let eps = b.scalar(&format!("eps{axis}"), 1e-6);
+    let ve = b.node("Add", &[e, eps], vec![]);
+    let sd = b.node("Sqrt", &[ve], vec![]);
+    let inv = b.node("Reciprocal", &[sd], vec![]);
+    let mut gshape = vec![1; shape.len()];
+    gshape[axis] = n;
+    let gamma = b.random(&format!("gamma{axis}"), &gshape);
+    let beta = b.random(&format!("beta{axis}"), &gshape);
+    let ig = b.node("Mul", &[inv, gamma], vec![]);
+    let mr = b.node("Reshape", &[mean, target], vec![]);
+    let me = b.node("Expand", &[mr, target], vec![]);
+    let c = b.node("Sub", &[x, me], vec![]);
+    let y = b.node("Mul", &[c, ig], vec![]);
+    b.node("Add", &[y, beta], vec![])
+}
+
+#[test]
+fn moments_layernorms_with_a_dynamic_batch_are_recognized() {
+    let mut b = B::new(13);
+    let shape = [3, 6, 4];
+    let x = b.input("x", &shape);
+    b.m.graph.values[x].shape = Some(vec![Dim::Sym("n".into()), Dim::Fixed(6), Dim::Fixed(4)]);
+    // Over the middle axis (a Transpose each side), then over the last one.
+    let mid = moments_layernorm(&mut b, x, &shape, 1);
+    let last = moments_layernorm(&mut b, mid, &shape, 2);
+    let m = b.finish(&[last]);
+    // The targets' symbolic batch is followed through Shape, Slice, Concat and Cast.
+    let reshaped = m
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.op == "Reshape")
+        .and_then(|n| n.outputs[0]);
+    assert_eq!(
+        reshaped.and_then(|v| m.graph.values[v].shape.clone()),
+        Some(vec![Dim::Sym("n".into()), Dim::Fixed(1), Dim::Fixed(4)])
+    );
+    let opts = Options {
+        passes: select(&[
+            "remove-noops".to_owned(),
+            "recognize-patterns".to_owned(),
+            "dead-code".to_owned(),
+        ])
+        .expect("pass names"),
+        validate_each: true,
+        ..Options::default()
+    };
+    let o = optimize(&m, &opts).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        rules(&o).iter().filter(|r| r.ends_with("/layernorm-moments")).count(),
+        2
+    );
+    let ops = op_counts(&o.model);
+    assert_eq!(
+        ops.into_iter().collect::<Vec<_>>(),
+        [("LayerNormalization".to_owned(), 2), ("Transpose".to_owned(), 2)]
+    );
+    let perms: Vec<Vec<i64>> = o
+        .model
+        .graph
+        .nodes
+        .iter()
+        .filter_map(|n| n.attr_ints("perm").map(<[i64]>::to_vec))
+        .collect();
+    assert_eq!(perms, [vec![0, 2, 1], vec![0, 2, 1]]);
+    // The function is the same at a fixed batch.
+    let fix = |model: &Model| {
+        let mut f = model.clone();
+        crate::import::shapes::fix_inputs(&mut f, &HashMap::from([("x".to_owned(), shape.to_vec())])).expect("x");
+        f
+    };
+    compare_outputs(&fix(&m), &fix(&o.model), 5);
+}
+
 #[test]
 fn a_pattern_whose_inner_value_escapes_is_left_alone() {
     let mut b = B::new(13);
