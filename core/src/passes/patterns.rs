@@ -20,7 +20,7 @@ impl Pass for RecognizePatterns {
         "recognize-patterns"
     }
     fn about(&self) -> &'static str {
-        "Decomposed LayerNorm, RMSNorm, GELU, SiLU (x·sigmoid(x)) and HardSwish (x·relu6(x+3)/6) become single ops"
+        "Decomposed LayerNorm (also with moments, E[x²]−E[x]², over any one axis), RMSNorm, GELU, SiLU (x·sigmoid(x)) and HardSwish (x·relu6(x+3)/6) become single ops"
     }
     fn run(&self, cx: &mut Cx<'_>) {
         for (id, n) in cx.nodes() {
