@@ -142,7 +142,11 @@ fn infer_graph(g: &mut Graph, opset: i64) {
         {
             let x = ins.first().cloned().flatten().and_then(|x| x.1);
             let s = if node.op == "Reshape" {
-                sym_reshape(x.as_deref(), &want.items, node.attr_i("allowzero").unwrap_or(0) != 0)
+                Some(sym_reshape(
+                    x.as_deref(),
+                    &want.items,
+                    node.attr_i("allowzero").unwrap_or(0) != 0,
+                ))
             } else {
                 x.map(|x| sym_expand(&x, &want.items))
             };
@@ -343,7 +347,7 @@ fn sym_product<'a>(dims: impl Iterator<Item = &'a Dim>) -> Option<(usize, Vec<St
 
 /// Reshape of `x` to a target with symbolic entries; a −1 is solved when the input's
 /// product divided by the other entries' leaves a known size or one named symbol.
-fn sym_reshape(x: Option<&[Dim]>, want: &[Item], allowzero: bool) -> Option<Shape> {
+fn sym_reshape(x: Option<&[Dim]>, want: &[Item], allowzero: bool) -> Shape {
     let mut out: Shape = want
         .iter()
         .enumerate()
@@ -364,7 +368,7 @@ fn sym_reshape(x: Option<&[Dim]>, want: &[Item], allowzero: bool) -> Option<Shap
         {
             for n in &no {
                 let Some(k) = nx.iter().position(|m| m == n) else {
-                    return Some(out);
+                    return out;
                 };
                 nx.remove(k);
             }
@@ -375,7 +379,7 @@ fn sym_reshape(x: Option<&[Dim]>, want: &[Item], allowzero: bool) -> Option<Shap
             };
         }
     }
-    Some(out)
+    out
 }
 
 /// NumPy broadcasting of `x` against a target with symbolic entries (Expand).
