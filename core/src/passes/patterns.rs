@@ -31,7 +31,9 @@ impl Pass for RecognizePatterns {
                 "Div" | "Mul" => {
                     norm(cx, id, n);
                 }
-                "Sqrt" => norm_moments(cx, id, n),
+                "Sqrt" => {
+                    norm_moments(cx, id, n);
+                }
                 "Erf" => gelu(cx, id, n),
                 "Sigmoid" => silu(cx, id, n),
                 "Clip" => hardswish_clip(cx, id, n),
@@ -604,11 +606,7 @@ fn axis_vec(cx: &Cx<'_>, v: ValueId, rank: usize, ax: usize, d: usize) -> Option
 /// LayerNorm written with moments, `(x − E[x])·rsqrt(max(E[x²] − E[x]², 0) + eps)·γ + β`,
 /// anchored at the Sqrt. Normalizing one axis other than the last becomes a Transpose, a
 /// LayerNormalization over the last axis and the Transpose back.
-fn norm_moments(cx: &mut Cx<'_>, sid: NodeId, s: &Node) {
-    let _ = norm_moments_inner(cx, sid, s);
-}
-
-fn norm_moments_inner(cx: &mut Cx<'_>, sid: NodeId, s: &Node) -> Option<()> {
+fn norm_moments(cx: &mut Cx<'_>, sid: NodeId, s: &Node) -> Option<()> {
     let (aid, a) = cx.producer_op(s.input(0), "Add")?;
     let (v1, eps) = match (a.input(0), a.input(1)) {
         (Some(p), q) if cx.scalar(q).is_some() => (p, cx.scalar(q)?),
