@@ -248,6 +248,8 @@ pub struct Planned {
     pub adjusted: Vec<crate::quant::recipe::Adjustment>,
     /// What the bias correction did (`None`: not asked for).
     pub bias_correction: Option<BiasCorrectionNote>,
+    /// What the range refinement did (`None`: the recipe does not ask for it).
+    pub refined: Option<crate::quant::refine::Refined>,
 }
 
 /// Why planning stopped.
@@ -277,6 +279,12 @@ pub fn plan(
     plan.preset.clone_from(&request.label);
     plan.inputs = resolved.inputs;
     plan.layers = resolved.layers;
+    let mut refined = None;
+    if recipe.refine_ranges {
+        let (p, r) = q.refine_ranges(plan, stats, &calib.source, &calib.preprocess, progress)?;
+        plan = p;
+        refined = Some(r);
+    }
     let mut note = None;
     if request.bias_correction == BiasCorrection::Measure {
         let (p, n) = q.correct_bias(plan, &calib.source, &calib.preprocess, progress)?;
@@ -289,6 +297,7 @@ pub fn plan(
         rules_matched: resolved.matched,
         adjusted: resolved.adjusted,
         bias_correction: note,
+        refined,
     })
 }
 

@@ -309,6 +309,11 @@ enum Command {
         /// recipe).
         #[arg(long)]
         equalize: bool,
+        /// Choose each activation's clipping range by the output SQNR it gives (tried
+        /// narrower and wider, in graph order), kept only when it wins on held-back
+        /// calibration samples (same as `refine_ranges: true` in a recipe).
+        #[arg(long)]
+        refine_ranges: bool,
         /// Automatic mixed precision: promote the fewest layers needed to reach this output
         /// SQNR (dB) on the calibration set; prints the curve.
         #[arg(long, value_name = "DB")]
@@ -507,6 +512,7 @@ pub fn main() -> Result<()> {
             threads,
             no_bias_correction,
             equalize,
+            refine_ranges,
             target_sqnr,
             promote_to,
             cost_target,
@@ -524,6 +530,7 @@ pub fn main() -> Result<()> {
             threads,
             no_bias_correction,
             equalize,
+            refine_ranges,
             target_sqnr,
             promote_to: &promote_to,
             cost_target: cost_target.as_deref(),

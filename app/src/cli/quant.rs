@@ -51,6 +51,7 @@ pub struct QuantizeArgs<'a> {
     pub threads: usize,
     pub no_bias_correction: bool,
     pub equalize: bool,
+    pub refine_ranges: bool,
     pub target_sqnr: Option<f64>,
     pub promote_to: &'a str,
     pub cost_target: Option<&'a str>,
@@ -76,6 +77,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         threads,
         no_bias_correction,
         equalize,
+        refine_ranges,
         target_sqnr,
         promote_to,
         cost_target,
@@ -89,6 +91,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         None => Recipe::from_preset(preset_name),
     };
     recipe.equalize |= equalize;
+    recipe.refine_ranges |= refine_ranges;
     let label = recipe_name(a.recipe, &recipe);
     preset(&recipe.preset)?;
     let method = method.map(Calibration::parse).transpose()?;
@@ -142,6 +145,9 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
             a.precision.keyword().unwrap_or("?"),
             a.reason
         );
+    }
+    if let Some(r) = &planned.refined {
+        print_refined(r);
     }
     if let Some(bc) = planned.bias_correction {
         let judged = if bc.held_back > 0 {
@@ -207,6 +213,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
                 report: &report,
                 mixed_precision: amp.as_ref(),
                 equalization: equalized.as_ref().map(|e| e.pairs.as_slice()),
+                range_refinement: planned.refined.as_ref(),
             },
         )?;
     }
@@ -214,6 +221,32 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         npu_core::export::write_atomic(p, report.to_csv().as_bytes())?;
     }
     Ok(())
+}
+
+/// What the range refinement changed and how it was judged.
+fn print_refined(r: &npu_core::quant::refine::Refined) {
+    println!(
+        "range refinement: {} of {} activation ranges changed in {:.1} s; output SQNR on the fitting samples {} → {}",
+        r.choices.len(),
+        r.tried,
+        r.seconds,
+        db2(r.fit_before_db),
+        db2(r.fit_after_db)
+    );
+    if r.choices.is_empty() {
+        return;
+    }
+    let judged = if r.held_back > 0 {
+        format!("on {} held-back calibration samples", r.held_back)
+    } else {
+        "on the calibration samples it was fitted to (fewer than 3 to split)".to_owned()
+    };
+    println!(
+        "  {judged}: {} → {}; {}",
+        db2(r.held_before_db),
+        db2(r.held_after_db),
+        if r.kept { "kept" } else { "dropped" }
+    );
 }
 
 /// An SQNR with two decimals (`exact` for an error-free tensor).
@@ -268,6 +301,10 @@ struct QuantizeReport<'a> {
     /// Cross-layer equalization, pair by pair: weight channel-range spread before and after.
     #[serde(skip_serializing_if = "Option::is_none")]
     equalization: Option<&'a [npu_core::quant::equalize::PairReport]>,
+    /// Range refinement: every activation range it changed (from, to, the gain where it was
+    /// judged) and the held-back verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    range_refinement: Option<&'a npu_core::quant::refine::Refined>,
 }
 
 /// The name a plan records for its recipe: the preset, or the recipe file's name.

@@ -35,6 +35,8 @@ pub struct Setup {
     pub preset: String,
     /// Cross-layer equalization of the optimized graph before calibration.
     pub equalize: bool,
+    /// Activation ranges judged by the output SQNR, validated on held-back samples.
+    pub refine_ranges: bool,
 }
 
 impl Default for Setup {
@@ -44,6 +46,7 @@ impl Default for Setup {
             preprocess: String::new(),
             preset: "w8a8".into(),
             equalize: false,
+            refine_ranges: false,
         }
     }
 }

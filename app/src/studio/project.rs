@@ -25,6 +25,9 @@ pub struct Project {
     /// Cross-layer equalization before calibration.
     #[serde(default)]
     pub equalize: bool,
+    /// Activation ranges refined against the output SQNR.
+    #[serde(default)]
+    pub refine_ranges: bool,
     /// Precision edits by node name of the optimized graph.
     pub layers: BTreeMap<String, LayerPrecision>,
     /// The recipe editor's rules.
@@ -59,6 +62,7 @@ impl Project {
             preprocess: setup.preprocess.clone(),
             preset: setup.preset.clone(),
             equalize: setup.equalize,
+            refine_ranges: setup.refine_ranges,
             layers: edits.layers.clone(),
             rules: rules.to_vec(),
             plan: edits.base.as_deref().cloned(),
@@ -87,6 +91,7 @@ impl Project {
             preprocess: self.preprocess.clone(),
             preset: self.preset.clone(),
             equalize: self.equalize,
+            refine_ranges: self.refine_ranges,
         }
     }
 
@@ -137,6 +142,7 @@ pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> 
                 || s.data != p.data
                 || s.preset != p.preset
                 || s.equalize != p.equalize
+                || s.refine_ranges != p.refine_ranges
                 || s.rules != p.rules
                 || s.plan != p.plan
         }
@@ -162,6 +168,7 @@ mod tests {
             preprocess: "size=8x8".into(),
             preset: "w8a8".into(),
             equalize: true,
+            refine_ranges: true,
         };
         let rules = vec![Rule {
             name: Some("^conv".into()),

@@ -351,7 +351,7 @@ pub fn apply(model: &mut Model, scales: &Scales) -> Result<(), ApplyError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ir::{Attr, DType, Dim, Node, Value};
     use std::collections::HashMap;
@@ -361,7 +361,7 @@ mod tests {
 
     /// Input [1,4,8,8] → Conv 3×3 (6 out, one outlier channel) → Relu → depthwise 3×3 →
     /// Relu → Conv 1×1 (3 out), optimized into three FusedConv.
-    fn chain() -> Model {
+    pub(crate) fn chain() -> Model {
         let mut m = Model::default();
         m.meta.ir_version = 8;
         m.meta.opsets.insert(String::new(), 13);

@@ -372,6 +372,27 @@ impl Quantizer<'_> {
             .collect()
     }
 
+    /// Relative squared error (error energy over reference energy, summed over the samples)
+    /// of each of `values` under the live plan or a tried change; the live state must keep
+    /// every FP32 value (`Keep::References`). Values without a float reference count 0.
+    pub fn live_relative_errors(&self, live: &Live, change: Option<&Change>, values: &[ValueId]) -> Vec<f64> {
+        values
+            .iter()
+            .map(|v| {
+                let mut st = ErrorStats::default();
+                for k in 0..live.samples.len() {
+                    let q = change.and_then(|c| c.values[k].get(v)).or_else(|| live.quant[k].get(v));
+                    if let (Some(r), Some(q)) = (live.reference[k].get(v), q)
+                        && let Some(s) = stats(r, q)
+                    {
+                        st.merge(&s);
+                    }
+                }
+                if st.ref_sq > 0.0 { st.err_sq / st.ref_sq } else { 0.0 }
+            })
+            .collect()
+    }
+
     /// Squared output error of each sample under the live plan (summed over the outputs).
     pub fn live_sample_errors(&self, live: &Live) -> Vec<f64> {
         let g = self.graph();

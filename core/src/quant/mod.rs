@@ -15,6 +15,7 @@ pub mod live;
 pub mod observer;
 pub mod params;
 pub mod recipe;
+pub mod refine;
 pub mod scheme;
 
 use crate::ir::{DType, Graph, Model, Node, NodeId, Tensor, ValueId};

@@ -56,6 +56,10 @@ pub struct Recipe {
     /// ([`super::equalize`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub equalize: bool,
+    /// Activation ranges judged by the output SQNR they give, validated on held-back
+    /// calibration samples ([`super::refine`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refine_ranges: bool,
 }
 
 fn default_preset() -> String {
@@ -71,6 +75,7 @@ impl Default for Recipe {
             rules: Vec::new(),
             overrides: BTreeMap::new(),
             equalize: false,
+            refine_ranges: false,
         }
     }
 }

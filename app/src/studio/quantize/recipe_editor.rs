@@ -165,6 +165,7 @@ impl QuantView {
                 .filter_map(|(n, p)| Some((n.clone(), p.keyword()?.to_string())))
                 .collect(),
             equalize: self.setup.equalize,
+            refine_ranges: self.setup.refine_ranges,
             ..Recipe::default()
         }
     }
@@ -217,6 +218,7 @@ impl QuantView {
             self.setup.preset.clone_from(&recipe.preset);
         }
         self.setup.equalize = recipe.equalize;
+        self.setup.refine_ranges = recipe.refine_ranges;
         self.rules.clone_from(&recipe.rules);
         self.dirty = true;
         // Its layers refer to a plan calibrated with its preset.

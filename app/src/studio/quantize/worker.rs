@@ -495,6 +495,7 @@ fn worker(
         };
         let recipe = npu_core::quant::recipe::Recipe {
             equalize: setup.equalize,
+            refine_ranges: setup.refine_ranges,
             ..npu_core::quant::recipe::Recipe::from_preset(&setup.preset)
         };
         let (optimized, equalized) = pipeline::equalized(optimized, &recipe);
@@ -502,7 +503,13 @@ fn worker(
         let q = pipeline::quantizer(&optimized, w.threads)?;
         let calib = Samples::open(&setup.data, &setup.preprocess).map_err(|e| JobError::Failed(e.to_string()))?;
         let stats = pipeline::calibrate(&q, &calib, progress)?;
-        let mut planned = pipeline::plan(&q, &stats, &calib, &PlanRequest::preset(&setup.preset), progress)?;
+        let mut planned = pipeline::plan(
+            &q,
+            &stats,
+            &calib,
+            &PlanRequest::recipe(recipe.clone(), setup.preset.clone()),
+            progress,
+        )?;
         if let Some(e) = equalized {
             // The mapping's graph carries the equalized weights; the plan keeps the scales
             // for the commands that rebuild them from the model file.
