@@ -111,6 +111,7 @@ fn results_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, out: &mut 
         .iter()
         .map(|o| format!("Output {}: {}", o.name, db(o.sqnr_db)))
         .collect();
+    let refinement = s.refinement.clone();
     let status = match (s.updating(), s.last_latency_ms, q.show_timings) {
         (true, ..) => None,
         (false, Some(ms), true) => Some(format!("updated in {ms:.0} ms ({} node runs)", r.recomputed)),
@@ -131,6 +132,10 @@ fn results_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, out: &mut 
         } else {
             ui.spinner();
             ui.label("updating…");
+        }
+        if let Some(r) = &refinement {
+            ui.separator();
+            ui.label(r);
         }
         ui.separator();
         for o in Overlay::ALL {

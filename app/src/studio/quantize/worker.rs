@@ -205,10 +205,13 @@ pub struct Session {
     pub passes: Vec<String>,
     /// Set once calibration is done and the samples are being simulated.
     pub simulating: Arc<std::sync::atomic::AtomicBool>,
+    /// What the range refinement did, in words (when the setup asked for it).
+    pub refinement: Option<String>,
 }
 
 struct Started {
     mapping: Arc<Mapping>,
+    refinement: Option<String>,
     updates: Receiver<Result<Reply, JobError>>,
     inspected: Receiver<Inspect>,
     jobs: Receiver<JobReply>,
@@ -262,6 +265,7 @@ impl Session {
             setup,
             passes,
             simulating,
+            refinement: None,
         };
         if let Err(e) = spawned {
             session
@@ -302,6 +306,7 @@ impl Session {
             match self.rx.try_recv() {
                 Ok(Ok(s)) => {
                     self.mapping = Some(s.mapping);
+                    self.refinement = s.refinement;
                     self.updates = Some(s.updates);
                     self.inspected = Some(s.inspected);
                     self.jobs = Some(s.jobs);
@@ -515,6 +520,17 @@ fn worker(
             // for the commands that rebuild them from the model file.
             planned.plan.equalization = e.scales;
         }
+        let refinement = planned.refined.as_ref().map(|r| {
+            let db = |x: Option<f64>| x.map_or("exact".to_owned(), |v| format!("{v:.2} dB"));
+            format!(
+                "Refined ranges: {} of {} changed; held-back output SQNR {} → {}, {}",
+                r.choices.len(),
+                r.tried,
+                db(r.held_before_db),
+                db(r.held_after_db),
+                if r.kept { "kept" } else { "dropped" }
+            )
+        });
         let samples = calib.load(&optimized, progress)?;
         let t = Instant::now();
         w.simulating.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -533,6 +549,7 @@ fn worker(
         started
             .send(Ok(Started {
                 mapping: Arc::new(Mapping::new(optimized.clone())),
+                refinement,
                 updates,
                 inspected,
                 jobs,
