@@ -150,11 +150,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         print_refined(r);
     }
     if let Some(bc) = planned.bias_correction {
-        let judged = if bc.held_back > 0 {
-            format!("on {} held-back calibration samples", bc.held_back)
-        } else {
-            "on the calibration samples it was fitted to (fewer than 3 to split)".to_owned()
-        };
+        let judged = judged_on(bc.held_back);
         println!(
             "bias correction: output SQNR {judged} {} → {}; {}",
             db2(bc.without),
@@ -223,6 +219,15 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Which samples a data-driven choice was judged on.
+fn judged_on(held_back: usize) -> String {
+    if held_back > 0 {
+        format!("on {held_back} held-back calibration samples")
+    } else {
+        "on the calibration samples it was fitted to (fewer than 3 to split)".to_owned()
+    }
+}
+
 /// What the range refinement changed and how it was judged.
 fn print_refined(r: &npu_core::quant::refine::Refined) {
     println!(
@@ -236,11 +241,7 @@ fn print_refined(r: &npu_core::quant::refine::Refined) {
     if r.choices.is_empty() {
         return;
     }
-    let judged = if r.held_back > 0 {
-        format!("on {} held-back calibration samples", r.held_back)
-    } else {
-        "on the calibration samples it was fitted to (fewer than 3 to split)".to_owned()
-    };
+    let judged = judged_on(r.held_back);
     println!(
         "  {judged}: {} → {}; {}",
         db2(r.held_before_db),
