@@ -85,7 +85,10 @@ impl Quantizer<'_> {
             Some((fit, held)) => (fit, held),
             None => (src, src),
         };
-        let fit_samples = self.cache(&mut fit.samples(self.model, pre))?.samples;
+        let fit_samples = fit
+            .samples(self.model, pre)
+            .map(|s| s.map(|(_, s)| s))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut live = self.live(plan.clone(), fit_samples, Keep::References, progress)?;
         let fit_before = self.live_output_sqnr(&live, None);
         let points: Vec<_> = self
