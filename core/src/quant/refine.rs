@@ -68,8 +68,9 @@ fn scaled(r: (f64, f64), f: f64, seen: (f64, f64)) -> (f64, f64) {
 }
 
 impl Quantizer<'_> {
-    /// Refines `plan`'s activation ranges against the output SQNR (see the module's
-    /// description); `stats` are the calibration statistics the ranges came from.
+    /// Refines `plan`'s activation ranges against their consumers' error, guarded by the
+    /// output SQNR and judged on held-back samples (see the module's description); `stats`
+    /// are the calibration statistics the ranges came from.
     pub fn refine_ranges(
         &self,
         plan: QuantPlan,
