@@ -375,34 +375,45 @@ fn incremental_update_matches_full_simulation() {
     assert!(deep_ran < early_ran, "deep {deep_ran} vs early {early_ran}");
 }
 
-/// Mixed precision on PP-OCR rec reaches onnxruntime's best A16W8 output SQNR on the same
-/// photos (17.28 dB, measured by `bench/compare_quant_ort.py --a16w8`) with at most a tenth of
-/// the layers promoted, and its curve runs from no layer to every candidate promoted.
+/// Mixed precision on PP-OCR rec, searched on three calibration photos, reaches on the three
+/// held-out photos onnxruntime's best A16W8 output SQNR there (16.94 dB, calibrated on the
+/// same three photos; `bench/compare_quant_ort.py`) with at most a tenth of the layers
+/// promoted, and its curve runs from no layer to every candidate promoted.
 #[test]
 fn mixed_precision_reaches_a16w8_on_rec() {
     use npu_core::quant::LayerPrecision;
     let model = npu_tests::optimized(&data_dir().join("models").join("ppocr_rec.onnx"));
     let tmp = tmp_dir("amp");
-    let dir = model_inputs(&tmp, "rec");
-    let dir = dir.to_str().expect("utf-8");
+    let photos = |dir: &str, names: &[&str]| {
+        let d = tmp.join(dir);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        for n in names {
+            let f = format!("rec_{n}.npy");
+            std::fs::copy(data_dir().join("inputs").join(&f), d.join(&f)).expect("data/inputs");
+        }
+        source(d.to_str().expect("utf-8")).expect("source")
+    };
+    let src = photos("calib", &["astronaut", "chelsea", "coffee"]);
+    let held_out = photos("eval", &["page", "rocket", "text"]);
     let q = Quantizer::new(&model, 2).expect("quantizer");
-    let src = source(dir).expect("source");
     let pre = Preprocess::default();
-    let mut plan = w8a8_plan(&q, &src, &pre);
-    plan.bias_correction = q
-        .bias_corrections(&plan, &mut src.samples(&model, &pre), &Silent)
-        .expect("bias correction");
+    let plan = w8a8_plan(&q, &src, &pre);
     let cached = q.cache(&mut src.samples(&model, &pre)).expect("cache");
-    let base = q.output_sqnr(&plan, &cached).expect("sqnr").sqnr_db.expect("inexact");
-    let target = 17.28;
+    let evaluated = q.cache(&mut held_out.samples(&model, &pre)).expect("cache");
+    let base = q
+        .output_sqnr(&plan, &evaluated)
+        .expect("sqnr")
+        .sqnr_db
+        .expect("inexact");
+    let target = 16.94;
     assert!(base < target, "w8a8 alone already at {base}");
     let (mp, out) = q
         .mixed_precision(&plan, &cached, target, LayerPrecision::INT16, &Silent)
         .expect("search");
     let k = mp.chosen.expect("target reached");
-    let reached = q.output_sqnr(&out, &cached).expect("sqnr").sqnr_db.expect("inexact");
+    let reached = q.output_sqnr(&out, &evaluated).expect("sqnr").sqnr_db.expect("inexact");
     println!(
-        "ppocr_rec: {base:.2} dB → {reached:.2} dB with {k} of {} layers promoted",
+        "ppocr_rec on 3 held-out photos: {base:.2} dB → {reached:.2} dB with {k} of {} layers promoted (searched on 3 calibration photos)",
         mp.layers_total
     );
     assert!(k > 0 && k * 10 <= mp.layers_total, "{k} of {}", mp.layers_total);
@@ -412,9 +423,14 @@ fn mixed_precision_reaches_a16w8_on_rec() {
     assert!(mp.curve.windows(2).all(|w| w[0].cost_bytes <= w[1].cost_bytes));
     assert_eq!(mp.plans.len(), mp.curve.len());
 
-    // Promoting by hand: the bias corrections the edit made stale, measured again. On rec they
-    // do worse than the calibrated ones kept (23.1 against 27.9 dB with every layer at
-    // int16), which is why the studio keeps the calibrated corrections for hand edits.
+    let mut plan = plan;
+    plan.bias_correction = q
+        .bias_corrections(&plan, &mut src.samples(&model, &pre), &Silent)
+        .expect("bias correction");
+    // Promoting by hand: the bias corrections the edit made stale, measured again. Which
+    // does better depends on the samples: with every layer at int16, on these three
+    // calibration photos the stale ones give 17.70 dB and the remeasured 26.39, while
+    // calibrated and judged on all six photos the stale ones did better (27.9 against 23.1).
     let mut live = q
         .live(
             plan.clone(),
