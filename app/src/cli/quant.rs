@@ -238,16 +238,9 @@ fn print_refined(r: &npu_core::quant::refine::Refined) {
         db2(r.fit_before_db),
         db2(r.fit_after_db)
     );
-    if r.choices.is_empty() {
-        return;
+    if let Some(v) = r.verdict() {
+        println!("  {}: {v}", judged_on(r.held_back));
     }
-    let judged = judged_on(r.held_back);
-    println!(
-        "  {judged}: {} → {}; {}",
-        db2(r.held_before_db),
-        db2(r.held_after_db),
-        if r.kept { "kept" } else { "dropped" }
-    );
 }
 
 /// An SQNR with two decimals (`exact` for an error-free tensor).

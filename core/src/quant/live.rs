@@ -81,6 +81,23 @@ fn stats(reference: &Tensor, test: &Tensor) -> Option<ErrorStats> {
     Some(s)
 }
 
+/// The error of `v` against FP32 over every live sample, under the live plan or a tried
+/// change (its new value where it has one).
+fn live_error(live: &Live, change: Option<&Change>, v: ValueId) -> ErrorStats {
+    let mut st = ErrorStats::default();
+    for k in 0..live.samples.len() {
+        let q = change
+            .and_then(|c| c.values[k].get(&v))
+            .or_else(|| live.quant[k].get(&v));
+        if let (Some(r), Some(q)) = (live.reference[k].get(&v), q)
+            && let Some(s) = stats(r, q)
+        {
+            st.merge(&s);
+        }
+    }
+    st
+}
+
 fn sum(per_sample: &[ErrorStats]) -> ErrorStats {
     per_sample.iter().fold(ErrorStats::default(), |mut a, b| {
         a.merge(b);
@@ -350,17 +367,7 @@ impl Quantizer<'_> {
         g.outputs
             .iter()
             .map(|&o| {
-                let mut st = ErrorStats::default();
-                for k in 0..live.samples.len() {
-                    let q = change
-                        .and_then(|c| c.values[k].get(&o))
-                        .or_else(|| live.quant[k].get(&o));
-                    if let (Some(r), Some(q)) = (live.reference[k].get(&o), q)
-                        && let Some(s) = stats(r, q)
-                    {
-                        st.merge(&s);
-                    }
-                }
+                let st = live_error(live, change, o);
                 OutputReport {
                     name: g.values[o].name.clone(),
                     sqnr_db: st.sqnr_db(),
@@ -378,16 +385,8 @@ impl Quantizer<'_> {
     pub fn live_relative_errors(&self, live: &Live, change: Option<&Change>, values: &[ValueId]) -> Vec<f64> {
         values
             .iter()
-            .map(|v| {
-                let mut st = ErrorStats::default();
-                for k in 0..live.samples.len() {
-                    let q = change.and_then(|c| c.values[k].get(v)).or_else(|| live.quant[k].get(v));
-                    if let (Some(r), Some(q)) = (live.reference[k].get(v), q)
-                        && let Some(s) = stats(r, q)
-                    {
-                        st.merge(&s);
-                    }
-                }
+            .map(|&v| {
+                let st = live_error(live, change, v);
                 if st.ref_sq > 0.0 { st.err_sq / st.ref_sq } else { 0.0 }
             })
             .collect()

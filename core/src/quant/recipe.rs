@@ -56,8 +56,8 @@ pub struct Recipe {
     /// ([`super::equalize`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub equalize: bool,
-    /// Activation ranges judged by the output SQNR they give, validated on held-back
-    /// calibration samples ([`super::refine`]).
+    /// Activation ranges judged by their consumers' error (not lowering the output SQNR),
+    /// validated on held-back calibration samples ([`super::refine`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refine_ranges: bool,
 }

@@ -61,6 +61,22 @@ pub struct Refined {
     pub seconds: f64,
 }
 
+impl Refined {
+    /// The held-back verdict in one line: `{before} → {after}; kept` (or `dropped`), SQNRs
+    /// with two decimals; `None` when no range changed.
+    pub fn verdict(&self) -> Option<String> {
+        let db = |x: Option<f64>| x.map_or("exact".to_owned(), |v| format!("{v:.2} dB"));
+        (!self.choices.is_empty()).then(|| {
+            format!(
+                "{} → {}; {}",
+                db(self.held_before_db),
+                db(self.held_after_db),
+                if self.kept { "kept" } else { "dropped" }
+            )
+        })
+    }
+}
+
 fn scaled(r: (f64, f64), f: f64, seen: (f64, f64)) -> (f64, f64) {
     let lo = (r.0 * f).max(seen.0.min(r.0));
     let hi = (r.1 * f).min(seen.1.max(r.1));

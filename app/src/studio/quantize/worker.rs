@@ -521,15 +521,10 @@ fn worker(
             planned.plan.equalization = e.scales;
         }
         let refinement = planned.refined.as_ref().map(|r| {
-            let db = |x: Option<f64>| x.map_or("exact".to_owned(), |v| format!("{v:.2} dB"));
-            format!(
-                "Refined ranges: {} of {} changed; held-back output SQNR {} → {}, {}",
-                r.choices.len(),
-                r.tried,
-                db(r.held_before_db),
-                db(r.held_after_db),
-                if r.kept { "kept" } else { "dropped" }
-            )
+            let verdict = r
+                .verdict()
+                .map_or(String::new(), |v| format!("; held-back output SQNR {v}"));
+            format!("Refined ranges: {} of {} changed{verdict}", r.choices.len(), r.tried)
         });
         let samples = calib.load(&optimized, progress)?;
         let t = Instant::now();
