@@ -577,6 +577,9 @@ pub fn conv2d(
                     threads,
                     &epi,
                 );
+            } else if super::conv_direct::available() && std::env::var_os("NPU_IM2COL").is_none() {
+                let bg = bias.map(|b| &b[gi * mg..(gi + 1) * mg]);
+                super::conv_direct::conv_group(xg, wg, og, (cg, mg), (h, w), &geo, bg, act);
             } else {
                 let bg = bias.map(|b| &b[gi * mg..(gi + 1) * mg]);
                 conv_tiled(xg, wg, og, (cg, mg), (h, w), &geo, bg, act, threads);
@@ -1192,6 +1195,137 @@ mod tests {
                     "{h}x{w} k{k} s{s} d{d} p{p}: element {i}: {a} vs {b}"
                 );
             }
+        }
+    }
+
+    /// A small pseudo-random conv group: input, weights, bias and geometry.
+    fn random_group(
+        (c, m, h, w): (usize, usize, usize, usize),
+        (kh, kw): (usize, usize),
+        (sh, sw): (usize, usize),
+        (dh, dw): (usize, usize),
+        pads: [usize; 4],
+        seed: u32,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Geometry) {
+        let mut seed = seed;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        let out = |n: usize, k: usize, s: usize, d: usize, p: usize| (n + p - d * (k - 1) - 1) / s + 1;
+        let geo = Geometry {
+            kernel: vec![kh, kw],
+            strides: vec![sh, sw],
+            dilations: vec![dh, dw],
+            pad_begin: vec![pads[0], pads[1]],
+            pad_end: vec![pads[2], pads[3]],
+            out: vec![
+                out(h, kh, sh, dh, pads[0] + pads[2]),
+                out(w, kw, sw, dw, pads[1] + pads[3]),
+            ],
+        };
+        let x = (0..c * h * w).map(|_| next()).collect();
+        let wt = (0..m * c * kh * kw).map(|_| next()).collect();
+        let b = (0..m).map(|_| next()).collect();
+        (x, wt, b, geo)
+    }
+
+    /// The direct AVX-512 conv against im2col + GEMM: strides 1–3, dilations, asymmetric
+    /// pads, 1-row (1-D) maps, output-channel counts around its 6-row tiles and grids around
+    /// its 64-position tiles, with and without an activation.
+    #[test]
+    fn direct_conv_matches_im2col() {
+        if !super::super::conv_direct::available() {
+            return;
+        }
+        let cases: &[(
+            (usize, usize, usize, usize),
+            (usize, usize),
+            (usize, usize),
+            (usize, usize),
+            [usize; 4],
+        )] = &[
+            ((16, 32, 20, 20), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+            ((3, 16, 33, 31), (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),
+            ((8, 7, 9, 13), (3, 3), (2, 2), (1, 1), [0, 1, 1, 0]),
+            ((5, 13, 10, 10), (5, 5), (1, 1), (1, 1), [2, 2, 2, 2]),
+            ((4, 6, 12, 17), (3, 3), (1, 1), (2, 2), [2, 2, 2, 2]),
+            ((6, 11, 15, 14), (3, 5), (3, 2), (1, 2), [1, 0, 2, 3]),
+            ((9, 1, 7, 7), (7, 7), (1, 1), (1, 1), [0, 0, 0, 0]),
+            ((12, 20, 1, 50), (1, 5), (1, 2), (1, 1), [0, 2, 0, 2]),
+            ((32, 64, 10, 10), (1, 1), (2, 2), (1, 1), [0, 0, 0, 0]),
+            ((10, 17, 4, 64), (2, 2), (2, 2), (1, 1), [0, 0, 0, 0]),
+        ];
+        for (n, &(dims, k, s, d, pads)) in cases.iter().enumerate() {
+            let (c, m, h, w) = dims;
+            let (x, wt, b, geo) = random_group(dims, k, s, d, pads, 11 + n as u32);
+            let plane = geo.out[0] * geo.out[1];
+            for act in [None, Some(super::super::elementwise::Activation::Silu)] {
+                let mut want = vec![f32::NAN; m * plane];
+                conv_tiled(&x, &wt, &mut want, (c, m), (h, w), &geo, Some(&b), act, 2);
+                let mut got = vec![f32::NAN; m * plane];
+                super::super::conv_direct::conv_group(&x, &wt, &mut got, (c, m), (h, w), &geo, Some(&b), act);
+                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                        "case {n} {dims:?} k{k:?} s{s:?} d{d:?} {pads:?} {act:?}: element {i}: {a} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Not a test: the direct conv and im2col + GEMM side by side on the shapes of
+    /// YOLOv8n at 320×320 and ResNet-18 (best of 40 runs each, one thread).
+    /// `cargo test --release -p npu-core direct_conv_speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn direct_conv_speed() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
+        let cases: &[((usize, usize, usize, usize), usize, usize)] = &[
+            ((3, 16, 320, 320), 3, 2),
+            ((16, 32, 160, 160), 3, 2),
+            ((16, 16, 80, 80), 3, 1),
+            ((64, 64, 40, 40), 3, 1),
+            ((32, 64, 80, 80), 3, 2),
+            ((64, 64, 20, 20), 3, 1),
+            ((128, 128, 10, 10), 3, 1),
+            ((128, 256, 20, 20), 3, 2),
+            ((64, 64, 56, 56), 3, 1),
+            ((256, 256, 14, 14), 3, 1),
+            ((512, 512, 7, 7), 3, 1),
+            ((64, 128, 56, 56), 1, 2),
+        ];
+        for &(dims, k, s) in cases {
+            let (c, m, h, w) = dims;
+            let p = k / 2;
+            let (x, wt, b, geo) = random_group(dims, (k, k), (s, s), (1, 1), [p; 4], 5);
+            let plane = geo.out[0] * geo.out[1];
+            let act = Some(super::super::elementwise::Activation::Silu);
+            let best = |f: &dyn Fn(&mut [f32])| {
+                let mut o = vec![0f32; m * plane];
+                (0..40)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        f(&mut o);
+                        t.elapsed().as_secs_f64() * 1e3
+                    })
+                    .fold(f64::MAX, f64::min)
+            };
+            pool.install(|| {
+                let im2col = best(&|o| conv_tiled(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act, 1));
+                let direct =
+                    best(&|o| super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act));
+                let bare =
+                    best(&|o| super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), None));
+                let gflop = 2.0 * (m * c * k * k * plane) as f64 / 1e9;
+                println!(
+                    "{dims:?} k{k} s{s}: im2col {im2col:.3} ms ({:.0} GFLOP/s), direct {direct:.3} ms ({:.0} GFLOP/s), \
+                     without SiLU {bare:.3} ms",
+                    gflop / im2col * 1e3,
+                    gflop / direct * 1e3
+                );
+            });
         }
     }
 }

@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod cnn;
 pub mod containers;
+pub mod conv_direct;
 pub mod elementwise;
 pub mod index;
 pub mod linalg;
