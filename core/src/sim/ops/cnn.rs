@@ -274,7 +274,7 @@ fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: 
     let (sh, sw) = (g.strides[0], g.strides[1]);
     let (dh, dw) = (g.dilations[0], g.dilations[1]);
     let (ph, pw) = (g.pad_begin[0], g.pad_begin[1]);
-    if sw > 4 || oh == 0 || ow == 0 || kh == 0 || kw == 0 {
+    if sw > 4 || oh == 0 || ow == 0 || kh == 0 || kw == 0 || kh * kw > MAX_DW_TAPS {
         depthwise_plane_strided(x, h, w, k, g, out);
         return;
     }
@@ -307,69 +307,64 @@ fn depthwise_plane(x: &[f32], h: usize, w: usize, k: &[f32], g: &Geometry, out: 
             }
         }
     }
+    // Where each tap of block `c0` of output row `oy` starts, less `oy·sh·wp + c0`.
+    let mut offs = [0usize; MAX_DW_TAPS];
+    for ki in 0..kh {
+        for kj in 0..kw {
+            let col = kj * dw;
+            offs[ki * kw + kj] = (col % sw) * phase + ki * dh * wp + col / sw;
+        }
+    }
     let taps = DwTaps {
-        k,
-        kh,
-        kw,
-        dh,
-        dw,
-        sh,
-        sw,
-        wp,
-        phase,
+        k: &k[..kh * kw],
+        offs: &offs[..kh * kw],
     };
+    #[cfg(target_arch = "x86_64")]
+    let wide = crate::sim::simd::avx512();
     for oy in 0..oh {
         let orow = &mut out[oy * ow..(oy + 1) * ow];
         for c0 in (0..owc).step_by(DW_BLOCK) {
             let n = DW_BLOCK.min(ow - c0);
             let mut acc = [0f32; DW_BLOCK];
             acc[..n].copy_from_slice(&orow[c0..c0 + n]);
+            let base = oy * sh * wp + c0;
             #[cfg(target_arch = "x86_64")]
-            if crate::sim::simd::avx2_fma() {
-                // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-                unsafe { dw_block_avx2(pad, &taps, oy, c0, &mut acc) };
-                orow[c0..c0 + n].copy_from_slice(&acc[..n]);
-                continue;
+            {
+                if wide {
+                    // SAFETY: the CPU has AVX-512F (checked at run time).
+                    unsafe { dw_block_avx512(pad, &taps, base, &mut acc) };
+                    orow[c0..c0 + n].copy_from_slice(&acc[..n]);
+                    continue;
+                }
+                if crate::sim::simd::avx2_fma() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+                    unsafe { dw_block_avx2(pad, &taps, base, &mut acc) };
+                    orow[c0..c0 + n].copy_from_slice(&acc[..n]);
+                    continue;
+                }
             }
-            dw_block(pad, &taps, oy, c0, &mut acc);
+            dw_block(pad, &taps, base, &mut acc);
             orow[c0..c0 + n].copy_from_slice(&acc[..n]);
         }
     }
 }
 
-/// The kernel and geometry one padded depthwise plane is convolved with.
+/// Taps of a depthwise kernel at most (larger kernels take the per-tap loop).
+const MAX_DW_TAPS: usize = 64;
+
+/// The weights of one depthwise plane and where each tap starts in its padded buffer
+/// (relative to the start of an output block).
 struct DwTaps<'a> {
     k: &'a [f32],
-    kh: usize,
-    kw: usize,
-    dh: usize,
-    dw: usize,
-    sh: usize,
-    sw: usize,
-    /// Row length of one phase of the padded plane.
-    wp: usize,
-    /// Length of one phase (`rows × wp`).
-    phase: usize,
+    offs: &'a [usize],
 }
 
-impl DwTaps<'_> {
-    /// Where tap (ki, kj) of block `c0` of output row `oy` starts in the padded buffer.
-    #[inline(always)]
-    fn start(&self, oy: usize, ki: usize, kj: usize, c0: usize) -> usize {
-        let col = kj * self.dw;
-        (col % self.sw) * self.phase + (oy * self.sh + ki * self.dh) * self.wp + c0 + col / self.sw
-    }
-}
-
-/// One block of `DW_BLOCK` output columns of row `oy`, starting at column `c0`.
-fn dw_block(pad: &[f32], t: &DwTaps<'_>, oy: usize, c0: usize, acc: &mut [f32; DW_BLOCK]) {
-    for ki in 0..t.kh {
-        for kj in 0..t.kw {
-            let wv = t.k[ki * t.kw + kj];
-            let src = &pad[t.start(oy, ki, kj, c0)..][..DW_BLOCK];
-            for (a, &s) in acc.iter_mut().zip(src) {
-                *a += wv * s;
-            }
+/// One block of `DW_BLOCK` output columns whose taps start at `base + offs[t]`.
+fn dw_block(pad: &[f32], t: &DwTaps<'_>, base: usize, acc: &mut [f32; DW_BLOCK]) {
+    for (&wv, &off) in t.k.iter().zip(t.offs) {
+        let src = &pad[base + off..][..DW_BLOCK];
+        for (a, &s) in acc.iter_mut().zip(src) {
+            *a += wv * s;
         }
     }
 }
@@ -377,7 +372,7 @@ fn dw_block(pad: &[f32], t: &DwTaps<'_>, oy: usize, c0: usize, acc: &mut [f32; D
 /// [`dw_block`] with the block of sums in four AVX registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn dw_block_avx2(pad: &[f32], t: &DwTaps<'_>, oy: usize, c0: usize, acc: &mut [f32; DW_BLOCK]) {
+fn dw_block_avx2(pad: &[f32], t: &DwTaps<'_>, base: usize, acc: &mut [f32; DW_BLOCK]) {
     use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps};
     // SAFETY: every load reads 32 floats of a slice whose length was checked to be at
     // least 32; the accumulator array has 32 floats.
@@ -389,20 +384,39 @@ fn dw_block_avx2(pad: &[f32], t: &DwTaps<'_>, oy: usize, c0: usize, acc: &mut [f
             _mm256_loadu_ps(p.add(16)),
             _mm256_loadu_ps(p.add(24)),
         );
-        for ki in 0..t.kh {
-            for kj in 0..t.kw {
-                let wv = _mm256_set1_ps(t.k[ki * t.kw + kj]);
-                let src = pad[t.start(oy, ki, kj, c0)..][..DW_BLOCK].as_ptr();
-                a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src), a0);
-                a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(8)), a1);
-                a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(16)), a2);
-                a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(24)), a3);
-            }
+        for (&w, &off) in t.k.iter().zip(t.offs) {
+            let wv = _mm256_set1_ps(w);
+            let src = pad[base + off..][..DW_BLOCK].as_ptr();
+            a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src), a0);
+            a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(8)), a1);
+            a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(16)), a2);
+            a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src.add(24)), a3);
         }
         _mm256_storeu_ps(p, a0);
         _mm256_storeu_ps(p.add(8), a1);
         _mm256_storeu_ps(p.add(16), a2);
         _mm256_storeu_ps(p.add(24), a3);
+    }
+}
+
+/// [`dw_block`] with the block of sums in two AVX-512 registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn dw_block_avx512(pad: &[f32], t: &DwTaps<'_>, base: usize, acc: &mut [f32; DW_BLOCK]) {
+    use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps};
+    // SAFETY: every load reads 32 floats of a slice whose length was checked to be at
+    // least 32; the accumulator array has 32 floats.
+    unsafe {
+        let p = acc.as_mut_ptr();
+        let (mut a0, mut a1) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
+        for (&w, &off) in t.k.iter().zip(t.offs) {
+            let wv = _mm512_set1_ps(w);
+            let src = pad[base + off..][..DW_BLOCK].as_ptr();
+            a0 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(src), a0);
+            a1 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(src.add(16)), a1);
+        }
+        _mm512_storeu_ps(p, a0);
+        _mm512_storeu_ps(p.add(16), a1);
     }
 }
 
@@ -541,8 +555,11 @@ pub fn conv2d(
         let xb = &xd[b * c * h * w..(b + 1) * c * h * w];
         let ob = &mut out[b * m * plane..(b + 1) * m * plane];
         if depthwise {
+            // Small planes go to the threads a few at a time (a task per plane costs more
+            // than the plane).
             ob.par_chunks_mut(plane)
                 .enumerate()
+                .with_min_len((4096 / plane.max(1)).max(1))
                 .for_each_init(Vec::new, |pad, (ch, o)| {
                     if let Some(b) = bias {
                         o.fill(b[ch]);
@@ -785,29 +802,47 @@ fn pool2d_plane_impl<const FMA: bool>(
     let init = if max { f32::NEG_INFINITY } else { 0.0 };
     // The padded row covers every window, ceil-mode windows past the end padding included.
     let wp = (w + pl + g.pad_end[1]).max((ow - 1) * sw + (kw - 1) * dw + 1);
+    // With a stride, the padded row is split into its `sw` phases (columns ≡ q mod sw), so
+    // that every tap reads a contiguous run of one phase: loops over runs vectorize.
+    let wq = wp.div_ceil(sw);
     let (padded, rows) = bufs;
     padded.clear();
-    padded.resize(wp, init);
+    padded.resize(wp + if sw > 1 { sw * wq } else { 0 }, init);
     rows.clear();
     rows.resize(h * ow, 0.0);
     for iy in 0..h {
         padded[pl..pl + w].copy_from_slice(&src[iy * w..(iy + 1) * w]);
+        if sw > 1 {
+            let (row, phases) = padded.split_at_mut(wp);
+            if sw == 2 {
+                let (even, odd) = phases.split_at_mut(wq);
+                for ((e, o), p) in even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2)) {
+                    (*e, *o) = (p[0], p[1]);
+                }
+                if wp % 2 == 1 {
+                    even[wq - 1] = row[wp - 1];
+                }
+            } else {
+                for (i, col) in row.chunks(sw).enumerate() {
+                    for (q, &v) in col.iter().enumerate() {
+                        phases[q * wq + i] = v;
+                    }
+                }
+            }
+        }
         let r = &mut rows[iy * ow..(iy + 1) * ow];
         r.fill(init);
         for j in 0..kw {
-            let tap = &padded[j * dw..];
-            if sw == 1 {
-                if max {
-                    r.iter_mut().zip(&tap[..ow]).for_each(|(a, &v)| *a = a.max(v));
-                } else {
-                    r.iter_mut().zip(&tap[..ow]).for_each(|(a, &v)| *a += v);
-                }
-            } else if max {
-                r.iter_mut()
-                    .zip(tap.iter().step_by(sw))
-                    .for_each(|(a, &v)| *a = a.max(v));
+            let tap = if sw == 1 {
+                &padded[j * dw..j * dw + ow]
             } else {
-                r.iter_mut().zip(tap.iter().step_by(sw)).for_each(|(a, &v)| *a += v);
+                let (q, at) = ((j * dw) % sw, (j * dw) / sw);
+                &padded[wp + q * wq + at..wp + q * wq + at + ow]
+            };
+            if max {
+                r.iter_mut().zip(tap).for_each(|(a, &v)| *a = a.max(v));
+            } else {
+                r.iter_mut().zip(tap).for_each(|(a, &v)| *a += v);
             }
         }
     }
@@ -1276,12 +1311,14 @@ mod tests {
     }
 
     /// Not a test: the direct conv and im2col + GEMM side by side on the shapes of
-    /// YOLOv8n at 320×320 and ResNet-18 (best of 40 runs each, one thread).
+    /// YOLOv8n at 320×320 and ResNet-18 (best of 40 runs each, on 1 and 2 threads).
     /// `cargo test --release -p npu-core direct_conv_speed -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn direct_conv_speed() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
+        let pools: Vec<_> = (1..=2)
+            .map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool"))
+            .collect();
         let cases: &[((usize, usize, usize, usize), usize, usize)] = &[
             ((3, 16, 320, 320), 3, 2),
             ((16, 32, 160, 160), 3, 2),
@@ -1295,6 +1332,9 @@ mod tests {
             ((256, 256, 14, 14), 3, 1),
             ((512, 512, 7, 7), 3, 1),
             ((64, 128, 56, 56), 1, 2),
+            ((192, 64, 40, 40), 1, 1),
+            ((384, 128, 20, 20), 1, 1),
+            ((32, 32, 80, 80), 1, 1),
         ];
         for &(dims, k, s) in cases {
             let (c, m, h, w) = dims;
@@ -1312,20 +1352,22 @@ mod tests {
                     })
                     .fold(f64::MAX, f64::min)
             };
-            pool.install(|| {
-                let im2col = best(&|o| conv_tiled(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act, 1));
-                let direct =
-                    best(&|o| super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act));
-                let bare =
-                    best(&|o| super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), None));
-                let gflop = 2.0 * (m * c * k * k * plane) as f64 / 1e9;
-                println!(
-                    "{dims:?} k{k} s{s}: im2col {im2col:.3} ms ({:.0} GFLOP/s), direct {direct:.3} ms ({:.0} GFLOP/s), \
-                     without SiLU {bare:.3} ms",
-                    gflop / im2col * 1e3,
-                    gflop / direct * 1e3
-                );
-            });
+            for (threads, pool) in pools.iter().enumerate() {
+                pool.install(|| {
+                    let im2col = best(&|o| conv_tiled(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act, threads + 1));
+                    let direct = best(&|o| {
+                        super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act)
+                    });
+                    let gflop = 2.0 * (m * c * k * k * plane) as f64 / 1e9;
+                    println!(
+                        "{dims:?} k{k} s{s} {} thread(s): im2col {im2col:.3} ms ({:.0} GFLOP/s), direct {direct:.3} ms \
+                         ({:.0} GFLOP/s)",
+                        threads + 1,
+                        gflop / im2col * 1e3,
+                        gflop / direct * 1e3
+                    );
+                });
+            }
         }
     }
 }

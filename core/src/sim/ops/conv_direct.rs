@@ -22,7 +22,7 @@ const MR: usize = 6;
 const NR: usize = 4;
 /// Positions per tile.
 const NT: usize = NR * 16;
-/// Tiles of positions per work item (a few, so that the item's input runs stay in L1/L2).
+/// Tiles of positions per work item (at most).
 const P_TILES: usize = 4;
 
 /// Whether the direct kernel is compiled and the CPU can run it.
@@ -135,14 +135,16 @@ pub fn conv_group(
     // Output channels in tiles of as even a height as fits (16 = 6 + 5 + 5, not 6 + 6 + 4).
     let m_tiles = mg.div_ceil(MR);
     let m_start = |i: usize| i * (mg / m_tiles) + i.min(mg % m_tiles);
-    let p_items = tiles.div_ceil(P_TILES);
-    // Too few position items for the threads (small maps deep in a network): the channel
-    // tiles are split between items too.
-    let threads = rayon::current_num_threads();
-    let m_parts = if p_items >= 2 * threads {
+    // Work items of up to P_TILES position tiles, at least four per thread so that the
+    // threads finish together; too few position tiles for that (small maps deep in a
+    // network) and the channel tiles are split between items too.
+    let want = 4 * rayon::current_num_threads();
+    let per_item = (tiles / want).clamp(1, P_TILES);
+    let p_items = tiles.div_ceil(per_item);
+    let m_parts = if p_items >= want {
         1
     } else {
-        (2 * threads).div_ceil(p_items).min(m_tiles)
+        want.div_ceil(p_items).min(m_tiles)
     };
     let items = p_items * m_parts;
     // Grid position `p` is output `oy·ow + ox` when its column `ox = p mod wq` is < ow:
@@ -156,8 +158,8 @@ pub fn conv_group(
     };
     (0..items).into_par_iter().for_each(|item| {
         let (pi, part) = (item / m_parts, item % m_parts);
-        let t0 = pi * P_TILES;
-        let t1 = (t0 + P_TILES).min(tiles);
+        let t0 = pi * per_item;
+        let t1 = (t0 + per_item).min(tiles);
         let (mt0, mt1) = (part * m_tiles / m_parts, (part + 1) * m_tiles / m_parts);
         for t in t0..t1 {
             let p0 = t * NT;
