@@ -594,7 +594,7 @@ pub fn conv2d(
                     threads,
                     &epi,
                 );
-            } else if super::conv_direct::available() && std::env::var_os("NPU_IM2COL").is_none() {
+            } else if super::conv_direct::suits(&geo) {
                 let bg = bias.map(|b| &b[gi * mg..(gi + 1) * mg]);
                 super::conv_direct::conv_group(xg, wg, og, (cg, mg), (h, w), &geo, bg, act);
             } else {
@@ -1047,18 +1047,6 @@ fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool, want_idx: bool) -> Result<(Arr
 
 /// Sum in f64 with eight independent accumulators (one serial chain of f64 adds is
 /// latency-bound; eight lanes vectorize).
-fn sum_f64(p: &[f32]) -> f64 {
-    let mut acc = [0f64; 8];
-    let mut chunks = p.chunks_exact(8);
-    for c in &mut chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f64::from(v);
-        }
-    }
-    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(v)).sum();
-    acc.iter().sum::<f64>() + tail
-}
-
 fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
     if x.ndim() < 3 {
         return Err("global pooling needs an N×C×… input".into());
@@ -1073,7 +1061,7 @@ fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
             if max {
                 p.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             } else {
-                (sum_f64(p) / plane as f64) as f32
+                (super::sum_f64_by(p, |v| v) / plane as f64) as f32
             }
         })
         .collect();

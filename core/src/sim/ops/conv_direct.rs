@@ -30,6 +30,13 @@ pub fn available() -> bool {
     cfg!(target_arch = "x86_64") && crate::sim::simd::avx512()
 }
 
+/// Whether a conv of this geometry goes to [`conv_group`]: the CPU can run it, and the
+/// strides are at most 2 (larger strides, such as a ViT's 16×16/16 patch embedding, split
+/// the input into too many phase planes: im2col does less work there).
+pub fn suits(geo: &Geometry) -> bool {
+    available() && geo.strides.iter().all(|&s| s <= 2)
+}
+
 /// One group of a 2-D conv (`xg`: `cg × h × w`, `wg`: `mg × cg·kh·kw`, `og`: `mg × oh·ow`),
 /// bias and activation included. The caller checks [`available`].
 #[allow(clippy::too_many_arguments)]

@@ -32,6 +32,21 @@ impl SendPtr {
     }
 }
 
+/// Σ f(v) over `p` in f64, in eight lanes so that the loop vectorizes (the order of the
+/// additions depends only on the length).
+#[inline(always)]
+pub(crate) fn sum_f64_by(p: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut chunks = p.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(f64::from(v));
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&v| f(f64::from(v))).sum();
+    acc.iter().sum::<f64>() + tail
+}
+
 /// Result of one kernel: the node's outputs in order.
 pub type OpResult = Result<Vec<Tensor>, String>;
 

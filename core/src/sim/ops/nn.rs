@@ -118,8 +118,8 @@ fn instance_norm(node: &Node, inputs: &[Option<&Tensor>]) -> OpResult {
         .enumerate()
         .for_each(|(i, (o, s))| {
             let ch = i % c;
-            let mean = s.iter().map(|&v| f64::from(v)).sum::<f64>() / plane as f64;
-            let var = s.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / plane as f64;
+            let mean = super::sum_f64_by(s, |v| v) / plane as f64;
+            let var = super::sum_f64_by(s, |v| (v - mean) * (v - mean)) / plane as f64;
             let inv = 1.0 / (var + eps).sqrt();
             for (d, &v) in o.iter_mut().zip(s) {
                 *d = ((f64::from(v) - mean) * inv) as f32 * sc[ch] + bi[ch];
@@ -168,17 +168,9 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>], rms: bool) -> OpResult {
     out.par_chunks_mut(inner.max(1))
         .zip(xd.par_chunks(inner.max(1)))
         .zip(means.par_iter_mut().zip(invs.par_iter_mut()))
+        .with_min_len((8192 / inner.max(1)).max(1))
         .for_each(|((o, s), (mo, io))| {
-            let mean = if rms {
-                0.0
-            } else {
-                s.iter().map(|&v| f64::from(v)).sum::<f64>() / inner as f64
-            };
-            let var = s.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / inner as f64;
-            let inv = 1.0 / (var + eps).sqrt();
-            for (k, (d, &v)) in o.iter_mut().zip(s).enumerate() {
-                *d = ((f64::from(v) - mean) * inv) as f32 * sc[k] + bi[k];
-            }
+            let (mean, inv) = layer_norm_row(s, o, (&sc, &bi), rms, eps);
             *mo = mean as f32;
             *io = inv as f32;
         });
@@ -197,6 +189,34 @@ fn layer_norm(node: &Node, inputs: &[Option<&Tensor>], rms: bool) -> OpResult {
         return Ok(vec![y, mk(invs)?]);
     }
     Ok(vec![y, mk(means)?, mk(invs)?])
+}
+
+crate::simd_dispatch!(fn layer_norm_row(
+    s: &[f32],
+    o: &mut [f32],
+    scale_bias: (&[f32], &[f32]),
+    rms: bool,
+    eps: f64,
+) -> (f64, f64) => layer_norm_row_impl);
+
+/// One row of (RMS) layer normalization, statistics in f64; returns the mean and the
+/// inverse standard deviation (or RMS).
+#[inline(always)]
+fn layer_norm_row_impl<const FMA: bool>(
+    s: &[f32],
+    o: &mut [f32],
+    (sc, bi): (&[f32], &[f32]),
+    rms: bool,
+    eps: f64,
+) -> (f64, f64) {
+    let n = s.len() as f64;
+    let mean = if rms { 0.0 } else { super::sum_f64_by(s, |v| v) / n };
+    let var = super::sum_f64_by(s, |v| (v - mean) * (v - mean)) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for (((d, &v), &g), &b) in o.iter_mut().zip(s).zip(sc).zip(bi) {
+        *d = ((f64::from(v) - mean) * inv) as f32 * g + b;
+    }
+    (mean, inv)
 }
 
 crate::simd_dispatch!(fn softmax_row(s: &[f32], o: &mut [f32], log: bool) => softmax_row_impl);
@@ -262,8 +282,10 @@ fn softmax(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx, log: bool) -> O
     let mut out = vec![0f32; xd.len()];
     let block = len * inner;
     if inner == 1 {
+        // Short rows go to the threads several at a time.
         out.par_chunks_mut(len.max(1))
             .zip(xd.par_chunks(len.max(1)))
+            .with_min_len((8192 / len.max(1)).max(1))
             .for_each(|(o, s)| softmax_row(s, o, log));
         let a = ArrayD::from_shape_vec(IxDyn(x.shape()), out).map_err(|e| e.to_string())?;
         return Ok(vec![f32_as(xt.dtype(), a)]);
