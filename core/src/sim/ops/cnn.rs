@@ -1253,6 +1253,17 @@ mod tests {
         (x, wt, b, geo)
     }
 
+    /// (c, m, h, w), kernel, strides, dilations, pads.
+    type DirectCase = (
+        (usize, usize, usize, usize),
+        (usize, usize),
+        (usize, usize),
+        (usize, usize),
+        [usize; 4],
+    );
+    /// (c, m, h, w), square kernel, stride.
+    type SpeedCase = ((usize, usize, usize, usize), usize, usize);
+
     /// The direct AVX-512 conv against im2col + GEMM: strides 1–3, dilations, asymmetric
     /// pads, 1-row (1-D) maps, output-channel counts around its 6-row tiles and grids around
     /// its 64-position tiles, with and without an activation.
@@ -1261,13 +1272,7 @@ mod tests {
         if !super::super::conv_direct::available() {
             return;
         }
-        let cases: &[(
-            (usize, usize, usize, usize),
-            (usize, usize),
-            (usize, usize),
-            (usize, usize),
-            [usize; 4],
-        )] = &[
+        let cases: &[DirectCase] = &[
             ((16, 32, 20, 20), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
             ((3, 16, 33, 31), (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),
             ((8, 7, 9, 13), (3, 3), (2, 2), (1, 1), [0, 1, 1, 0]),
@@ -1302,12 +1307,12 @@ mod tests {
     /// YOLOv8n at 320×320 and ResNet-18 (best of 40 runs each, on 1 and 2 threads).
     /// `cargo test --release -p npu-core direct_conv_speed -- --ignored --nocapture`
     #[test]
-    #[ignore]
+    #[ignore = "benchmark, run by hand"]
     fn direct_conv_speed() {
         let pools: Vec<_> = (1..=2)
             .map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool"))
             .collect();
-        let cases: &[((usize, usize, usize, usize), usize, usize)] = &[
+        let cases: &[SpeedCase] = &[
             ((3, 16, 320, 320), 3, 2),
             ((16, 32, 160, 160), 3, 2),
             ((16, 16, 80, 80), 3, 1),
@@ -1344,7 +1349,7 @@ mod tests {
                 pool.install(|| {
                     let im2col = best(&|o| conv_tiled(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act, threads + 1));
                     let direct = best(&|o| {
-                        super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act)
+                        super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act);
                     });
                     let gflop = 2.0 * (m * c * k * k * plane) as f64 / 1e9;
                     println!(

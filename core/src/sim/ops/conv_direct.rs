@@ -8,8 +8,9 @@
 //! the stride, dilation and padding. The outputs are computed on that grid (columns past
 //! the output width are computed and dropped) as a GEMM whose right-hand rows are those
 //! runs: tiles of 6 output channels × 64 positions, 24 accumulators in registers, weights
-//! broadcast from their natural `[m][c·kh·kw]` layout. The grid is then copied into the
-//! output with the activation applied, row by row while it is in cache.
+//! broadcast from their natural `[m][c·kh·kw]` layout. Each vector of sums is stored
+//! straight into the output with its grid-only lanes squeezed out (a compress and a masked
+//! store), and the activation runs over each work item's outputs while they are in cache.
 
 use super::SendPtr;
 use super::cnn::Geometry;
@@ -38,7 +39,7 @@ pub fn suits(geo: &Geometry) -> bool {
 }
 
 /// One group of a 2-D conv (`xg`: `cg × h × w`, `wg`: `mg × cg·kh·kw`, `og`: `mg × oh·ow`),
-/// bias and activation included. The caller checks [`available`].
+/// bias and activation included. The caller checks [`suits`].
 #[allow(clippy::too_many_arguments)]
 pub fn conv_group(
     xg: &[f32],
@@ -236,7 +237,10 @@ unsafe fn tile<const R: usize>(
     ldc: usize,
     store: &[(u16, usize); NR],
 ) {
-    use std::arch::x86_64::*;
+    use std::arch::x86_64::{
+        _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps, _mm512_maskz_compress_ps, _mm512_set1_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps,
+    };
     let mut acc = [[_mm512_setzero_ps(); NR]; R];
     for i in 0..R {
         let b = _mm512_set1_ps(bias[i]);
@@ -273,8 +277,8 @@ unsafe fn tile<const R: usize>(
             for i in 0..R {
                 // SAFETY: see the caller.
                 unsafe {
-                    _mm512_mask_storeu_ps(c.add(i * ldc + at), packed, _mm512_maskz_compress_ps(mask, acc[i][j]))
-                };
+                    _mm512_mask_storeu_ps(c.add(i * ldc + at), packed, _mm512_maskz_compress_ps(mask, acc[i][j]));
+                }
             }
         }
     }
