@@ -255,13 +255,25 @@ fn print_curve(mp: &npu_core::quant::amp::MixedPrecision, target: f64, promote_t
         mp.layers_total
     );
     println!("  promotions weighed by {}", mp.cost);
-    println!("  output SQNR on the calibration samples (the ranges were fitted to them)");
+    if mp.held_back > 0 {
+        println!(
+            "  output SQNR on {} calibration samples (ranked on them) and on {} held back (the target must hold on both)",
+            mp.fit_samples, mp.held_back
+        );
+    } else {
+        println!("  output SQNR on the calibration samples (too few to hold any back)");
+    }
     for c in &mp.curve {
         println!(
-            "  {:>4} layers  {:>10.0} activation bytes  {}{}",
+            "  {:>4} layers  {:>10.0} activation bytes  {}{}{}",
             c.promoted,
             c.cost_bytes,
             db2(c.sqnr_db),
+            if mp.held_back > 0 {
+                format!("  held back {}", db2(c.held_db))
+            } else {
+                String::new()
+            },
             c.latency_us.map(|us| format!("  {us:.1} µs")).unwrap_or_default()
         );
     }
@@ -278,7 +290,7 @@ fn print_curve(mp: &npu_core::quant::amp::MixedPrecision, target: f64, promote_t
             }
         }
         None => println!(
-            "  the target is not reached on this curve ({:.1} s); plan left unchanged",
+            "  the target is not reached on this curve (on the fitting and the held-back samples; {:.1} s); plan left unchanged",
             mp.seconds
         ),
     }

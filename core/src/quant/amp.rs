@@ -1,11 +1,17 @@
 //! Automatic mixed precision: promote the fewest layers from 8-bit to 16-bit activations
 //! that bring the output SQNR to a target, and the whole SQNR-versus-cost curve.
 //!
+//! With three samples or more, the last third is held back (as the bias correction and
+//! the range refinement hold it back): the search fits on the rest and each point of the
+//! curve is also measured on the held-back samples; the chosen point is the first that
+//! reaches the target on both. A target reached only on the samples the ranking was fitted
+//! to is not reached.
+//!
 //! Phase 1 ranks the candidates (every 8-bit layer, and the graph inputs' quantizer) on a
-//! few samples (those with the largest output error): starting from the plan with all of them promoted, the output SQNR lost when
-//! one alone stays 8-bit. Phase 2 promotes them in that order on every sample, point by point
-//! until the target is reached, then spaced out to all of them: the SQNR-versus-cost curve,
-//! as AIMET's AMP builds its Pareto curve. Each point is simulated incrementally (only what
+//! few fitting samples (those with the largest output error): starting from the plan with
+//! all of them promoted, the output SQNR lost when one alone stays 8-bit. Phase 2 promotes
+//! them in that order, point by point until the target is reached, then spaced out to all
+//! of them: the SQNR-versus-cost curve, as AIMET's AMP builds its Pareto curve. Each point is simulated incrementally (only what
 //! lies downstream of a change runs again), and the bias corrections of the layers that read
 //! a promoted one are measured again.
 
@@ -28,7 +34,11 @@ pub struct CurvePoint {
     pub promoted: usize,
     /// Activation bytes moved per inference (each quantized tensor written once).
     pub cost_bytes: f64,
+    /// Output SQNR on the fitting samples.
     pub sqnr_db: Option<f64>,
+    /// Output SQNR on the held-back samples (absent without a held-back part).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_db: Option<f64>,
     /// Estimated latency on the cost target (a search with [`Cost::Latency`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_us: Option<f64>,
@@ -59,6 +69,12 @@ pub enum Cost<'a> {
 pub struct MixedPrecision {
     pub target_db: f64,
     pub layers_total: usize,
+    /// Samples the search fitted on (ranked and measured the curve on).
+    #[serde(default)]
+    pub fit_samples: usize,
+    /// Held-back samples each point was validated on (0: fewer than three samples).
+    #[serde(default)]
+    pub held_back: usize,
     /// Layers (and the graph inputs) in promotion order, each with the output SQNR lost (dB,
     /// on the samples with the largest error) when it alone stays 8-bit and every other candidate is promoted.
     pub ranking: Vec<(String, f64)>,
@@ -66,7 +82,8 @@ pub struct MixedPrecision {
     /// The cost the ranking weighs: `activation bytes`, or `latency on TARGET`.
     #[serde(default)]
     pub cost: String,
-    /// Layers promoted in the returned plan (`None`: the target was not reached).
+    /// Layers promoted in the returned plan, the first point at the target on the fitting
+    /// and the held-back samples (`None`: the target was not reached).
     pub chosen: Option<usize>,
     pub seconds: f64,
     /// The plan of each point of the curve (not written to reports).
@@ -182,6 +199,12 @@ impl Quantizer<'_> {
             Ok(())
         };
         self.forward(&cached.samples[0], &HashMap::new(), &mut see, false)?;
+        let held_n = if cached.samples.len() >= 3 {
+            cached.samples.len() / 3
+        } else {
+            0
+        };
+        let (fit_samples, held_samples) = cached.samples.split_at(cached.samples.len() - held_n);
         let elements = |n: usize| -> usize {
             g.nodes[n]
                 .outputs
@@ -233,13 +256,24 @@ impl Quantizer<'_> {
         };
         // Phase 1 runs on the samples with the largest output error: they weigh most in the
         // set's SQNR (on PP-OCR det, the text pages rather than the photos).
-        let mut live = self.live(plan.clone(), cached.samples.clone(), Keep::References, progress)?;
+        let mut live = self.live(plan.clone(), fit_samples.to_vec(), Keep::References, progress)?;
         let base_db = self.live_output_sqnr(&live, None).unwrap_or(f64::INFINITY);
+        let mut held = if held_samples.is_empty() {
+            None
+        } else {
+            Some(self.live(plan.clone(), held_samples.to_vec(), Keep::References, progress)?)
+        };
+        let base_held = held
+            .as_ref()
+            .map(|h| self.live_output_sqnr(h, None).unwrap_or(f64::INFINITY));
+        // A point is chosen when it reaches the target on the fitting samples and on the
+        // held-back ones.
+        let reaches = |db: f64, held_db: Option<f64>| db >= target_db && held_db.is_none_or(|h| h >= target_db);
         let errors = self.live_sample_errors(&live);
         let mut worst: Vec<usize> = (0..errors.len()).collect();
         worst.sort_by(|a, b| errors[*b].total_cmp(&errors[*a]));
         worst.truncate(SENSITIVITY_SAMPLES);
-        let few_samples: Vec<_> = worst.iter().map(|&k| cached.samples[k].clone()).collect();
+        let few_samples: Vec<_> = worst.iter().map(|&k| fit_samples[k].clone()).collect();
         let few = self.live(plan.clone(), few_samples, Keep::References, progress)?;
         // From the plan with every candidate promoted, how much output SQNR is lost when one
         // alone stays 8-bit. Measured the other way round (promoting one layer of an 8-bit
@@ -309,10 +343,11 @@ impl Quantizer<'_> {
             promoted: 0,
             cost_bytes: cost(plan),
             sqnr_db: Some(base_db),
+            held_db: base_held.filter(|d| d.is_finite()),
             latency_us: latency(plan).map(|l| l.total_us),
         }];
         let mut plans = vec![plan.clone()];
-        let mut chosen = (base_db >= target_db).then_some(0);
+        let mut chosen = reaches(base_db, base_held).then_some(0);
         let mut chosen_plan = chosen.map(|_| plan.clone());
         let dense = (layers_total / 10).max(8);
         let mut current = plan.clone();
@@ -329,14 +364,23 @@ impl Quantizer<'_> {
             done = k;
             let (db, ch) = sqnr(&live, &current)?;
             self.live_commit(&mut live, ch)?;
+            let held_db = match held.as_mut() {
+                Some(h) => {
+                    let (d, ch) = sqnr(h, &current)?;
+                    self.live_commit(h, ch)?;
+                    Some(d)
+                }
+                None => None,
+            };
             curve.push(CurvePoint {
                 promoted: k,
                 cost_bytes: cost(&current),
                 sqnr_db: db.is_finite().then_some(db),
+                held_db: held_db.filter(|d| d.is_finite()),
                 latency_us: latency(&current).map(|l| l.total_us),
             });
             plans.push(current.clone());
-            if chosen.is_none() && db >= target_db {
+            if chosen.is_none() && reaches(db, held_db) {
                 chosen = Some(k);
                 chosen_plan = Some(current.clone());
             }
@@ -351,6 +395,8 @@ impl Quantizer<'_> {
             MixedPrecision {
                 target_db,
                 layers_total,
+                fit_samples: fit_samples.len(),
+                held_back: held_samples.len(),
                 ranking: losses.iter().map(|&(c, d)| (name(c), d)).collect(),
                 curve,
                 cost: match cost_of {

@@ -539,11 +539,20 @@ fn plots(h: &mut String, r: &StudyReport) {
                 .iter()
                 .filter_map(|c| Some((c.promoted as f64, c.sqnr_db?)))
                 .collect();
+            let held: Vec<(f64, f64)> = mp
+                .curve
+                .iter()
+                .filter_map(|c| Some((c.promoted as f64, c.held_db?)))
+                .collect();
+            let mut lines = vec![("output SQNR, fitting samples", "#2f9d57", pts)];
+            if !held.is_empty() {
+                lines.push(("held-back samples", "#c0392b", held));
+            }
             h.push_str(&svg::line_plot(
                 "Mixed precision: output SQNR by layers promoted",
                 &format!("layers promoted (ranked by {})", mp.cost),
                 "dB",
-                &[("output SQNR", "#2f9d57", pts)],
+                &lines,
                 Some((mp.target_db, "target")),
             ));
         }

@@ -139,6 +139,7 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                 }
             };
             let pts: Vec<[f64; 2]> = m.curve.iter().filter_map(|c| Some([x(c), c.sqnr_db?])).collect();
+            let held: Vec<[f64; 2]> = m.curve.iter().filter_map(|c| Some([x(c), c.held_db?])).collect();
             let picked = &m.curve[q.pareto_point];
             let x_label = if by_latency {
                 format!("µs, {}", m.cost)
@@ -150,6 +151,9 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                 .y_axis_label("output dB")
                 .show(ui, |p| {
                     p.line(egui_plot::Line::new("SQNR", pts.clone()));
+                    if !held.is_empty() {
+                        p.line(egui_plot::Line::new("held back", held.clone()).color(low));
+                    }
                     p.points(egui_plot::Points::new("points", pts.clone()).radius(2.5));
                     p.hline(egui_plot::HLine::new("target", m.target_db).color(mid));
                     if let Some(v) = picked.sqnr_db {
@@ -179,10 +183,13 @@ pub fn pareto_ui(ui: &mut egui::Ui, q: &mut QuantView, colours: &QuantColours, o
                     .labelled_by(label.id);
                 let c = &m.curve[q.pareto_point];
                 ui.label(format!(
-                    "{} of {} at 16 bits · {} · {:.0} KiB{}",
+                    "{} of {} at 16 bits · {}{} · {:.0} KiB{}",
                     c.promoted,
                     m.layers_total,
                     db(c.sqnr_db),
+                    c.held_db
+                        .map(|h| format!(" (held back {})", db(Some(h))))
+                        .unwrap_or_default(),
                     c.cost_bytes / 1024.0,
                     c.latency_us
                         .map(|us| format!(" · {}", crate::studio::widgets::latency(us)))
