@@ -133,28 +133,8 @@ fn im2col_rows(x: &[f32], cg: usize, h: usize, w: usize, g: &Geometry, oy0: usiz
             let srow = &plane[iy as usize * w..(iy as usize + 1) * w];
             drow[..lo].fill(0.0);
             drow[hi..].fill(0.0);
-            if sw == 1 {
-                let s0 = (lo as isize + off_w) as usize;
-                drow[lo..hi].copy_from_slice(&srow[s0..s0 + hi - lo]);
-            } else {
-                let s0 = (lo as isize * sw as isize + off_w) as usize;
-                let dst = &mut drow[lo..hi];
-                if sw == 2 {
-                    // Pairs, so that the loop vectorizes (shuffles instead of a gather).
-                    let whole = dst.len().min((srow.len() - s0) / 2);
-                    dst[..whole]
-                        .iter_mut()
-                        .zip(srow[s0..s0 + 2 * whole].chunks_exact(2))
-                        .for_each(|(d, p)| *d = p[0]);
-                    if let Some(last) = dst.get_mut(whole) {
-                        *last = srow[s0 + 2 * whole];
-                    }
-                } else {
-                    dst.iter_mut()
-                        .zip(srow[s0..].iter().step_by(sw))
-                        .for_each(|(d, &v)| *d = v);
-                }
-            }
+            let s0 = (lo as isize * sw as isize + off_w) as usize;
+            super::copy_strided(&mut drow[lo..hi], srow, s0, sw);
         }
     }
 }

@@ -108,24 +108,7 @@ pub fn conv_group(
                         continue;
                     }
                     let s0 = lo * sw + cp - pw;
-                    if sw == 1 {
-                        drow[lo..hi].copy_from_slice(&srow[s0..s0 + hi - lo]);
-                    } else if sw == 2 {
-                        // Pairs, so that the loop vectorizes (shuffles instead of a gather).
-                        let dst = &mut drow[lo..hi];
-                        let whole = dst.len().min((srow.len() - s0) / 2);
-                        dst[..whole]
-                            .iter_mut()
-                            .zip(srow[s0..s0 + 2 * whole].chunks_exact(2))
-                            .for_each(|(d, p)| *d = p[0]);
-                        if let Some(last) = dst.get_mut(whole) {
-                            *last = srow[s0 + 2 * whole];
-                        }
-                    } else {
-                        for (v, &x) in drow[lo..hi].iter_mut().zip(srow[s0..].iter().step_by(sw)) {
-                            *v = x;
-                        }
-                    }
+                    super::copy_strided(&mut drow[lo..hi], srow, s0, sw);
                 }
             }
         });

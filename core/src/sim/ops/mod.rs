@@ -32,6 +32,30 @@ impl SendPtr {
     }
 }
 
+/// `dst[i] = src[s0 + i·stride]` for every element of `dst` (the caller keeps the last
+/// index inside `src`); stride 1 is a copy, stride 2 reads pairs so that the loop
+/// vectorizes (shuffles instead of a gather).
+#[inline]
+pub(crate) fn copy_strided(dst: &mut [f32], src: &[f32], s0: usize, stride: usize) {
+    match stride {
+        1 => dst.copy_from_slice(&src[s0..s0 + dst.len()]),
+        2 => {
+            let whole = dst.len().min((src.len() - s0) / 2);
+            dst[..whole]
+                .iter_mut()
+                .zip(src[s0..s0 + 2 * whole].chunks_exact(2))
+                .for_each(|(d, p)| *d = p[0]);
+            if let Some(last) = dst.get_mut(whole) {
+                *last = src[s0 + 2 * whole];
+            }
+        }
+        _ => dst
+            .iter_mut()
+            .zip(src[s0..].iter().step_by(stride))
+            .for_each(|(d, &v)| *d = v),
+    }
+}
+
 /// Σ f(v) over `p` in f64, in eight lanes so that the loop vectorizes (the order of the
 /// additions depends only on the length).
 #[inline(always)]
