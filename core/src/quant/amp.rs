@@ -11,9 +11,9 @@
 //! few fitting samples (those with the largest output error): starting from the plan with
 //! all of them promoted, the output SQNR lost when one alone stays 8-bit. Phase 2 promotes
 //! them in that order, point by point until the target is reached, then spaced out to all
-//! of them: the SQNR-versus-cost curve, as AIMET's AMP builds its Pareto curve. Each point is simulated incrementally (only what
-//! lies downstream of a change runs again), and the bias corrections of the layers that read
-//! a promoted one are measured again.
+//! of them: the SQNR-versus-cost curve, as AIMET's AMP builds its Pareto curve. Each point
+//! is simulated incrementally (only what lies downstream of a change runs again), and the
+//! bias corrections of the layers that read a promoted one are measured again.
 
 use super::analysis::Cached;
 use super::live::{Change, Keep, Live};
