@@ -330,8 +330,9 @@ pub fn resolve_recipe(
 }
 
 /// Part of planning: automatic mixed precision from `plan` to `target_db` on the
-/// calibration set (where the bias corrections it measures again come from). Returns the
-/// curve and the plan with the fewest promoted layers that reaches the target.
+/// calibration set (where the bias corrections it measures again come from), its last
+/// third held back to validate each point. Returns the curve and the plan with the fewest
+/// promoted layers that reaches the target on both parts.
 pub fn mixed_precision(
     q: &Quantizer<'_>,
     plan: &QuantPlan,

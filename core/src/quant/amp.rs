@@ -166,7 +166,8 @@ impl Quantizer<'_> {
 
     /// Runs the search on `plan` (8-bit everywhere it is quantized); returns the report and
     /// the plan with the chosen layers promoted to `to` (or the plan unchanged when the target
-    /// cannot be reached). The graph inputs' quantizer is a candidate like a layer (an 8-bit
+    /// cannot be reached), the target judged on the fitting and the held-back samples (see
+    /// the module's description). The graph inputs' quantizer is a candidate like a layer (an 8-bit
     /// image input costs PP-OCR det 3.5 dB on its own) and counts as one.
     pub fn mixed_precision(
         &self,
@@ -199,11 +200,7 @@ impl Quantizer<'_> {
             Ok(())
         };
         self.forward(&cached.samples[0], &HashMap::new(), &mut see, false)?;
-        let held_n = if cached.samples.len() >= 3 {
-            cached.samples.len() / 3
-        } else {
-            0
-        };
+        let held_n = super::data::held_back_len(cached.samples.len());
         let (fit_samples, held_samples) = cached.samples.split_at(cached.samples.len() - held_n);
         let elements = |n: usize| -> usize {
             g.nodes[n]

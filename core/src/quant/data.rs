@@ -437,6 +437,12 @@ pub fn source(path: &str) -> Result<Source, DataError> {
     Ok(Source::Files(files))
 }
 
+/// How many of `n` samples a data-driven choice holds back to be judged on: the last
+/// third (at least one), none under three samples.
+pub fn held_back_len(n: usize) -> usize {
+    if n < 3 { 0 } else { n / 3 }
+}
+
 impl Source {
     pub fn len(&self) -> usize {
         match self {
@@ -449,13 +455,13 @@ impl Source {
     }
 
     /// The set split for a data-driven choice judged on samples it was not fitted to:
-    /// (fit, held back), the last third held back (at least one); `None` under three samples.
+    /// (fit, held back), the last [`held_back_len`] samples held back; `None` under three.
     pub fn held_back_split(&self) -> Option<(Self, Self)> {
         let n = self.len();
-        if n < 3 {
+        let held = held_back_len(n);
+        if held == 0 {
             return None;
         }
-        let held = n / 3;
         Some(match self {
             Self::Files(f) => (Self::Files(f[..n - held].to_vec()), Self::Files(f[n - held..].to_vec())),
             Self::Synthetic(_) => (Self::Synthetic(n - held), Self::SyntheticFrom(n - held, held)),

@@ -534,17 +534,14 @@ fn plots(h: &mut String, r: &StudyReport) {
     }
     match &r.mixed_precision {
         Some(mp) if !mp.curve.is_empty() => {
-            let pts: Vec<(f64, f64)> = mp
-                .curve
-                .iter()
-                .filter_map(|c| Some((c.promoted as f64, c.sqnr_db?)))
-                .collect();
-            let held: Vec<(f64, f64)> = mp
-                .curve
-                .iter()
-                .filter_map(|c| Some((c.promoted as f64, c.held_db?)))
-                .collect();
-            let mut lines = vec![("output SQNR, fitting samples", "#2f9d57", pts)];
+            let along = |db: fn(&crate::quant::amp::CurvePoint) -> Option<f64>| -> Vec<(f64, f64)> {
+                mp.curve
+                    .iter()
+                    .filter_map(|c| Some((c.promoted as f64, db(c)?)))
+                    .collect()
+            };
+            let held = along(|c| c.held_db);
+            let mut lines = vec![("output SQNR, fitting samples", "#2f9d57", along(|c| c.sqnr_db))];
             if !held.is_empty() {
                 lines.push(("held-back samples", "#c0392b", held));
             }

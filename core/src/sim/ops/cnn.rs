@@ -1025,8 +1025,7 @@ fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool, want_idx: bool) -> Result<(Arr
     ))
 }
 
-/// Sum in f64 with eight independent accumulators (one serial chain of f64 adds is
-/// latency-bound; eight lanes vectorize).
+/// Global max or average pool over every axis after the first two; averages summed in f64.
 fn global_pool(x: &ArrayD<f32>, max: bool) -> Result<ArrayD<f32>, String> {
     if x.ndim() < 3 {
         return Err("global pooling needs an N×C×… input".into());
