@@ -79,6 +79,13 @@ macro_rules! simd_dispatch {
 /// −87.3 (no subnormals) and to `f32::MAX`-scale above 88.7; NaN stays NaN.
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {
+    exp_approx_by::<false>(x)
+}
+
+/// [`exp_approx`] with its polynomial in fused multiply-adds under `FMA`: a third fewer
+/// instructions, still within 2 ulp of `exp`, not bit-identical to the unfused form.
+#[inline(always)]
+pub fn exp_approx_by<const FMA: bool>(x: f32) -> f32 {
     const LO: f32 = -87.336_55;
     const HI: f32 = 88.722_83;
     // 1.5·2²³: adding and subtracting it rounds to the nearest integer.
@@ -86,15 +93,15 @@ pub fn exp_approx(x: f32) -> f32 {
     let under = x < LO;
     let x = if x > HI { HI } else { x };
     let x = if x < LO { LO } else { x };
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let n = madd::<FMA>(ROUND, x, std::f32::consts::LOG2_E) - ROUND;
+    let r = madd::<FMA>(madd::<FMA>(x, n, -0.693_359_4), n, 2.121_944_4e-4);
     let mut p = 1.987_569_1e-4_f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
+    p = madd::<FMA>(1.398_199_9e-3, p, r);
+    p = madd::<FMA>(8.333_452e-3, p, r);
+    p = madd::<FMA>(4.166_579_6e-2, p, r);
+    p = madd::<FMA>(1.666_666_5e-1, p, r);
+    p = madd::<FMA>(0.5, p, r);
+    let y = madd::<FMA>(r, p * r, r) + 1.0;
     // 2ⁿ built from its exponent bits (n is in −126..=128; 128 overflows to +inf as expf).
     // n + 127 is read off the mantissa of n + 127 + 1.5·2²³ rather than by a float-to-int
     // cast, whose saturation would not vectorize.
@@ -105,21 +112,23 @@ pub fn exp_approx(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::exp_approx;
+    use super::{exp_approx, exp_approx_by};
 
     #[test]
     fn exp_approx_is_within_two_ulp_of_exp() {
-        let mut worst = 0f64;
-        let mut x = -87.0f32;
-        while x < 88.0 {
-            let (got, want) = (f64::from(exp_approx(x)), f64::from(x).exp());
-            worst = worst.max((got - want).abs() / want);
-            x += 0.001_37;
+        for (fused, exp) in [(false, exp_approx as fn(f32) -> f32), (true, exp_approx_by::<true>)] {
+            let mut worst = 0f64;
+            let mut x = -87.0f32;
+            while x < 88.0 {
+                let (got, want) = (f64::from(exp(x)), f64::from(x).exp());
+                worst = worst.max((got - want).abs() / want);
+                x += 0.001_37;
+            }
+            assert!(worst < 2.5e-7, "fused {fused}: worst relative error {worst:e}");
+            assert_eq!(exp(-100.0), 0.0);
+            assert_eq!(exp(0.0), 1.0);
+            assert!(exp(89.0).is_infinite());
+            assert!(exp(f32::NAN).is_nan());
         }
-        assert!(worst < 2.5e-7, "worst relative error {worst:e}");
-        assert_eq!(exp_approx(-100.0), 0.0);
-        assert_eq!(exp_approx(0.0), 1.0);
-        assert!(exp_approx(89.0).is_infinite());
-        assert!(exp_approx(f32::NAN).is_nan());
     }
 }

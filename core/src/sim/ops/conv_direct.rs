@@ -83,10 +83,13 @@ pub fn conv_group(
     // Every run read by the last tile stays inside the buffer: slack past the last plane.
     let xq_len = cg * phases.len() * plane + npad;
     // The planes' buffer is kept by the thread between calls (taken out, so that a call
-    // nested in this one by rayon's work stealing gets its own).
+    // nested in this one by rayon's work stealing gets its own). Every element of the planes
+    // is written below, padding included, in parallel; only the slack is cleared here.
     let mut xq = SCRATCH.take();
-    xq.clear();
-    xq.resize(xq_len, 0.0);
+    if xq.len() < xq_len {
+        xq.resize(xq_len, 0.0);
+    }
+    xq[cg * phases.len() * plane..xq_len].fill(0.0);
     xq[..cg * phases.len() * plane]
         .par_chunks_mut(phases.len() * plane)
         .enumerate()
@@ -94,21 +97,20 @@ pub fn conv_group(
             let src = &xg[c * h * w..(c + 1) * h * w];
             for (pi, &(rp, cp)) in phases.iter().enumerate() {
                 let d = &mut dst[pi * plane..(pi + 1) * plane];
+                // Columns q with 0 <= q·sw + cp − pw < w.
+                let lo = pw.saturating_sub(cp).div_ceil(sw).min(wq);
+                let hi = (w + pw).saturating_sub(cp).div_ceil(sw).clamp(lo, wq);
                 for r in 0..hq {
                     let iy = (r * sh + rp) as isize - ph as isize;
-                    if iy < 0 || iy >= h as isize {
+                    let drow = &mut d[r * wq..(r + 1) * wq];
+                    if iy < 0 || iy >= h as isize || lo == hi {
+                        drow.fill(0.0);
                         continue;
                     }
                     let srow = &src[iy as usize * w..(iy as usize + 1) * w];
-                    let drow = &mut d[r * wq..(r + 1) * wq];
-                    // Columns q with 0 <= q·sw + cp − pw < w.
-                    let lo = pw.saturating_sub(cp).div_ceil(sw);
-                    let hi = (w + pw).saturating_sub(cp).div_ceil(sw).min(wq);
-                    if lo >= hi {
-                        continue;
-                    }
-                    let s0 = lo * sw + cp - pw;
-                    super::copy_strided(&mut drow[lo..hi], srow, s0, sw);
+                    drow[..lo].fill(0.0);
+                    drow[hi..].fill(0.0);
+                    super::copy_strided(&mut drow[lo..hi], srow, lo * sw + cp - pw, sw);
                 }
             }
         });
@@ -142,10 +144,18 @@ pub fn conv_group(
     // outputs before `p`, and which of the 16 positions from `p` are outputs.
     let before = |p: usize| (p / wq) * ow + (p % wq).min(ow);
     let lanes = |p: usize| {
-        (0..16).fold(0u16, |m, l| {
-            let q = p + l;
-            if q < grid && q % wq < ow { m | (1 << l) } else { m }
-        })
+        let mut col = p % wq;
+        let mut m = 0u16;
+        for l in 0..16.min(grid.saturating_sub(p)) {
+            if col < ow {
+                m |= 1 << l;
+            }
+            col += 1;
+            if col == wq {
+                col = 0;
+            }
+        }
+        m
     };
     (0..items).into_par_iter().for_each(|item| {
         let (pi, part) = (item / m_parts, item % m_parts);

@@ -167,7 +167,7 @@ fn erf_poly<const FMA: bool>(a: f32) -> f32 {
     r = madd::<FMA>(-6.348_467e-1, r, t);
     r = madd::<FMA>(-1.287_175_1e-1, r, t);
     r = madd::<FMA>(-t, r, t);
-    let big = (1.0 - crate::sim::simd::exp_approx(r)).copysign(a);
+    let big = (1.0 - crate::sim::simd::exp_approx_by::<FMA>(r)).copysign(a);
     let mut p = -5.967_617e-4_f32;
     p = madd::<FMA>(4.991_194_2e-3, p, s);
     p = madd::<FMA>(-2.676_813_5e-2, p, s);
@@ -277,9 +277,9 @@ fn act_slice_impl<const FMA: bool>(a: Activation, s: &mut [f32]) {
         Activation::LeakyRelu(al) => each!(|x: f32| if x < 0.0 { al * x } else { x }),
         Activation::HardSigmoid(al, be) => each!(|x: f32| unit(al * x + be)),
         Activation::HardSwish => each!(|x: f32| x * unit(x / 6.0 + 0.5)),
-        Activation::Sigmoid => each!(sigmoid),
+        Activation::Sigmoid => each!(sigmoid_by::<FMA>),
         Activation::Tanh => each!(|x: f32| x.tanh()),
-        Activation::Silu => each!(|x: f32| x * sigmoid(x)),
+        Activation::Silu => each!(|x: f32| x * sigmoid_by::<FMA>(x)),
     }
 }
 
@@ -358,8 +358,15 @@ impl Activation {
 
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {
+    sigmoid_by::<false>(x)
+}
+
+/// [`sigmoid`], its exp in fused multiply-adds under `FMA` (see
+/// [`crate::sim::simd::exp_approx_by`]).
+#[inline(always)]
+fn sigmoid_by<const FMA: bool>(x: f32) -> f32 {
     // Branch-free so that loops over it vectorize; exp saturates instead of overflowing.
-    1.0 / (1.0 + crate::sim::simd::exp_approx(-x))
+    1.0 / (1.0 + crate::sim::simd::exp_approx_by::<FMA>(-x))
 }
 
 fn unary_op(op: &str, node: &Node, x: &Tensor) -> Option<Result<Tensor, String>> {
@@ -1051,6 +1058,30 @@ pub fn try_inplace(node: &Node, x: &mut Tensor, rest: &[Option<&Tensor>], ctx: &
 
 #[cfg(test)]
 mod tests {
+    /// Not a test: activations over a 16×160×160 map (YOLOv8n's first conv output), best
+    /// of 50. `cargo test --release -p npu-core activation_speed -- --ignored --nocapture`
+    #[test]
+    #[ignore = "benchmark, run by hand"]
+    fn activation_speed() {
+        let n = 16 * 160 * 160;
+        let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 2000) as f32 / 200.0 - 5.0).collect();
+        for act in [Activation::Silu, Activation::Sigmoid, Activation::HardSwish] {
+            let mut best = f64::MAX;
+            for _ in 0..50 {
+                let mut y = x.clone();
+                let t = std::time::Instant::now();
+                act.apply_slice(&mut y);
+                best = best.min(t.elapsed().as_secs_f64());
+                std::hint::black_box(&y);
+            }
+            println!(
+                "{act:?}: {:.3} ms, {:.3} ns per element",
+                best * 1e3,
+                best * 1e9 / n as f64
+            );
+        }
+    }
+
     use super::*;
 
     /// The vectorized erf and GELU against the f64 series, over the range where erf moves

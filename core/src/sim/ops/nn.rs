@@ -239,7 +239,7 @@ fn softmax_row_impl<const FMA: bool>(s: &[f32], o: &mut [f32], log: bool) {
         .copied()
         .fold(f32::NEG_INFINITY, f32::max);
     for (d, &v) in o.iter_mut().zip(s) {
-        *d = crate::sim::simd::exp_approx(v - mx);
+        *d = crate::sim::simd::exp_approx_by::<FMA>(v - mx);
     }
     let mut s8 = [0f32; 8];
     let mut oc = o.chunks_exact(8);
@@ -337,7 +337,7 @@ fn softmax_cols_impl<const FMA: bool>(s: &[f32], inner: usize, j0: usize, o: &mu
         let row = &s[k * inner + j0..k * inner + j0 + w];
         let dst = &mut o[k * w..(k + 1) * w];
         for (((d, &v), &m), a) in dst.iter_mut().zip(row).zip(&mx).zip(sum.iter_mut()) {
-            let e = crate::sim::simd::exp_approx(v - m);
+            let e = crate::sim::simd::exp_approx_by::<FMA>(v - m);
             *d = e;
             *a += e;
         }
