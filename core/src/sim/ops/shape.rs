@@ -305,10 +305,6 @@ pub fn pad_tensor(x: &Tensor, begin: &[i64], end: &[i64], mode: &str, value: f64
         out_shape.push(d as usize);
     }
     let fill = crate::sim::ops::quant::cast_f64(&ArrayD::from_elem(IxDyn(&[]), value), x.dtype())?;
-    if mode == "constant" && begin.iter().chain(end).all(|&p| p >= 0) {
-        // The fill everywhere, then the input copied into its window in one assignment.
-        return Ok(map_tensor!(x, a => pad_constant(a, &fill, &out_shape, begin)));
-    }
     let src_index = |o: usize, i: usize| -> Option<usize> {
         let n = shape[i] as i64;
         let p = o as i64 - begin[i];
@@ -338,43 +334,71 @@ pub fn pad_tensor(x: &Tensor, begin: &[i64], end: &[i64], mode: &str, value: f64
     let maps: Vec<Vec<Option<usize>>> = (0..shape.len())
         .map(|i| (0..out_shape[i]).map(|o| src_index(o, i)).collect())
         .collect();
-    Ok(map_tensor!(x, a => pad_array(a, &fill, &maps, &out_shape)))
+    Ok(map_tensor!(x, a => pad_array(a, &fill, &maps, &out_shape, begin)))
 }
 
-/// A constant pad (no crop): the fill everywhere, the input assigned into its window.
-fn pad_constant<T: Clone + Default + 'static>(
-    a: &ArrayD<T>,
-    fill: &Tensor,
-    out_shape: &[usize],
-    begin: &[i64],
-) -> ArrayD<T> {
-    let mut o = ArrayD::from_elem(IxDyn(out_shape), fill_value(fill, T::default()));
-    o.slice_each_axis_mut(|d| {
-        let b = begin[d.axis.index()] as usize;
-        Slice::from(b..b + a.shape()[d.axis.index()])
-    })
-    .assign(a);
-    o
-}
-
+/// The padded (or cropped) array: `maps[i][o]` is the input index that output index `o`
+/// of axis `i` reads (`None`: the fill). Built row by row along the last padded axis, the
+/// unpadded axes after it making each index of a row one contiguous block; the indices
+/// that read the input in order (`o − begin` inside it) are copied as one run.
 fn pad_array<T: Clone + Default + 'static>(
     a: &ArrayD<T>,
     fill: &Tensor,
     maps: &[Vec<Option<usize>>],
     out_shape: &[usize],
+    begin: &[i64],
 ) -> ArrayD<T> {
     let f: T = fill_value(fill, T::default());
-    let mut src = Vec::with_capacity(out_shape.len());
-    ArrayD::from_shape_fn(IxDyn(out_shape), |ix| {
-        src.clear();
-        for i in 0..ix.ndim() {
-            match maps[i][ix[i]] {
-                Some(s) => src.push(s),
-                None => return f.clone(),
+    let in_shape = a.shape();
+    let Some(k) = (0..out_shape.len())
+        .rev()
+        .find(|&i| out_shape[i] != in_shape[i] || begin[i] != 0)
+    else {
+        return a.clone();
+    };
+    let a = a.as_standard_layout();
+    let src = a.as_slice().expect("standard layout");
+    let inner: usize = in_shape[k + 1..].iter().product();
+    let (ow, iw) = (out_shape[k], in_shape[k]);
+    let lead = &out_shape[..k];
+    // Output indices o0..o1 of axis k read input indices o0 − b.. in order.
+    let b = begin[k];
+    let o0 = b.clamp(0, ow as i64) as usize;
+    let o1 = (b + iw as i64).clamp(o0 as i64, ow as i64) as usize;
+    let s0 = (o0 as i64 - b).max(0) as usize;
+    let rows: usize = lead.iter().product();
+    let mut out = Vec::with_capacity(rows * ow * inner);
+    let mut idx = vec![0usize; k];
+    for _ in 0..rows {
+        let row = idx
+            .iter()
+            .zip(&maps[..k])
+            .zip(in_shape)
+            .try_fold(0usize, |off, ((&o, m), &n)| m[o].map(|s| off * n + s));
+        match row {
+            None => out.extend(std::iter::repeat_n(f.clone(), ow * inner)),
+            Some(r) => {
+                let s = &src[r * iw * inner..(r + 1) * iw * inner];
+                let edge = |out: &mut Vec<T>, m: &Option<usize>| match m {
+                    Some(c) => out.extend_from_slice(&s[c * inner..(c + 1) * inner]),
+                    None => out.extend(std::iter::repeat_n(f.clone(), inner)),
+                };
+                maps[k][..o0].iter().for_each(|m| edge(&mut out, m));
+                if o1 > o0 {
+                    out.extend_from_slice(&s[s0 * inner..(s0 + o1 - o0) * inner]);
+                }
+                maps[k][o1..].iter().for_each(|m| edge(&mut out, m));
             }
         }
-        a[IxDyn(&src)].clone()
-    })
+        for d in (0..k).rev() {
+            idx[d] += 1;
+            if idx[d] < lead[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(out_shape), out).expect("padded shape")
 }
 
 /// The fill value of a constant pad, as the element type of the padded tensor.
