@@ -759,11 +759,12 @@ enum Pool {
     Lp(i32),
 }
 
-/// One plane of a 2-D max or average pool, separably: each input row is copied into a
-/// padded buffer (so that no bound is checked in the inner loops), reduced along the width
-/// into `rows`, then the rows are reduced along the height. `div` holds, for an average, the
-/// divisor of each output position (row count × column count); the loops over a row are
-/// plain slice loops the compiler vectorizes.
+/// One plane of a 2-D max or average pool, separably: for each output row, the input rows
+/// of its window are reduced into a padded row (so that no bound is checked in the inner
+/// loops; the height first, which a stride along it makes the smaller pass), then that row
+/// is reduced along the width. `div` holds, for an average, the divisor of each output
+/// position (row count × column count); the loops over a row are plain slice loops the
+/// compiler vectorizes.
 #[inline(always)]
 fn pool2d_plane_impl<const FMA: bool>(
     src: &[f32],
@@ -785,60 +786,61 @@ fn pool2d_plane_impl<const FMA: bool>(
     // With a stride, the padded row is split into its `sw` phases (columns ≡ q mod sw), so
     // that every tap reads a contiguous run of one phase: loops over runs vectorize.
     let wq = wp.div_ceil(sw);
-    let (padded, rows) = bufs;
+    let (padded, _) = bufs;
     padded.clear();
     padded.resize(wp + if sw > 1 { sw * wq } else { 0 }, init);
-    rows.clear();
-    rows.resize(h * ow, 0.0);
-    for iy in 0..h {
-        padded[pl..pl + w].copy_from_slice(&src[iy * w..(iy + 1) * w]);
-        if sw > 1 {
-            let (row, phases) = padded.split_at_mut(wp);
-            if sw == 2 {
-                let (even, odd) = phases.split_at_mut(wq);
-                for ((e, o), p) in even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2)) {
-                    (*e, *o) = (p[0], p[1]);
-                }
-                if wp % 2 == 1 {
-                    even[wq - 1] = row[wp - 1];
-                }
-            } else {
-                for (i, col) in row.chunks(sw).enumerate() {
-                    for (q, &v) in col.iter().enumerate() {
-                        phases[q * wq + i] = v;
-                    }
-                }
-            }
-        }
-        let r = &mut rows[iy * ow..(iy + 1) * ow];
-        r.fill(init);
-        for j in 0..kw {
-            let tap = if sw == 1 {
-                &padded[j * dw..j * dw + ow]
-            } else {
-                let (q, at) = ((j * dw) % sw, (j * dw) / sw);
-                &padded[wp + q * wq + at..wp + q * wq + at + ow]
-            };
-            if max {
-                r.iter_mut().zip(tap).for_each(|(a, &v)| *a = a.max(v));
-            } else {
-                r.iter_mut().zip(tap).for_each(|(a, &v)| *a += v);
-            }
-        }
-    }
     for oy in 0..oh {
-        let o = &mut out[oy * ow..(oy + 1) * ow];
-        o.fill(init);
+        let (row, phases) = padded.split_at_mut(wp);
+        let acc = &mut row[pl..pl + w];
+        let mut any = false;
         for i in 0..kh {
             let iy = (oy * sh + i * dh) as isize - pt as isize;
             if iy < 0 || iy >= h as isize {
                 continue;
             }
-            let r = &rows[iy as usize * ow..(iy as usize + 1) * ow];
-            if max {
-                o.iter_mut().zip(r).for_each(|(a, &v)| *a = a.max(v));
+            let r = &src[iy as usize * w..(iy as usize + 1) * w];
+            if !any {
+                acc.copy_from_slice(r);
+                any = true;
+            } else if max {
+                acc.iter_mut().zip(r).for_each(|(a, &v)| *a = a.max(v));
             } else {
-                o.iter_mut().zip(r).for_each(|(a, &v)| *a += v);
+                acc.iter_mut().zip(r).for_each(|(a, &v)| *a += v);
+            }
+        }
+        if !any {
+            // A window wholly in the padding (ceil mode).
+            acc.fill(init);
+        }
+        if sw == 2 {
+            let (even, odd) = phases.split_at_mut(wq);
+            for ((e, o), p) in even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2)) {
+                (*e, *o) = (p[0], p[1]);
+            }
+            if wp % 2 == 1 {
+                even[wq - 1] = row[wp - 1];
+            }
+        } else if sw > 2 {
+            for (i, col) in row.chunks(sw).enumerate() {
+                for (q, &v) in col.iter().enumerate() {
+                    phases[q * wq + i] = v;
+                }
+            }
+        }
+        let o = &mut out[oy * ow..(oy + 1) * ow];
+        for j in 0..kw {
+            let tap = if sw == 1 {
+                &row[j * dw..j * dw + ow]
+            } else {
+                let (q, at) = ((j * dw) % sw, (j * dw) / sw);
+                &phases[q * wq + at..q * wq + at + ow]
+            };
+            if j == 0 {
+                o.copy_from_slice(tap);
+            } else if max {
+                o.iter_mut().zip(tap).for_each(|(a, &v)| *a = a.max(v));
+            } else {
+                o.iter_mut().zip(tap).for_each(|(a, &v)| *a += v);
             }
         }
         if !max {
@@ -1301,6 +1303,7 @@ mod tests {
             ((128, 128, 10, 10), 3, 1),
             ((128, 256, 20, 20), 3, 2),
             ((64, 64, 56, 56), 3, 1),
+            ((96, 96, 52, 52), 3, 1),
             ((256, 256, 14, 14), 3, 1),
             ((512, 512, 7, 7), 3, 1),
             ((64, 128, 56, 56), 1, 2),
@@ -1339,6 +1342,42 @@ mod tests {
                         gflop / direct * 1e3
                     );
                 });
+            }
+        }
+    }
+
+    /// Not a test: 2-D max and average pooling on the shapes of ResNet-18's stem and
+    /// YOLO's SPPF (best of 40 runs, on 1 and 2 threads).
+    /// `cargo test --release -p npu-core pool_speed -- --ignored --nocapture`
+    #[test]
+    #[ignore = "benchmark, run by hand"]
+    fn pool_speed() {
+        let pools: Vec<_> = (1..=2)
+            .map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool"))
+            .collect();
+        for &((c, h, w), k, s, max) in &[
+            ((64, 112, 112), 3, 2, true),
+            ((128, 10, 10), 5, 1, true),
+            ((256, 13, 13), 5, 1, true),
+            ((64, 56, 56), 3, 1, false),
+        ] {
+            let p = k / 2;
+            let (x, _, _, geo) = random_group((c, 1, h, w), (k, k), (s, s), (1, 1), [p; 4], 7);
+            for (threads, pool) in pools.iter().enumerate() {
+                let ms = pool.install(|| {
+                    (0..40)
+                        .map(|_| {
+                            let t = std::time::Instant::now();
+                            std::hint::black_box(pool2d(&x, c, (h, w), &geo, max, false));
+                            t.elapsed().as_secs_f64() * 1e3
+                        })
+                        .fold(f64::MAX, f64::min)
+                });
+                println!(
+                    "{} {c}x{h}x{w} k{k} s{s} {} thread(s): {ms:.3} ms",
+                    if max { "max" } else { "avg" },
+                    threads + 1
+                );
             }
         }
     }

@@ -164,8 +164,11 @@ pub fn conv_group(
         let (mt0, mt1) = (part * m_tiles / m_parts, (part + 1) * m_tiles / m_parts);
         for t in t0..t1 {
             let p0 = t * NT;
+            // The last tile computes only the vectors that hold grid positions (a 14×14
+            // map's 224 positions are 14 vectors: 3.5 tiles, not 4).
+            let nv = (grid - p0).div_ceil(16).min(NR);
             let mut store = [(0u16, 0usize); NR];
-            for (j, s) in store.iter_mut().enumerate() {
+            for (j, s) in store.iter_mut().enumerate().take(nv) {
                 *s = (lanes(p0 + 16 * j), before(p0 + 16 * j));
             }
             for mt in mt0..mt1 {
@@ -176,7 +179,7 @@ pub fn conv_group(
                     b[..rows].copy_from_slice(&bs[m0..m0 + rows]);
                 }
                 // SAFETY: the CPU has AVX-512F (the caller checked `available`); the tile
-                // reads weight rows m0..m0+rows (in `wg`) and runs of NT elements at
+                // reads weight rows m0..m0+rows (in `wg`) and runs of nv·16 <= NT elements at
                 // `offsets[k] + p0` (inside `xq`: offsets stay below the planes' end and
                 // p0 + NT <= tiles·NT, the slack), and writes the outputs of grid
                 // positions p0..p0+NT (the lanes of `store`) of output channels
@@ -185,14 +188,40 @@ pub fn conv_group(
                     let a = wg.as_ptr().add(m0 * ksize);
                     let c = outp.get().add(m0 * out_plane);
                     let x = xq.as_ptr().add(p0);
-                    match rows {
-                        6 => tile::<6>(a, ksize, &offsets, x, &b, c, out_plane, &store),
-                        5 => tile::<5>(a, ksize, &offsets, x, &b, c, out_plane, &store),
-                        4 => tile::<4>(a, ksize, &offsets, x, &b, c, out_plane, &store),
-                        3 => tile::<3>(a, ksize, &offsets, x, &b, c, out_plane, &store),
-                        2 => tile::<2>(a, ksize, &offsets, x, &b, c, out_plane, &store),
-                        _ => tile::<1>(a, ksize, &offsets, x, &b, c, out_plane, &store),
+                    macro_rules! dispatch {
+                        ($(($r:literal, $v:literal)),*) => {
+                            match (rows, nv) {
+                                $(($r, $v) => tile::<$r, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),)*
+                                _ => unreachable!("a tile has 1 to {MR} rows and 1 to {NR} vectors"),
+                            }
+                        };
                     }
+                    dispatch!(
+                        (6, 4),
+                        (5, 4),
+                        (4, 4),
+                        (3, 4),
+                        (2, 4),
+                        (1, 4),
+                        (6, 3),
+                        (5, 3),
+                        (4, 3),
+                        (3, 3),
+                        (2, 3),
+                        (1, 3),
+                        (6, 2),
+                        (5, 2),
+                        (4, 2),
+                        (3, 2),
+                        (2, 2),
+                        (1, 2),
+                        (6, 1),
+                        (5, 1),
+                        (4, 1),
+                        (3, 1),
+                        (2, 1),
+                        (1, 1)
+                    );
                 }
             }
         }
@@ -214,13 +243,13 @@ thread_local! {
     static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// `R` output channels × `NT` grid positions: `bias[i] + Σ_k a[i·lda + k] ·
-/// x[offsets[k] .. +NT]`, whose vector `j` goes, its lanes `store[j].0` packed together,
+/// `R` output channels × `NV` vectors of 16 grid positions: `bias[i] + Σ_k a[i·lda + k] ·
+/// x[offsets[k] .. +16·NV]`, whose vector `j` goes, its lanes `store[j].0` packed together,
 /// to `c[i·ldc + store[j].1 ..]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile<const R: usize>(
+unsafe fn tile<const R: usize, const NV: usize>(
     a: *const f32,
     lda: usize,
     offsets: &[usize],
@@ -234,10 +263,10 @@ unsafe fn tile<const R: usize>(
         _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps, _mm512_maskz_compress_ps, _mm512_set1_ps,
         _mm512_setzero_ps, _mm512_storeu_ps,
     };
-    let mut acc = [[_mm512_setzero_ps(); NR]; R];
+    let mut acc = [[_mm512_setzero_ps(); NV]; R];
     for i in 0..R {
         let b = _mm512_set1_ps(bias[i]);
-        for j in 0..NR {
+        for j in 0..NV {
             acc[i][j] = b;
         }
     }
@@ -245,19 +274,19 @@ unsafe fn tile<const R: usize>(
         // SAFETY: see the caller.
         unsafe {
             let xp = x.add(off);
-            let mut xv = [_mm512_setzero_ps(); NR];
-            for j in 0..NR {
+            let mut xv = [_mm512_setzero_ps(); NV];
+            for j in 0..NV {
                 xv[j] = _mm512_loadu_ps(xp.add(16 * j));
             }
             for i in 0..R {
                 let av = _mm512_set1_ps(*a.add(i * lda + k));
-                for j in 0..NR {
+                for j in 0..NV {
                     acc[i][j] = _mm512_fmadd_ps(av, xv[j], acc[i][j]);
                 }
             }
         }
     }
-    for j in 0..NR {
+    for j in 0..NV {
         let (mask, at) = store[j];
         if mask == u16::MAX {
             for i in 0..R {
@@ -279,7 +308,7 @@ unsafe fn tile<const R: usize>(
 
 #[cfg(not(target_arch = "x86_64"))]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<const R: usize>(
+unsafe fn tile<const R: usize, const NV: usize>(
     _a: *const f32,
     _lda: usize,
     _offsets: &[usize],

@@ -347,9 +347,11 @@ fn matmul_i64(a: &ArrayD<i64>, b: &ArrayD<i64>) -> Result<ArrayD<i64>, String> {
 
 fn gemm_op(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tensor, String> {
     let at = input(inputs, 0)?;
-    let a = at.to_f32();
-    let b = input(inputs, 1)?.to_f32();
-    let c = opt_input(inputs, 2).map(Tensor::to_f32);
+    // Borrowed where they are float32 and in standard layout already (a classifier's weights
+    // are megabytes: copying them costs more than the product).
+    let a = at.f32_cow();
+    let b = input(inputs, 1)?.f32_cow();
+    let c = opt_input(inputs, 2).map(Tensor::f32_cow);
     let alpha = node.attr_f("alpha").unwrap_or(1.0);
     let beta = node.attr_f("beta").unwrap_or(1.0);
     let ta = node.attr_i("transA").unwrap_or(0) != 0;
@@ -361,8 +363,8 @@ fn gemm_op(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tenso
             b.shape()
         ));
     }
-    let a = a.as_standard_layout().into_owned();
-    let b = b.as_standard_layout().into_owned();
+    let a = a.as_standard_layout();
+    let b = b.as_standard_layout();
     let (m, k) = if ta {
         (a.shape()[1], a.shape()[0])
     } else {
@@ -392,9 +394,43 @@ fn gemm_op(node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> Result<Tenso
     } else {
         false
     };
-    sgemm_scaled(m, n, k, am, bm, &mut out, accumulate, alpha, ctx.threads);
+    if m == 1 && tb {
+        gemv_rows(ad, bd, k, &mut out, accumulate, alpha, ctx.threads);
+    } else {
+        sgemm_scaled(m, n, k, am, bm, &mut out, accumulate, alpha, ctx.threads);
+    }
     let r = ArrayD::from_shape_vec(IxDyn(&[m, n]), out).map_err(|e| e.to_string())?;
     Ok(f32_as(at.dtype(), r))
+}
+
+/// `out[j] = [out[j] +] scale · Σ_k x[k]·w[j·k_len + k]`: one row times a weight matrix
+/// stored by output (a classifier head, `transB` = 1), as dot products over contiguous rows,
+/// in parallel over blocks of outputs. The GEMM path would pack the whole matrix for one row.
+fn gemv_rows(x: &[f32], w: &[f32], k_len: usize, out: &mut [f32], accumulate: bool, scale: f32, threads: usize) {
+    let dot = |row: &[f32]| -> f32 {
+        let mut acc = [0f32; 16];
+        let mut chunks = row.chunks_exact(16).zip(x.chunks_exact(16));
+        for (r, v) in &mut chunks {
+            for ((a, &p), &q) in acc.iter_mut().zip(r).zip(v) {
+                *a += p * q;
+            }
+        }
+        let tail = k_len - k_len % 16;
+        let t: f32 = row[tail..].iter().zip(&x[tail..]).map(|(p, q)| p * q).sum();
+        acc.iter().sum::<f32>() + t
+    };
+    let work = |(j0, o): (usize, &mut [f32])| {
+        for (j, y) in o.iter_mut().enumerate() {
+            let r = (j0 * 64 + j) * k_len;
+            let v = scale * dot(&w[r..r + k_len]);
+            *y = if accumulate { *y + v } else { v };
+        }
+    };
+    if threads > 1 && out.len() * k_len >= 1 << 16 {
+        out.par_chunks_mut(64).enumerate().for_each(work);
+    } else {
+        out.chunks_mut(64).enumerate().for_each(work);
+    }
 }
 
 /// Dispatches the linear-algebra family; `None` if `op` is not one of them.

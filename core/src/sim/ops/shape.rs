@@ -78,7 +78,10 @@ pub(crate) fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
                     _ => return Err("inputs have different dtypes".into()),
                 }
             }
-            Tensor::$variant(ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?)
+            match concat_blocks(&views, axis) {
+                Some(a) => Tensor::$variant(a),
+                None => Tensor::$variant(ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?),
+            }
         }};
     }
     Ok(match first {
@@ -112,6 +115,36 @@ pub(crate) fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
     })
 }
 
+/// Concatenation of standard-layout arrays that agree on every axis but `axis`: for each
+/// index of the axes before it, each input's block after it, copied whole. `None` when an
+/// input is strided or the shapes do not fit (ndarray's general path decides then).
+fn concat_blocks<T: Clone>(views: &[ndarray::ArrayViewD<'_, T>], axis: usize) -> Option<ArrayD<T>> {
+    let first = views.first()?;
+    let rank = first.ndim();
+    if axis >= rank {
+        return None;
+    }
+    let mut shape = first.shape().to_vec();
+    shape[axis] = 0;
+    let mut blocks = Vec::with_capacity(views.len());
+    for v in views {
+        let same = v.ndim() == rank && (0..rank).all(|a| a == axis || v.shape()[a] == first.shape()[a]);
+        if !same {
+            return None;
+        }
+        shape[axis] += v.shape()[axis];
+        blocks.push((v.as_slice()?, v.shape()[axis..].iter().product::<usize>()));
+    }
+    let outer: usize = first.shape()[..axis].iter().product();
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for o in 0..outer {
+        for &(data, len) in &blocks {
+            out.extend_from_slice(&data[o * len..(o + 1) * len]);
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(&shape), out).ok()
+}
+
 /// A strided view copied into standard layout. Unit axes are dropped first and views of up
 /// to four remaining axes are copied at a fixed rank, where ndarray's iteration is several
 /// times faster than over dynamic dimensions.
@@ -127,10 +160,10 @@ pub(crate) fn standard_copy<T: Clone>(v: &ndarray::ArrayViewD<'_, T>) -> ArrayD<
             c = c.index_axis_move(Axis(ax), 0);
         }
     }
-    // Contiguous rows (a transpose that keeps the last axis, a slice of whole rows) are
-    // copied a row at a time.
+    // Rows along the last axis (a transpose that keeps it, a slice of whole rows, a slice
+    // with a step along it) are copied a row at a time.
     let row = c.shape().last().copied().unwrap_or(0);
-    if c.ndim() > 1 && row >= 8 && c.strides().last() == Some(&1) {
+    if c.ndim() > 1 && row >= 8 {
         let mut owned = Vec::with_capacity(c.len());
         for r in c.rows() {
             match r.as_slice() {
@@ -175,7 +208,7 @@ pub(crate) fn standard_copy<T: Clone>(v: &ndarray::ArrayViewD<'_, T>) -> ArrayD<
 }
 
 pub(crate) fn slice_axis(t: &Tensor, axis: usize, start: isize, end: Option<isize>, step: isize) -> Tensor {
-    map_tensor!(t, a => a.slice_axis(Axis(axis), Slice::new(start, end, step)).to_owned())
+    map_tensor!(t, a => standard_copy(&a.slice_axis(Axis(axis), Slice::new(start, end, step))))
 }
 
 /// Clamps ONNX Slice bounds for one axis and returns (start, end, step) for ndarray.
