@@ -502,6 +502,11 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
         (a.full.sqnr_db.expect("db") - before).abs() < 1e-6,
         "the analysis measures the current plan"
     );
+    // Six photos: the ranking is made on four and checked on two, and the panel says how
+    // it held.
+    assert_eq!(a.held_back, 2);
+    let check = a.rank_check.as_ref().expect("a ranking check").summary(2);
+    assert!(h.query_by_label(&check).is_some(), "no line {check:?}");
     // The mixed-precision curve, and one of its points applied.
     common::click_in_view(&mut h, "Find mixed precision");
     settle(&mut h);

@@ -103,3 +103,50 @@ fn the_report_holds_every_layer_and_fetches_nothing() {
         r.target.expect("target").ops_total
     );
 }
+
+/// The sensitivity sweep ranks on the fitting part of the evaluation set and checks the
+/// ranking on the held-back part: PP-OCR cls on the eight crops, the last two held back.
+#[test]
+fn sensitivity_is_ranked_on_fitting_crops_and_checked_on_held_back_ones() {
+    let path = data_dir().join("models/ppocr_cls.onnx");
+    let imported = npu_core::import::load(&path)
+        .expect("loads (scripts/fetch_models.py)")
+        .0;
+    let model = pipeline::optimize(&imported, &Passes::All, &Silent)
+        .expect("optimizes")
+        .model;
+    let q = pipeline::quantizer(&model, 2).expect("quantizer");
+    let crops = Samples::open(data_dir().join("crops8").to_str().expect("path"), PRE).expect("crops");
+    let stats = pipeline::calibrate(&q, &crops, &Silent).expect("calibrates");
+    let plan = pipeline::plan(&q, &stats, &crops, &PlanRequest::preset("w8a8"), &Silent)
+        .expect("plans")
+        .plan;
+    let a = pipeline::analyze(&q, &plan, &crops, &Silent).expect("analyzes");
+    assert_eq!(a.held_back, 2, "the last third of 8 samples");
+    let check = a.rank_check.as_ref().expect("a ranking check with samples held back");
+    for rho in [check.only_this_rho, check.all_but_this_rho] {
+        let rho = rho.expect("a rank correlation over 80 layers");
+        assert!((-1.0..=1.0).contains(&rho), "rho {rho}");
+    }
+    assert!(check.top5_overlap <= 5);
+    let mut last = f64::NEG_INFINITY;
+    for l in &a.layers {
+        let (Some(all), Some(fit), Some(held)) = (l.only_this_db, l.only_this_fit_db, l.only_this_held_db) else {
+            continue;
+        };
+        // Ranked on the fitting part.
+        assert!(fit >= last, "{} out of order: {fit} after {last}", l.node);
+        last = fit;
+        // The whole set's SQNR pools both parts' energies, so it lies between them: the
+        // parts are the set split, not two other measurements.
+        let (lo, hi) = (fit.min(held), fit.max(held));
+        assert!(
+            all >= lo - 1e-9 && all <= hi + 1e-9,
+            "{}: {all} dB over all crops, not between {fit} and {held}",
+            l.node
+        );
+    }
+    assert!(last > f64::NEG_INFINITY, "no layer with both parts measured");
+    let line = check.summary(a.held_back);
+    assert!(line.contains("2 held back"), "{line}");
+}

@@ -460,13 +460,27 @@ pub fn analyze(
     );
     println!("most sensitive layers (output SQNR with only this layer quantized / all but this one):");
     for l in analysis.layers.iter().take(5) {
+        let held = if analysis.held_back > 0 {
+            format!(
+                "  (fitting {} / {}, held back {} / {})",
+                f(l.only_this_fit_db),
+                f(l.all_but_this_fit_db),
+                f(l.only_this_held_db),
+                f(l.all_but_this_held_db)
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "  {:>8}  {:>10} / {:>10}  {}",
+            "  {:>8}  {:>10} / {:>10}  {}{held}",
             l.op,
             f(l.only_this_db),
             f(l.all_but_this_db),
             l.node
         );
+    }
+    if let Some(c) = &analysis.rank_check {
+        println!("{}", c.summary(analysis.held_back));
     }
     println!(
         "{} layers swept, {} histograms; analysis took {:.1} s; report written to {}",

@@ -83,9 +83,9 @@ fn stats(reference: &Tensor, test: &Tensor) -> Option<ErrorStats> {
 
 /// The error of `v` against FP32 over every live sample, under the live plan or a tried
 /// change (its new value where it has one).
-fn live_error(live: &Live, change: Option<&Change>, v: ValueId) -> ErrorStats {
+fn live_error(live: &Live, change: Option<&Change>, v: ValueId, samples: std::ops::Range<usize>) -> ErrorStats {
     let mut st = ErrorStats::default();
-    for k in 0..live.samples.len() {
+    for k in samples.start..samples.end.min(live.samples.len()) {
         let q = change
             .and_then(|c| c.values[k].get(&v))
             .or_else(|| live.quant[k].get(&v));
@@ -355,19 +355,29 @@ impl Quantizer<'_> {
 
     /// The lowest output SQNR of the live plan, or of a tried change (`None`: exact).
     pub fn live_output_sqnr(&self, live: &Live, change: Option<&Change>) -> Option<f64> {
-        self.live_outputs(live, change)
+        self.live_output_sqnr_on(live, change, 0..live.samples.len())
+    }
+
+    /// [`Self::live_output_sqnr`] on the samples of `samples` only (by index).
+    pub fn live_output_sqnr_on(
+        &self,
+        live: &Live,
+        change: Option<&Change>,
+        samples: std::ops::Range<usize>,
+    ) -> Option<f64> {
+        self.live_outputs(live, change, samples)
             .iter()
             .map(|o| o.sqnr_db.unwrap_or(f64::INFINITY))
             .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.min(b))))
             .filter(|v| v.is_finite())
     }
 
-    fn live_outputs(&self, live: &Live, change: Option<&Change>) -> Vec<OutputReport> {
+    fn live_outputs(&self, live: &Live, change: Option<&Change>, samples: std::ops::Range<usize>) -> Vec<OutputReport> {
         let g = self.graph();
         g.outputs
             .iter()
             .map(|&o| {
-                let st = live_error(live, change, o);
+                let st = live_error(live, change, o, samples.clone());
                 OutputReport {
                     name: g.values[o].name.clone(),
                     sqnr_db: st.sqnr_db(),
@@ -386,7 +396,7 @@ impl Quantizer<'_> {
         values
             .iter()
             .map(|&v| {
-                let st = live_error(live, change, v);
+                let st = live_error(live, change, v, 0..live.samples.len());
                 if st.ref_sq > 0.0 { st.err_sq / st.ref_sq } else { 0.0 }
             })
             .collect()

@@ -241,6 +241,12 @@ pub struct StudyReport {
     pub mixed_precision: Option<MixedPrecision>,
     pub target: Option<TargetSection>,
     pub graph: GraphPicture,
+    /// Evaluation samples held back from the sensitivity ranking, and how the ranking held
+    /// on them (absent without a held-back part).
+    #[serde(default)]
+    pub sensitivity_held_back: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sensitivity_check: Option<crate::quant::analysis::RankCheck>,
 }
 
 impl StudyReport {
@@ -309,6 +315,8 @@ impl StudyReport {
             mixed_precision: amp,
             target: compiled.map(TargetSection::of),
             graph: GraphPicture::default(),
+            sensitivity_held_back: analysis.map_or(0, |a| a.held_back),
+            sensitivity_check: analysis.and_then(|a| a.rank_check.clone()),
         }
     }
 
@@ -531,6 +539,12 @@ fn plots(h: &mut String, r: &StudyReport) {
             "Sensitivity: output SQNR with only this layer quantized (lowest 20)",
             &sens,
         ));
+        if let Some(c) = &r.sensitivity_check {
+            h.push_str(&format!(
+                "<p class=\"note\">{}</p>",
+                esc(&c.summary(r.sensitivity_held_back))
+            ));
+        }
     }
     match &r.mixed_precision {
         Some(mp) if !mp.curve.is_empty() => {

@@ -84,6 +84,9 @@ pub fn sensitivity_ui(ui: &mut egui::Ui, q: &QuantView, out: &mut Vec<Command>) 
                     }
                 }
             });
+            if let Some(c) = &a.rank_check {
+                ui.weak(c.summary(a.held_back));
+            }
         });
     select
 }
