@@ -339,7 +339,8 @@ pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
         return None;
     }
     let (ra, rb) = (ranks(a), ranks(b));
-    let mean = (a.len() as f64 + 1.0) / 2.0;
+    // Ranks run from 1 to n: their mean is (n + 1) / 2.
+    let mean = f64::midpoint(a.len() as f64, 1.0);
     let (mut num, mut da, mut db) = (0.0, 0.0, 0.0);
     for (x, y) in ra.iter().zip(&rb) {
         num += (x - mean) * (y - mean);

@@ -540,10 +540,7 @@ fn plots(h: &mut String, r: &StudyReport) {
             &sens,
         ));
         if let Some(c) = &r.sensitivity_check {
-            h.push_str(&format!(
-                "<p class=\"note\">{}</p>",
-                esc(&c.summary(r.sensitivity_held_back))
-            ));
+            let _ = write!(h, "<p class=\"note\">{}</p>", esc(&c.summary(r.sensitivity_held_back)));
         }
     }
     match &r.mixed_precision {
