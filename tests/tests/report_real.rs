@@ -3,15 +3,18 @@
 //! every simulated tensor, fetch nothing, escape what the model names, and agree with the
 //! CSV and JSON written beside it. (`scripts/check_report.py` opens it in Chromium.)
 
+use npu_core::ir::Model;
 use npu_core::pipeline::{self, Passes, PlanRequest, Samples};
 use npu_core::progress::Silent;
+use npu_core::quant::QuantPlan;
 use npu_core::report::{ModelSummary, StudyReport, html};
 use npu_tests::data_dir;
 use std::collections::HashMap;
 
 const PRE: &str = "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5";
 
-fn report() -> StudyReport {
+/// PP-OCR cls optimized, and its w8a8 plan calibrated on the eight crops (also returned).
+fn cls_w8a8() -> (Model, QuantPlan, Samples) {
     let path = data_dir().join("models/ppocr_cls.onnx");
     let imported = npu_core::import::load(&path)
         .expect("loads (scripts/fetch_models.py)")
@@ -20,11 +23,17 @@ fn report() -> StudyReport {
         .expect("optimizes")
         .model;
     let q = pipeline::quantizer(&model, 2).expect("quantizer");
-    let calib = Samples::open(data_dir().join("crops8").to_str().expect("path"), PRE).expect("crops");
-    let stats = pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
-    let plan = pipeline::plan(&q, &stats, &calib, &PlanRequest::preset("w8a8"), &Silent)
+    let crops = Samples::open(data_dir().join("crops8").to_str().expect("path"), PRE).expect("crops");
+    let stats = pipeline::calibrate(&q, &crops, &Silent).expect("calibrates");
+    let plan = pipeline::plan(&q, &stats, &crops, &PlanRequest::preset("w8a8"), &Silent)
         .expect("plans")
         .plan;
+    (model, plan, crops)
+}
+
+fn report() -> StudyReport {
+    let (model, plan, _) = cls_w8a8();
+    let q = pipeline::quantizer(&model, 2).expect("quantizer");
     let eval =
         Samples::open(data_dir().join("inputs/cls_coffee.npy").to_str().expect("path"), "").expect("a held-out photo");
     let sim = pipeline::simulate(&q, &plan, &eval, &Silent).expect("simulates");
@@ -108,19 +117,8 @@ fn the_report_holds_every_layer_and_fetches_nothing() {
 /// ranking on the held-back part: PP-OCR cls on the eight crops, the last two held back.
 #[test]
 fn sensitivity_is_ranked_on_fitting_crops_and_checked_on_held_back_ones() {
-    let path = data_dir().join("models/ppocr_cls.onnx");
-    let imported = npu_core::import::load(&path)
-        .expect("loads (scripts/fetch_models.py)")
-        .0;
-    let model = pipeline::optimize(&imported, &Passes::All, &Silent)
-        .expect("optimizes")
-        .model;
+    let (model, plan, crops) = cls_w8a8();
     let q = pipeline::quantizer(&model, 2).expect("quantizer");
-    let crops = Samples::open(data_dir().join("crops8").to_str().expect("path"), PRE).expect("crops");
-    let stats = pipeline::calibrate(&q, &crops, &Silent).expect("calibrates");
-    let plan = pipeline::plan(&q, &stats, &crops, &PlanRequest::preset("w8a8"), &Silent)
-        .expect("plans")
-        .plan;
     let a = pipeline::analyze(&q, &plan, &crops, &Silent).expect("analyzes");
     assert_eq!(a.held_back, 2, "the last third of 8 samples");
     let check = a.rank_check.as_ref().expect("a ranking check with samples held back");

@@ -1284,15 +1284,20 @@ mod tests {
         }
     }
 
+    /// Thread pools of one and two threads, for the micro-benchmarks.
+    fn one_and_two_threads() -> Vec<rayon::ThreadPool> {
+        (1..=2)
+            .map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool"))
+            .collect()
+    }
+
     /// Not a test: the direct conv and im2col + GEMM side by side on the shapes of
     /// YOLOv8n at 320×320 and ResNet-18 (best of 40 runs each, on 1 and 2 threads).
     /// `cargo test --release -p npu-core direct_conv_speed -- --ignored --nocapture`
     #[test]
     #[ignore = "benchmark, run by hand"]
     fn direct_conv_speed() {
-        let pools: Vec<_> = (1..=2)
-            .map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool"))
-            .collect();
+        let pools = one_and_two_threads();
         let cases: &[SpeedCase] = &[
             ((3, 16, 320, 320), 3, 2),
             ((16, 32, 160, 160), 3, 2),
@@ -1352,9 +1357,7 @@ mod tests {
     #[test]
     #[ignore = "benchmark, run by hand"]
     fn pool_speed() {
-        let pools: Vec<_> = (1..=2)
-            .map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool"))
-            .collect();
+        let pools = one_and_two_threads();
         for &((c, h, w), k, s, max) in &[
             ((64, 112, 112), 3, 2, true),
             ((128, 10, 10), 5, 1, true),
