@@ -188,40 +188,25 @@ pub fn conv_group(
                     let a = wg.as_ptr().add(m0 * ksize);
                     let c = outp.get().add(m0 * out_plane);
                     let x = xq.as_ptr().add(p0);
-                    macro_rules! dispatch {
-                        ($(($r:literal, $v:literal)),*) => {
-                            match (rows, nv) {
-                                $(($r, $v) => tile::<$r, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),)*
-                                _ => unreachable!("a tile has 1 to {MR} rows and 1 to {NR} vectors"),
+                    // One instance per tile height and vector count.
+                    macro_rules! by_rows {
+                        ($v:literal) => {
+                            match rows {
+                                6 => tile::<6, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),
+                                5 => tile::<5, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),
+                                4 => tile::<4, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),
+                                3 => tile::<3, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),
+                                2 => tile::<2, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),
+                                _ => tile::<1, $v>(a, ksize, &offsets, x, &b, c, out_plane, &store),
                             }
                         };
                     }
-                    dispatch!(
-                        (6, 4),
-                        (5, 4),
-                        (4, 4),
-                        (3, 4),
-                        (2, 4),
-                        (1, 4),
-                        (6, 3),
-                        (5, 3),
-                        (4, 3),
-                        (3, 3),
-                        (2, 3),
-                        (1, 3),
-                        (6, 2),
-                        (5, 2),
-                        (4, 2),
-                        (3, 2),
-                        (2, 2),
-                        (1, 2),
-                        (6, 1),
-                        (5, 1),
-                        (4, 1),
-                        (3, 1),
-                        (2, 1),
-                        (1, 1)
-                    );
+                    match nv {
+                        4 => by_rows!(4),
+                        3 => by_rows!(3),
+                        2 => by_rows!(2),
+                        _ => by_rows!(1),
+                    }
                 }
             }
         }
