@@ -17,7 +17,7 @@ scales, zero points and codes, no plan) and its outputs must equal LiteRT's; wit
 `npu-studio compile FILE.tflite` (no plan) and the emulated binary too. Exits non-zero on any mismatch, naming the tensor,
 the count of differing elements and the largest difference.
 
-Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16] [--no-emulate]
+Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16] [--no-emulate] [--seq-mse]
 """
 import argparse
 import json
@@ -93,6 +93,7 @@ def main():
         help="mixed precision: promote layers to int16 until the calibration set's output SQNR reaches this (dB)",
     )
     ap.add_argument("--no-emulate", action="store_true", help="skip compiling and emulating the U55 binary")
+    ap.add_argument("--seq-mse", action="store_true", help="plans with SeqMSE weight ranges (quantize --seq-mse)")
     args = ap.parse_args()
     from ai_edge_litert import interpreter as litert
 
@@ -108,6 +109,8 @@ def main():
         cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan, "--preset", args.preset]
         if args.target_sqnr:
             cmd += ["--eval", calib, "--target-sqnr", args.target_sqnr]
+        if args.seq_mse:
+            cmd += ["--seq-mse"]
         if m in PREPROCESS:
             cmd += ["--preprocess", PREPROCESS[m]]
         run(cmd)

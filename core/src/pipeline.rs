@@ -250,6 +250,8 @@ pub struct Planned {
     pub bias_correction: Option<BiasCorrectionNote>,
     /// What the range refinement did (`None`: the recipe does not ask for it).
     pub refined: Option<crate::quant::refine::Refined>,
+    /// What the SeqMSE weight-range search did (`None`: the recipe does not ask for it).
+    pub seq_mse: Option<crate::quant::seqmse::SeqMse>,
 }
 
 /// Why planning stopped.
@@ -285,6 +287,12 @@ pub fn plan(
         plan = p;
         refined = Some(r);
     }
+    let mut seq_mse = None;
+    if recipe.seq_mse {
+        let (p, r) = q.seq_mse(plan, &calib.source, &calib.preprocess, progress)?;
+        plan = p;
+        seq_mse = Some(r);
+    }
     let mut note = None;
     if request.bias_correction == BiasCorrection::Measure {
         let (p, n) = q.correct_bias(plan, &calib.source, &calib.preprocess, progress)?;
@@ -298,6 +306,7 @@ pub fn plan(
         adjusted: resolved.adjusted,
         bias_correction: note,
         refined,
+        seq_mse,
     })
 }
 

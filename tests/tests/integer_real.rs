@@ -305,6 +305,83 @@ fn cls_cross_layer_equalization_keeps_fp32_and_raises_held_out_sqnr() {
     assert!(same, "apply() and equalize() disagree");
 }
 
+/// SeqMSE on cls with 4-bit weights: per-channel weight ranges chosen by each layer's output
+/// error on the calibration crops raise the integer reference's SQNR on the six held-out
+/// photos, every searched layer's output error falls on the fitting crops, and the plan's
+/// factors reach the integer program (its weight scales are the clipped ones).
+#[test]
+fn cls_seq_mse_raises_w4a16_held_out_sqnr() {
+    use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
+    use npu_core::quant::recipe::Recipe;
+    let model = cls_model();
+    let pre = "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5";
+    let calib = Samples::open(data_dir().join("crops8").to_str().expect("path"), pre).expect("crops8");
+    let eval_dir = folder("cls_seqmse_eval", &cls_photos());
+    let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
+    let score = |seq_mse: bool| {
+        let recipe = Recipe {
+            seq_mse,
+            ..Recipe::from_preset("w4a16")
+        };
+        let request = PlanRequest {
+            bias_correction: BiasCorrection::Off,
+            ..PlanRequest::recipe(recipe, "w4a16".into())
+        };
+        let planned = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent).expect("plans");
+        let r = q
+            .simulate(&planned.plan, &mut eval.iter(&model), eval.len(), &Silent)
+            .expect("simulates");
+        let db = r.outputs[0].integer_sqnr_db.expect("integer");
+        (planned, db)
+    };
+    let (_, before) = score(false);
+    let (planned, after) = score(true);
+    let r = planned.seq_mse.expect("searched");
+    println!(
+        "cls w4a16 integer reference on 6 held-out photos: {before:.2} dB, with SeqMSE {after:.2} dB; {}",
+        r.summary()
+    );
+    assert!(r.kept && r.held_back == 2, "{}", r.summary());
+    assert!(r.layers.len() >= 40, "{} layers", r.layers.len());
+    for l in &r.layers {
+        assert!(l.after_db >= l.before_db, "{l:?}");
+    }
+    assert!(after > before + 2.0, "SeqMSE {after} dB vs {before} dB");
+    // The plan's factors reach the integer program: each narrowed channel's weight scale is
+    // its factor times the scale without them.
+    let plan = &planned.plan;
+    let p = legalize(&model, plan, &HashMap::new()).expect("legalizes");
+    let mut plain = plan.clone();
+    plain.weight_clip.clear();
+    let p0 = legalize(&model, &plain, &HashMap::new()).expect("legalizes");
+    let mut checked = 0;
+    for (name, clip) in &plan.weight_clip {
+        let node = model.graph.nodes.iter().find(|n| &n.name == name).expect("node");
+        let wname = &model.graph.values[node.input(1).expect("weight")].name;
+        let find = |p: &npu_core::quant::legalize::Program| {
+            p.tensors
+                .iter()
+                .find(|t| t.data.is_some() && t.q.scale.len() == clip.len() && t.name.starts_with(wname.as_str()))
+                .map(|t| t.q.scale.clone())
+        };
+        let (Some(s), Some(s0)) = (find(&p), find(&p0)) else {
+            continue;
+        };
+        for (ch, f) in clip.iter().enumerate() {
+            let want = f64::from(s0[ch]) * f64::from(*f);
+            let got = f64::from(s[ch]);
+            assert!(
+                (got - want).abs() <= want * 1e-6,
+                "{name} channel {ch}: scale {got} vs {want}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} layers checked");
+}
+
 /// Magika (tf2onnx from a Flax model) writes LayerNorm with moments, `E[x²] − E[x]²`, over
 /// a middle axis and the last, reducing without kept dims and broadcasting back through
 /// dynamic Reshape/Expand. Recognized, each becomes one LayerNormalization (a float

@@ -314,6 +314,11 @@ enum Command {
         /// calibration samples (same as `refine_ranges: true` in a recipe).
         #[arg(long)]
         refine_ranges: bool,
+        /// SeqMSE: choose each output channel's weight range (max-abs or narrower) by the
+        /// squared error of the layer's output on the calibration samples, kept only when it
+        /// wins on held-back calibration samples (same as `seq_mse: true` in a recipe).
+        #[arg(long)]
+        seq_mse: bool,
         /// Automatic mixed precision: promote the fewest layers needed to reach this output
         /// SQNR (dB) on the calibration set; prints the curve.
         #[arg(long, value_name = "DB")]
@@ -513,6 +518,7 @@ pub fn main() -> Result<()> {
             no_bias_correction,
             equalize,
             refine_ranges,
+            seq_mse,
             target_sqnr,
             promote_to,
             cost_target,
@@ -531,6 +537,7 @@ pub fn main() -> Result<()> {
             no_bias_correction,
             equalize,
             refine_ranges,
+            seq_mse,
             target_sqnr,
             promote_to: &promote_to,
             cost_target: cost_target.as_deref(),

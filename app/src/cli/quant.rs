@@ -52,6 +52,7 @@ pub struct QuantizeArgs<'a> {
     pub no_bias_correction: bool,
     pub equalize: bool,
     pub refine_ranges: bool,
+    pub seq_mse: bool,
     pub target_sqnr: Option<f64>,
     pub promote_to: &'a str,
     pub cost_target: Option<&'a str>,
@@ -78,6 +79,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         no_bias_correction,
         equalize,
         refine_ranges,
+        seq_mse,
         target_sqnr,
         promote_to,
         cost_target,
@@ -92,6 +94,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     };
     recipe.equalize |= equalize;
     recipe.refine_ranges |= refine_ranges;
+    recipe.seq_mse |= seq_mse;
     let label = recipe_name(a.recipe, &recipe);
     preset(&recipe.preset)?;
     let method = method.map(Calibration::parse).transpose()?;
@@ -148,6 +151,9 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     }
     if let Some(r) = &planned.refined {
         print_refined(r);
+    }
+    if let Some(r) = &planned.seq_mse {
+        print_seq_mse(r);
     }
     if let Some(bc) = planned.bias_correction {
         let judged = judged_on(bc.held_back);
@@ -210,6 +216,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
                 mixed_precision: amp.as_ref(),
                 equalization: equalized.as_ref().map(|e| e.pairs.as_slice()),
                 range_refinement: planned.refined.as_ref(),
+                seq_mse: planned.seq_mse.as_ref(),
             },
         )?;
     }
@@ -241,6 +248,41 @@ fn print_refined(r: &npu_core::quant::refine::Refined) {
     if let Some(v) = r.verdict() {
         println!("  {}: {v}", judged_on(r.held_back));
     }
+}
+
+/// What the SeqMSE search chose, the layers it helped most, and how it was judged.
+fn print_seq_mse(r: &npu_core::quant::seqmse::SeqMse) {
+    println!(
+        "SeqMSE weight ranges: {} of {} layers narrowed in {:.1} s",
+        r.clipped_layers(),
+        r.layers.len(),
+        r.seconds
+    );
+    let mut best: Vec<_> = r
+        .layers
+        .iter()
+        .filter(|l| l.clipped > 0)
+        .filter_map(|l| Some((l.after_db? - l.before_db?, l)))
+        .collect();
+    best.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (gain, l) in best.iter().take(5) {
+        println!(
+            "  {}: {} of {} channels narrowed (mean factor {:.3}), layer output {} → {} (+{gain:.2} dB)",
+            l.node,
+            l.clipped,
+            l.channels,
+            l.mean_factor,
+            db2(l.before_db),
+            db2(l.after_db)
+        );
+    }
+    println!(
+        "  output SQNR {} {} → {}; {}",
+        judged_on(r.held_back),
+        db2(r.held_before_db),
+        db2(r.held_after_db),
+        if r.kept { "kept" } else { "dropped" }
+    );
 }
 
 /// An SQNR with two decimals (`exact` for an error-free tensor).
@@ -311,6 +353,10 @@ struct QuantizeReport<'a> {
     /// judged) and the held-back verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     range_refinement: Option<&'a npu_core::quant::refine::Refined>,
+    /// SeqMSE weight ranges: every layer searched (channels narrowed, its output SQNR with
+    /// max-abs and with the chosen ranges) and the held-back verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq_mse: Option<&'a npu_core::quant::seqmse::SeqMse>,
 }
 
 /// The name a plan records for its recipe: the preset, or the recipe file's name.

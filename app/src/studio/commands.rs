@@ -37,6 +37,8 @@ pub struct Setup {
     pub equalize: bool,
     /// Activation ranges judged by the output SQNR, validated on held-back samples.
     pub refine_ranges: bool,
+    /// Per-channel weight ranges chosen by each layer's output error (SeqMSE).
+    pub seq_mse: bool,
 }
 
 impl Default for Setup {
@@ -47,6 +49,7 @@ impl Default for Setup {
             preset: "w8a8".into(),
             equalize: false,
             refine_ranges: false,
+            seq_mse: false,
         }
     }
 }

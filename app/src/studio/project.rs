@@ -28,6 +28,9 @@ pub struct Project {
     /// Activation ranges refined against the output SQNR.
     #[serde(default)]
     pub refine_ranges: bool,
+    /// Weight ranges chosen by each layer's output error (SeqMSE).
+    #[serde(default)]
+    pub seq_mse: bool,
     /// Precision edits by node name of the optimized graph.
     pub layers: BTreeMap<String, LayerPrecision>,
     /// The recipe editor's rules.
@@ -63,6 +66,7 @@ impl Project {
             preset: setup.preset.clone(),
             equalize: setup.equalize,
             refine_ranges: setup.refine_ranges,
+            seq_mse: setup.seq_mse,
             layers: edits.layers.clone(),
             rules: rules.to_vec(),
             plan: edits.base.as_deref().cloned(),
@@ -92,6 +96,7 @@ impl Project {
             preset: self.preset.clone(),
             equalize: self.equalize,
             refine_ranges: self.refine_ranges,
+            seq_mse: self.seq_mse,
         }
     }
 
@@ -143,6 +148,7 @@ pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> 
                 || s.preset != p.preset
                 || s.equalize != p.equalize
                 || s.refine_ranges != p.refine_ranges
+                || s.seq_mse != p.seq_mse
                 || s.rules != p.rules
                 || s.plan != p.plan
         }
@@ -169,6 +175,7 @@ mod tests {
             preset: "w8a8".into(),
             equalize: true,
             refine_ranges: true,
+            seq_mse: true,
         };
         let rules = vec![Rule {
             name: Some("^conv".into()),

@@ -181,6 +181,7 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
                     &wc.shape,
                     axis,
                     top,
+                    plan.clip(node),
                 );
                 let s_w: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
                 let mut bias = data.clone();
@@ -203,7 +204,7 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
                 } else {
                     127.0
                 };
-                let w = weight_codes(&data, &c.shape, axis, top);
+                let w = weight_codes(&data, &c.shape, axis, top, plan.clip(node));
                 let s: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
                 let codes = Tensor::I8(
                     ArrayD::from_shape_vec(IxDyn(&c.shape), w.codes.iter().map(|&v| v as i8).collect())

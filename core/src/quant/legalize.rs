@@ -1792,8 +1792,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         axis: usize,
         int4_ok: bool,
     ) -> (super::params::WeightCodes, IntType) {
+        let clip = self.plan.clip(node);
         let WeightFormat::Int4 { group } = self.plan.precision(node).weights else {
-            return (int8_weight_codes(data, shape, axis), IntType::I8);
+            return (int8_weight_codes(data, shape, axis, clip), IntType::I8);
         };
         let per_channel = data.len() / shape.get(axis).copied().unwrap_or(1).max(1);
         let name = node.input(1).map(|v| self.name(v)).unwrap_or_default();
@@ -1807,7 +1808,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     node.op
                 ),
             );
-            return (int8_weight_codes(data, shape, axis), IntType::I8);
+            return (int8_weight_codes(data, shape, axis, clip), IntType::I8);
         }
         if group < per_channel {
             self.constraint(
@@ -1819,7 +1820,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 ),
             );
         }
-        (weight_codes(data, shape, axis, 7.0), IntType::I4)
+        (weight_codes(data, shape, axis, 7.0, clip), IntType::I4)
     }
 
     /// A layer's float bias (zeros without one) less the plan's bias correction.

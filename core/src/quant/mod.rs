@@ -17,6 +17,7 @@ pub mod params;
 pub mod recipe;
 pub mod refine;
 pub mod scheme;
+pub mod seqmse;
 
 use crate::ir::{DType, Graph, Model, Node, NodeId, Tensor, ValueId};
 use crate::progress::Progress;
@@ -205,11 +206,21 @@ pub struct QuantPlan {
     /// ([`equalize::apply`] makes the weights the ranges were calibrated on).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub equalization: equalize::Scales,
+    /// Per-output-channel factors on the weight ranges (by node name; 1: the channel's
+    /// max-abs), chosen by [`seqmse`] to minimize each layer's output error. Every weight
+    /// grid (simulated, integer, exported) is derived from the clipped ranges.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weight_clip: BTreeMap<String, Vec<f32>>,
 }
 
 impl QuantPlan {
     pub fn precision(&self, node: &Node) -> LayerPrecision {
         self.layers.get(&node.name).copied().unwrap_or(self.default)
+    }
+
+    /// The layer's per-channel weight-range factors (empty: none).
+    pub fn clip(&self, node: &Node) -> &[f32] {
+        self.weight_clip.get(&node.name).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -285,6 +296,28 @@ pub(crate) fn weight_axis(g: &Graph, node: &Node, input: usize) -> Option<usize>
         ("MatMul", 1) if rank >= 2 => Some(rank - 1),
         _ => None,
     }
+}
+
+/// A layer without its fused activation (what its weights' error is measured before).
+pub(crate) fn strip_activation(node: &Node) -> Node {
+    let mut node = node.clone();
+    for a in ["activation", "activation_params", "activation_alpha", "activation_beta"] {
+        node.attrs.remove(a);
+    }
+    node
+}
+
+/// A layer output's channels (axis 1 of a convolution's, the last axis of a Gemm's or
+/// MatMul's): the elements per channel run and the channel count, for an output of `shape`
+/// in standard layout (element `i` lies in channel `(i / inner) % channels`).
+pub(crate) fn out_channels(node: &Node, shape: &[usize]) -> (usize, usize) {
+    let (axis, channels) = if node.op.contains("Conv") {
+        (1, shape.get(1).copied().unwrap_or(1))
+    } else {
+        (shape.len().saturating_sub(1), shape.last().copied().unwrap_or(1))
+    };
+    let inner: usize = shape.get(axis + 1..).map_or(1, |d| d.iter().product());
+    (inner.max(1), channels.max(1))
 }
 
 /// A constant that is data to the op (quantized like a weight, per tensor), not a parameter
@@ -605,6 +638,7 @@ impl<'m> Quantizer<'m> {
             graph: Some(params::graph_id(self.model)),
             input_shapes: stats.input_shapes.clone(),
             equalization: BTreeMap::new(),
+            weight_clip: BTreeMap::new(),
         })
     }
 
@@ -685,13 +719,13 @@ impl<'m> Quantizer<'m> {
                         None => bias_qdq(self, plan, node, data, prec),
                     }
                 } else if let Some(axis) = weight_axis(g, node, k) {
-                    qdq_weight(data, &c.shape, axis, prec.weights)
+                    qdq_weight(data, &c.shape, axis, prec.weights, plan.clip(node))
                 } else if is_data_operand(node, k) {
                     let f = match prec.weights {
                         WeightFormat::Int4 { .. } => WeightFormat::Int8,
                         f => f,
                     };
-                    qdq_weight(data, &[data.len()], 1, f)
+                    qdq_weight(data, &[data.len()], 1, f, &[])
                 } else {
                     continue;
                 };
@@ -821,30 +855,21 @@ impl<'m> Quantizer<'m> {
     ) -> Result<(), QuantError> {
         let g = self.graph();
         for &n in targets {
-            let mut node = g.nodes[n].clone();
-            for a in ["activation", "activation_params", "activation_alpha", "activation_beta"] {
-                node.attrs.remove(a);
-            }
+            let node = strip_activation(&g.nodes[n]);
             let run = |quant: bool| -> Result<Tensor, QuantError> {
                 Ok(self.run_alone(plan, &node, reference, weights, quant)?.swap_remove(0))
             };
             let (Tensor::F32(yq), Tensor::F32(yf)) = (run(true)?, run(false)?) else {
                 continue;
             };
-            let shape = yf.shape().to_vec();
-            let (axis, channels) = if node.op.contains("Conv") {
-                (1, shape.get(1).copied().unwrap_or(1))
-            } else {
-                (shape.len().saturating_sub(1), shape.last().copied().unwrap_or(1))
-            };
-            let inner: usize = shape.get(axis + 1..).map_or(1, |d| d.iter().product());
+            let (inner, channels) = out_channels(&node, yf.shape());
             let e = sums.entry(n).or_insert_with(|| (vec![0.0; channels], 0.0));
             if e.0.len() != channels {
                 continue;
             }
             let (yq, yf) = (yq.as_standard_layout(), yf.as_standard_layout());
             for (i, (a, b)) in yq.iter().zip(yf.iter()).enumerate() {
-                e.0[(i / inner.max(1)) % channels] += f64::from(*a) - f64::from(*b);
+                e.0[(i / inner) % channels] += f64::from(*a) - f64::from(*b);
             }
             e.1 += (yf.len() / channels.max(1)) as f64;
         }
@@ -1127,10 +1152,7 @@ fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec
         let c = (i / inner.max(1)) % channels.max(1);
         amax[c] = amax[c].max(f64::from(v).abs());
     }
-    let floor = amax.iter().copied().fold(0.0, f64::max) * scheme::WEIGHT_SCALE_FLOOR;
-    for m in &mut amax {
-        *m = m.max(floor);
-    }
+    scheme::clip_ranges(&mut amax, 1, plan.clip(node));
     if prec.weights == WeightFormat::Uint8 {
         // One asymmetric grid for the whole tensor: scale (max − min) / 255 (as 127ths
         // below, the same expression then holds for both formats).

@@ -4,7 +4,7 @@
 //! channel in −127..127, biases int32 on the grid of input scale × weight scale), and the
 //! identity of the graph a plan belongs to.
 
-use super::scheme::{ActFormat, Affine, WEIGHT_SCALE_FLOOR};
+use super::scheme::{ActFormat, Affine};
 use crate::ir::{Attr, Model};
 use serde::{Deserialize, Serialize};
 
@@ -158,13 +158,15 @@ pub struct WeightCodes {
     pub scales: Vec<f64>,
 }
 
-/// Per-channel symmetric int8 codes of `data` (`shape`, channels on `axis`).
-pub fn int8_weight_codes(data: &[f32], shape: &[usize], axis: usize) -> WeightCodes {
-    weight_codes(data, shape, axis, 127.0)
+/// Per-channel symmetric int8 codes of `data` (`shape`, channels on `axis`), ranges scaled
+/// by `clip` (per channel; empty: none).
+pub fn int8_weight_codes(data: &[f32], shape: &[usize], axis: usize, clip: &[f32]) -> WeightCodes {
+    weight_codes(data, shape, axis, 127.0, clip)
 }
 
-/// Per-channel symmetric codes in `−top..=top` (127 for int8, 7 for int4).
-pub fn weight_codes(data: &[f32], shape: &[usize], axis: usize, top: f64) -> WeightCodes {
+/// Per-channel symmetric codes in `−top..=top` (127 for int8, 7 for int4), ranges scaled by
+/// `clip` (per channel; empty: none) as the simulator's `qdq_weight` scales them.
+pub fn weight_codes(data: &[f32], shape: &[usize], axis: usize, top: f64, clip: &[f32]) -> WeightCodes {
     let channels = shape.get(axis).copied().unwrap_or(1).max(1);
     let inner: usize = shape.get(axis + 1..).map_or(1, |s| s.iter().product::<usize>().max(1));
     let mut amax = vec![0f64; channels];
@@ -172,10 +174,7 @@ pub fn weight_codes(data: &[f32], shape: &[usize], axis: usize, top: f64) -> Wei
         let c = (i / inner) % channels;
         amax[c] = amax[c].max(f64::from(v).abs());
     }
-    let floor = amax.iter().copied().fold(0.0, f64::max) * WEIGHT_SCALE_FLOOR;
-    for m in &mut amax {
-        *m = m.max(floor);
-    }
+    super::scheme::clip_ranges(&mut amax, 1, clip);
     let scales: Vec<f64> = amax.iter().map(|m| if *m > 0.0 { m / top } else { 1.0 }).collect();
     let codes = data
         .iter()
@@ -300,8 +299,8 @@ mod tests {
     fn weight_codes_are_the_simulators_grid() {
         let w: Vec<f32> = (0..24).map(|i| ((i * 7919) % 23) as f32 / 7.0 - 1.5).collect();
         for (shape, axis) in [(vec![4usize, 6], 0usize), (vec![2, 3, 4], 2), (vec![6, 4], 1)] {
-            let q = qdq_weight(&w, &shape, axis, WeightFormat::Int8);
-            let c = int8_weight_codes(&w, &shape, axis);
+            let q = qdq_weight(&w, &shape, axis, WeightFormat::Int8, &[]);
+            let c = int8_weight_codes(&w, &shape, axis, &[]);
             let inner: usize = shape[axis + 1..].iter().product();
             for (i, (&code, &fq)) in c.codes.iter().zip(&q).enumerate() {
                 let s = c.scales[(i / inner) % shape[axis]];

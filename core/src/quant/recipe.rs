@@ -60,6 +60,10 @@ pub struct Recipe {
     /// validated on held-back calibration samples ([`super::refine`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refine_ranges: bool,
+    /// Per-channel weight ranges chosen by each layer's output error, validated on
+    /// held-back calibration samples ([`super::seqmse`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seq_mse: bool,
 }
 
 fn default_preset() -> String {
@@ -76,6 +80,7 @@ impl Default for Recipe {
             overrides: BTreeMap::new(),
             equalize: false,
             refine_ranges: false,
+            seq_mse: false,
         }
     }
 }

@@ -118,8 +118,30 @@ pub fn qdq_activation(data: &mut [f32], format: ActFormat, range: (f64, f64)) {
 /// The smallest per-channel weight range, relative to the tensor's largest.
 pub const WEIGHT_SCALE_FLOOR: f64 = 1e-5;
 
+/// Applies per-channel clipping factors (`clip[c]` for the `groups` slots of channel `c`;
+/// empty: none) to per-slot max-abs ranges, then the floor of [`WEIGHT_SCALE_FLOOR`] times
+/// the largest: what every weight grid (simulated, integer, exported) is derived from.
+pub fn clip_ranges(amax: &mut [f64], groups: usize, clip: &[f32]) {
+    if !clip.is_empty() {
+        for (k, m) in amax.iter_mut().enumerate() {
+            if let Some(&f) = clip.get(k / groups.max(1)) {
+                *m *= f64::from(f);
+            }
+        }
+    }
+    // A channel of (near-)zero weights keeps a scale no finer than 1e-5 of the tensor's
+    // largest: else its int32 bias grid (input scale × weight scale) would underflow and
+    // the bias saturate.
+    let floor = amax.iter().copied().fold(0.0, f64::max) * WEIGHT_SCALE_FLOOR;
+    for m in amax {
+        *m = m.max(floor);
+    }
+}
+
 /// Quantize-dequantizes a weight tensor (`shape`, output channels on `axis`); returns it.
-pub fn qdq_weight(data: &[f32], shape: &[usize], axis: usize, format: WeightFormat) -> Vec<f32> {
+/// `clip`: per-output-channel factors on the range (empty: none), as a plan's
+/// `weight_clip` gives them.
+pub fn qdq_weight(data: &[f32], shape: &[usize], axis: usize, format: WeightFormat, clip: &[f32]) -> Vec<f32> {
     let mut out = data.to_vec();
     match format {
         WeightFormat::Float => {}
@@ -157,13 +179,7 @@ pub fn qdq_weight(data: &[f32], shape: &[usize], axis: usize, format: WeightForm
                 let s = slot(i);
                 amax[s] = amax[s].max(f64::from(v).abs());
             }
-            // A channel of (near-)zero weights keeps a scale no finer than 1e-5 of the
-            // tensor's largest: else its int32 bias grid (input scale × weight scale) would
-            // underflow and the bias saturate.
-            let floor = amax.iter().copied().fold(0.0, f64::max) * WEIGHT_SCALE_FLOOR;
-            for m in &mut amax {
-                *m = m.max(floor);
-            }
+            clip_ranges(&mut amax, groups, clip);
             for (i, v) in out.iter_mut().enumerate() {
                 let m = amax[slot(i)];
                 if m > 0.0 {
@@ -245,12 +261,12 @@ mod tests {
     fn per_channel_weights_use_their_own_scale() {
         // Two output channels with very different magnitudes.
         let w = [1.0f32, -0.5, 0.25, 0.001, 0.002, -0.003];
-        let q = qdq_weight(&w, &[2, 3], 0, WeightFormat::Int8);
+        let q = qdq_weight(&w, &[2, 3], 0, WeightFormat::Int8, &[]);
         for (a, b) in w.iter().zip(&q) {
             assert!((a - b).abs() <= a.abs().max(0.003) / 127.0, "{a} {b}");
         }
         // The same along the last axis (MatMul weights [K, N]).
-        let q = qdq_weight(&[1.0, 0.001, -0.5, 0.002], &[2, 2], 1, WeightFormat::Int8);
+        let q = qdq_weight(&[1.0, 0.001, -0.5, 0.002], &[2, 2], 1, WeightFormat::Int8, &[]);
         assert!((q[1] - 0.001).abs() < 0.002 / 127.0);
     }
 
@@ -259,7 +275,7 @@ mod tests {
         let w: Vec<f32> = (0..64)
             .map(|i| if i < 32 { 1.0 } else { 0.01 } * (i as f32 - 31.5))
             .collect();
-        let q = qdq_weight(&w, &[1, 64], 0, WeightFormat::Int4 { group: 32 });
+        let q = qdq_weight(&w, &[1, 64], 0, WeightFormat::Int4 { group: 32 }, &[]);
         // The second group keeps its own, 100× finer, scale.
         assert!((q[40] - w[40]).abs() <= 0.32 / 7.0);
     }

@@ -166,6 +166,7 @@ impl QuantView {
                 .collect(),
             equalize: self.setup.equalize,
             refine_ranges: self.setup.refine_ranges,
+            seq_mse: self.setup.seq_mse,
             ..Recipe::default()
         }
     }
@@ -219,6 +220,7 @@ impl QuantView {
         }
         self.setup.equalize = recipe.equalize;
         self.setup.refine_ranges = recipe.refine_ranges;
+        self.setup.seq_mse = recipe.seq_mse;
         self.rules.clone_from(&recipe.rules);
         self.dirty = true;
         // Its layers refer to a plan calibrated with its preset.

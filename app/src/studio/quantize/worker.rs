@@ -13,6 +13,7 @@ use npu_core::quant::amp::MixedPrecision;
 use npu_core::quant::analysis::{Analysis, Cached};
 use npu_core::quant::live::Keep;
 use npu_core::quant::scheme::ActFormat;
+use npu_core::quant::seqmse::SeqMse;
 use npu_core::quant::{LayerPrecision, QuantPlan, Quantizer, Report, TensorReport};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -501,6 +502,7 @@ fn worker(
         let recipe = npu_core::quant::recipe::Recipe {
             equalize: setup.equalize,
             refine_ranges: setup.refine_ranges,
+            seq_mse: setup.seq_mse,
             ..npu_core::quant::recipe::Recipe::from_preset(&setup.preset)
         };
         let (optimized, equalized) = pipeline::equalized(optimized, &recipe);
@@ -526,6 +528,10 @@ fn worker(
                 .map_or(String::new(), |v| format!("; held-back output SQNR {v}"));
             format!("Refined ranges: {} of {} changed{verdict}", r.choices.len(), r.tried)
         });
+        let refinement = match (refinement, planned.seq_mse.as_ref().map(SeqMse::summary)) {
+            (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
+            (a, b) => a.or(b),
+        };
         let samples = calib.load(&optimized, progress)?;
         let t = Instant::now();
         w.simulating.store(true, std::sync::atomic::Ordering::Relaxed);
