@@ -572,6 +572,38 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The SeqMSE box: the studio's calibration runs the search with a progress bar's worth of
+/// steps, shows its one-line verdict, and a kept search's factors are in the simulated plan.
+#[test]
+fn seq_mse_box_runs_the_search_and_shows_its_verdict() {
+    let dir = cls_samples("seqmse");
+    let mut h = open(&ppocr("cls"));
+    h.state_mut().quant.open = true;
+    h.state_mut().quant.setup.data = dir.display().to_string();
+    h.state_mut().quant.setup.preset = "w4a16".into();
+    h.step();
+    common::click_in_view(&mut h, "SeqMSE weights");
+    h.step();
+    assert!(h.state().quant.setup.seq_mse, "the box is ticked");
+    common::click_in_view(&mut h, "Calibrate & simulate");
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let (line, clips) = {
+        let s = h.state().quant.session.as_ref().expect("a session");
+        let line = s.refinement.clone().expect("the SeqMSE line");
+        (line, s.result.as_ref().expect("simulated").plan.weight_clip.len())
+    };
+    println!("{line}; {clips} layers with factors");
+    assert!(line.starts_with("SeqMSE weight ranges:"), "{line}");
+    assert!(h.query_by_label(&line).is_some(), "no line {line:?}");
+    if line.ends_with("kept") {
+        assert!(clips > 0);
+    } else {
+        assert!(line.ends_with("dropped") && clips == 0, "{line}; {clips}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn calibration_preview_and_recipe_files() {
     let dir = cls_samples("preview");

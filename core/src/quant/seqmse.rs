@@ -96,6 +96,18 @@ struct Sums {
     energy: Vec<f64>,
 }
 
+impl Sums {
+    fn add(&mut self, o: &Self) {
+        if o.energy.len() != self.energy.len() {
+            return;
+        }
+        for (a, b) in self.err.iter_mut().zip(&o.err) {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        }
+        self.energy.iter_mut().zip(&o.energy).for_each(|(x, y)| *x += y);
+    }
+}
+
 fn sqnr(energy: f64, err: f64) -> Option<f64> {
     (err > 0.0).then(|| 10.0 * (energy / err).log10())
 }
@@ -273,7 +285,15 @@ impl Quantizer<'_> {
             !with.weight_clip.is_empty() && held_after.unwrap_or(f64::INFINITY) >= held_before.unwrap_or(f64::INFINITY);
         let mut layers = layers;
         if kept && split.is_some() {
-            let sums = self.clip_errors(&plan, &targets, &mut src.samples(self.model, pre), src.len(), progress)?;
+            // Fitted again on every sample: the held-back samples' errors added to the
+            // fitting ones'.
+            let mut sums = sums;
+            let held = self.clip_errors(&plan, &targets, &mut judge.samples(self.model, pre), judge.len(), progress)?;
+            for (n, h) in held {
+                if let Some(s) = sums.get_mut(&n) {
+                    s.add(&h);
+                }
+            }
             let (clips, all) = self.choose_clips(&targets, &sums);
             with.weight_clip = clips;
             layers = all;
