@@ -572,10 +572,11 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The SeqMSE box: the studio's calibration runs the search with a progress bar's worth of
-/// steps, shows its one-line verdict, and a kept search's factors are in the simulated plan.
+/// The SmoothQuant and SeqMSE boxes: the studio's calibration runs both, shows their
+/// one-line verdicts, and a kept search's factors are in the simulated plan (cls has no
+/// LayerNorm: SmoothQuant says so).
 #[test]
-fn seq_mse_box_runs_the_search_and_shows_its_verdict() {
+fn seq_mse_and_smooth_quant_boxes_run_and_show_their_verdicts() {
     let dir = cls_samples("seqmse");
     let mut h = open(&ppocr("cls"));
     h.state_mut().quant.open = true;
@@ -583,19 +584,27 @@ fn seq_mse_box_runs_the_search_and_shows_its_verdict() {
     h.state_mut().quant.setup.preset = "w4a16".into();
     h.step();
     common::click_in_view(&mut h, "SeqMSE weights");
+    common::click_in_view(&mut h, "SmoothQuant");
     h.step();
-    assert!(h.state().quant.setup.seq_mse, "the box is ticked");
+    assert!(
+        h.state().quant.setup.seq_mse && h.state().quant.setup.smooth_quant,
+        "the boxes are ticked"
+    );
     common::click_in_view(&mut h, "Calibrate & simulate");
     settle(&mut h);
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
-    let (line, clips) = {
+    let (text, clips) = {
         let s = h.state().quant.session.as_ref().expect("a session");
-        let line = s.refinement.clone().expect("the SeqMSE line");
-        (line, s.result.as_ref().expect("simulated").plan.weight_clip.len())
+        let text = s.refinement.clone().expect("the verdict lines");
+        (text, s.result.as_ref().expect("simulated").plan.weight_clip.len())
     };
-    println!("{line}; {clips} layers with factors");
-    assert!(line.starts_with("SeqMSE weight ranges:"), "{line}");
-    assert!(h.query_by_label(&line).is_some(), "no line {line:?}");
+    println!("{text}; {clips} layers with factors");
+    assert!(h.query_by_label(&text).is_some(), "no label {text:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("SmoothQuant: no LayerNorm"), "{text}");
+    let line = lines[1];
+    assert!(line.starts_with("SeqMSE weight ranges:"), "{text}");
     if line.ends_with("kept") {
         assert!(clips > 0);
     } else {

@@ -320,6 +320,26 @@ pub fn equalized(model: Model, recipe: &Recipe) -> (Model, Option<crate::quant::
     (m, Some(e))
 }
 
+/// `model` (the optimized graph, equalized first) with the recipe's SmoothQuant scales
+/// applied when they win on held-back calibration samples, and what they did (`None`: the
+/// recipe does not ask for it).
+pub fn smoothed(
+    model: Model,
+    recipe: &Recipe,
+    calib: &Samples,
+    threads: usize,
+    progress: &dyn Progress,
+) -> Result<(Model, Option<crate::quant::smooth::Smoothed>), PlanError> {
+    if !recipe.smooth_quant {
+        return Ok((model, None));
+    }
+    let s = Quantizer::new(&model, threads)?.smooth(recipe, &calib.source, &calib.preprocess, progress)?;
+    let mut model = model;
+    crate::quant::smooth::apply(&mut model, &s.scales)
+        .map_err(|e| PlanError::Quant(QuantError::Data(e.to_string())))?;
+    Ok((model, Some(s)))
+}
+
 /// `recipe` resolved on `model` (the optimized graph) with its inputs fixed to
 /// `input_shapes` (a calibrated plan's), so that the layers whose precision depends on a
 /// shape (a Softmax's width) see it even when the model's dims are dynamic.
@@ -543,6 +563,7 @@ pub fn export_bundle(
     // not scale them again when the two are read together.
     let mut beside = plan.clone();
     beside.equalization.clear();
+    beside.smoothing.clear();
     export_plan(&beside, &plan_path)?;
     progress.update(2, steps, "writing the report");
     export_json(report, &report_path)?;

@@ -34,6 +34,23 @@ pub fn optimized(path: &Path) -> npu_core::ir::Model {
 }
 
 /// The sub-folders of `dir`, sorted.
+/// The largest difference between the first outputs of two FP32 models fed one `.npy`
+/// file as input `name`.
+pub fn fp32_moved(a: &npu_core::ir::Model, b: &npu_core::ir::Model, name: &str, file: &Path) -> f32 {
+    let x = npu_core::ir::npy::read(file).expect("npy");
+    let inputs = std::collections::HashMap::from([(name.to_owned(), x)]);
+    let run = |m: &npu_core::ir::Model| {
+        npu_core::sim::Executor::new(m, 2)
+            .expect("exec")
+            .run(&inputs)
+            .expect("runs")[0]
+            .1
+            .to_f32()
+    };
+    let (a, b) = (run(a), run(b));
+    a.iter().zip(b.iter()).fold(0f32, |d, (p, q)| d.max((p - q).abs()))
+}
+
 pub fn sub_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_models.py)", dir.display()))

@@ -164,23 +164,6 @@ fn cls_photos() -> Vec<String> {
         .collect()
 }
 
-/// The largest difference between the first outputs of two FP32 models fed one `.npy`
-/// file as input `name`.
-fn fp32_moved(a: &Model, b: &Model, name: &str, file: &std::path::Path) -> f32 {
-    let x = npu_core::ir::npy::read(file).expect("npy");
-    let inputs = HashMap::from([(name.to_owned(), x)]);
-    let run = |m: &Model| {
-        npu_core::sim::Executor::new(m, 2)
-            .expect("exec")
-            .run(&inputs)
-            .expect("runs")[0]
-            .1
-            .to_f32()
-    };
-    let (a, b) = (run(a), run(b));
-    a.iter().zip(b.iter()).fold(0f32, |d, (p, q)| d.max((p - q).abs()))
-}
-
 /// A folder of copies of `files` from data/inputs.
 fn folder(name: &str, files: &[String]) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("npu_integer_{name}_{}", std::process::id()));
@@ -293,7 +276,7 @@ fn cls_cross_layer_equalization_keeps_fp32_and_raises_held_out_sqnr() {
     assert!(after > before + 1.0, "CLE {after} dB vs {before} dB");
     // The FP32 function is the model's.
     for n in &names {
-        let d = fp32_moved(&model, &m, "x", &eval_dir.join(n));
+        let d = npu_tests::fp32_moved(&model, &m, "x", &eval_dir.join(n));
         assert!(d < 1e-4, "{n}: FP32 output moved by {d}");
     }
     // The plan's scales rebuild the same weights from the optimized graph.
@@ -445,7 +428,7 @@ fn magika_moments_layernorms_are_recognized_and_quantize_on_held_out_files() {
     assert!(after > 55.0, "{after} dB");
     // FP32: the recognized graph computes the model's function.
     for f in files(&[3, 4, 5]) {
-        let d = fp32_moved(&raw, &recognized, "bytes", &eval_dir.join(&f));
+        let d = npu_tests::fp32_moved(&raw, &recognized, "bytes", &eval_dir.join(&f));
         assert!(d < 1e-5, "{f}: FP32 output moved by {d}");
     }
 }

@@ -319,6 +319,12 @@ enum Command {
         /// wins on held-back calibration samples (same as `seq_mse: true` in a recipe).
         #[arg(long)]
         seq_mse: bool,
+        /// SmoothQuant: divide each LayerNorm's output channels by s and multiply the rows
+        /// of the MatMul/Gemm weights that read them by s (s = sqrt(activation max / weight
+        /// max)), kept only when it wins on held-back calibration samples (same as
+        /// `smooth_quant: true` in a recipe).
+        #[arg(long)]
+        smooth_quant: bool,
         /// Automatic mixed precision: promote the fewest layers needed to reach this output
         /// SQNR (dB) on the calibration set; prints the curve.
         #[arg(long, value_name = "DB")]
@@ -519,6 +525,7 @@ pub fn main() -> Result<()> {
             equalize,
             refine_ranges,
             seq_mse,
+            smooth_quant,
             target_sqnr,
             promote_to,
             cost_target,
@@ -538,6 +545,7 @@ pub fn main() -> Result<()> {
             equalize,
             refine_ranges,
             seq_mse,
+            smooth_quant,
             target_sqnr,
             promote_to: &promote_to,
             cost_target: cost_target.as_deref(),

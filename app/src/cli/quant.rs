@@ -53,6 +53,7 @@ pub struct QuantizeArgs<'a> {
     pub equalize: bool,
     pub refine_ranges: bool,
     pub seq_mse: bool,
+    pub smooth_quant: bool,
     pub target_sqnr: Option<f64>,
     pub promote_to: &'a str,
     pub cost_target: Option<&'a str>,
@@ -80,6 +81,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         equalize,
         refine_ranges,
         seq_mse,
+        smooth_quant,
         target_sqnr,
         promote_to,
         cost_target,
@@ -95,6 +97,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     recipe.equalize |= equalize;
     recipe.refine_ranges |= refine_ranges;
     recipe.seq_mse |= seq_mse;
+    recipe.smooth_quant |= smooth_quant;
     let label = recipe_name(a.recipe, &recipe);
     preset(&recipe.preset)?;
     let method = method.map(Calibration::parse).transpose()?;
@@ -106,6 +109,12 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     let (model, equalized) = pipeline::equalized(optimized(model_path)?, &recipe);
     if let Some(e) = &equalized {
         print_equalization(e);
+    }
+    let smoothed = pipeline::smoothed(model, &recipe, &calib_set, threads, &Stderr);
+    end_progress();
+    let (model, smoothed) = smoothed?;
+    if let Some(s) = &smoothed {
+        print_smoothed(s);
     }
     // Checked before the calibration: a recipe that does not fit the graph fails at once,
     // naming the file, and rules that match nothing are reported first.
@@ -168,6 +177,9 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     if let Some(e) = &equalized {
         plan.equalization.clone_from(&e.scales);
     }
+    if let Some(s) = &smoothed {
+        plan.smoothing.clone_from(&s.scales);
+    }
     let calib_s = t.elapsed().as_secs_f64();
     let mut amp = None;
     if let (Some(target), Some(to)) = (target_sqnr, promote_to) {
@@ -217,6 +229,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
                 equalization: equalized.as_ref().map(|e| e.pairs.as_slice()),
                 range_refinement: planned.refined.as_ref(),
                 seq_mse: planned.seq_mse.as_ref(),
+                smoothing: smoothed.as_ref(),
             },
         )?;
     }
@@ -247,6 +260,23 @@ fn print_refined(r: &npu_core::quant::refine::Refined) {
     );
     if let Some(v) = r.verdict() {
         println!("  {}: {v}", judged_on(r.held_back));
+    }
+}
+
+/// What SmoothQuant did at each LayerNorm and how it was judged.
+fn print_smoothed(s: &npu_core::quant::smooth::Smoothed) {
+    println!("{} ({:.1} s)", s.summary(), s.seconds);
+    for site in &s.sites {
+        println!(
+            "  {} → {}: {} channels, activation spread {:.1} → {:.1}, weight spread {:.1} → {:.1}",
+            site.layer_norm,
+            site.readers.join(", "),
+            site.channels,
+            site.activation_spread_before,
+            site.activation_spread_after,
+            site.weight_spread_before,
+            site.weight_spread_after
+        );
     }
 }
 
@@ -357,6 +387,10 @@ struct QuantizeReport<'a> {
     /// max-abs and with the chosen ranges) and the held-back verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     seq_mse: Option<&'a npu_core::quant::seqmse::SeqMse>,
+    /// SmoothQuant: each LayerNorm smoothed (its readers, the activation and weight channel
+    /// spreads before and after) and the held-back verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    smoothing: Option<&'a npu_core::quant::smooth::Smoothed>,
 }
 
 /// The name a plan records for its recipe: the preset, or the recipe file's name.
@@ -379,6 +413,8 @@ pub(super) fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantP
     let plan = pipeline::load_plan(plan_path)?;
     let mut model = optimized(model_path)?;
     npu_core::quant::equalize::apply(&mut model, &plan.equalization)
+        .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
+    npu_core::quant::smooth::apply(&mut model, &plan.smoothing)
         .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
     Ok((plan, model))
 }

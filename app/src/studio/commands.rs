@@ -39,6 +39,8 @@ pub struct Setup {
     pub refine_ranges: bool,
     /// Per-channel weight ranges chosen by each layer's output error (SeqMSE).
     pub seq_mse: bool,
+    /// LayerNorm outlier channels migrated into the MatMul weights (SmoothQuant).
+    pub smooth_quant: bool,
 }
 
 impl Default for Setup {
@@ -50,6 +52,7 @@ impl Default for Setup {
             equalize: false,
             refine_ranges: false,
             seq_mse: false,
+            smooth_quant: false,
         }
     }
 }

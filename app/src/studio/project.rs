@@ -31,6 +31,9 @@ pub struct Project {
     /// Weight ranges chosen by each layer's output error (SeqMSE).
     #[serde(default)]
     pub seq_mse: bool,
+    /// LayerNorm outlier channels migrated into the MatMul weights (SmoothQuant).
+    #[serde(default)]
+    pub smooth_quant: bool,
     /// Precision edits by node name of the optimized graph.
     pub layers: BTreeMap<String, LayerPrecision>,
     /// The recipe editor's rules.
@@ -67,6 +70,7 @@ impl Project {
             equalize: setup.equalize,
             refine_ranges: setup.refine_ranges,
             seq_mse: setup.seq_mse,
+            smooth_quant: setup.smooth_quant,
             layers: edits.layers.clone(),
             rules: rules.to_vec(),
             plan: edits.base.as_deref().cloned(),
@@ -97,6 +101,7 @@ impl Project {
             equalize: self.equalize,
             refine_ranges: self.refine_ranges,
             seq_mse: self.seq_mse,
+            smooth_quant: self.smooth_quant,
         }
     }
 
@@ -149,6 +154,7 @@ pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> 
                 || s.equalize != p.equalize
                 || s.refine_ranges != p.refine_ranges
                 || s.seq_mse != p.seq_mse
+                || s.smooth_quant != p.smooth_quant
                 || s.rules != p.rules
                 || s.plan != p.plan
         }
@@ -176,6 +182,7 @@ mod tests {
             equalize: true,
             refine_ranges: true,
             seq_mse: true,
+            smooth_quant: true,
         };
         let rules = vec![Rule {
             name: Some("^conv".into()),

@@ -56,7 +56,7 @@ fn homogeneous(g: &Graph, n: NodeId) -> bool {
 }
 
 /// A float32 constant that only `n` reads.
-fn own_f32(g: &Graph, consumers: &[Vec<NodeId>], v: Option<ValueId>, n: NodeId) -> Option<ValueId> {
+pub(crate) fn own_f32(g: &Graph, consumers: &[Vec<NodeId>], v: Option<ValueId>, n: NodeId) -> Option<ValueId> {
     let v = v?;
     let c = g.values[v].constant.as_ref()?;
     (matches!(c.tensor(), Tensor::F32(_)) && consumers[v].iter().all(|&u| u == n)).then_some(v)

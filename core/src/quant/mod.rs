@@ -18,6 +18,7 @@ pub mod recipe;
 pub mod refine;
 pub mod scheme;
 pub mod seqmse;
+pub mod smooth;
 
 use crate::ir::{DType, Graph, Model, Node, NodeId, Tensor, ValueId};
 use crate::progress::Progress;
@@ -211,6 +212,10 @@ pub struct QuantPlan {
     /// grid (simulated, integer, exported) is derived from the clipped ranges.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub weight_clip: BTreeMap<String, Vec<f32>>,
+    /// SmoothQuant scales by LayerNorm name ([`smooth::apply`] makes the weights the ranges
+    /// were calibrated on, after the equalization).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub smoothing: smooth::Scales,
 }
 
 impl QuantPlan {
@@ -639,6 +644,7 @@ impl<'m> Quantizer<'m> {
             input_shapes: stats.input_shapes.clone(),
             equalization: BTreeMap::new(),
             weight_clip: BTreeMap::new(),
+            smoothing: BTreeMap::new(),
         })
     }
 

@@ -64,6 +64,10 @@ pub struct Recipe {
     /// held-back calibration samples ([`super::seqmse`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub seq_mse: bool,
+    /// SmoothQuant: LayerNorm outlier channels migrated into the MatMul weights that read
+    /// them, validated on held-back calibration samples ([`super::smooth`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub smooth_quant: bool,
 }
 
 fn default_preset() -> String {
@@ -81,6 +85,7 @@ impl Default for Recipe {
             equalize: false,
             refine_ranges: false,
             seq_mse: false,
+            smooth_quant: false,
         }
     }
 }

@@ -288,7 +288,13 @@ impl Quantizer<'_> {
             // Fitted again on every sample: the held-back samples' errors added to the
             // fitting ones'.
             let mut sums = sums;
-            let held = self.clip_errors(&plan, &targets, &mut judge.samples(self.model, pre), judge.len(), progress)?;
+            let held = self.clip_errors(
+                &plan,
+                &targets,
+                &mut judge.samples(self.model, pre),
+                judge.len(),
+                progress,
+            )?;
             for (n, h) in held {
                 if let Some(s) = sums.get_mut(&n) {
                     s.add(&h);

@@ -81,6 +81,8 @@ fn controls_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, setup: &m
             .on_hover_text("cross-layer equalization: conv pairs with a Relu (or nothing) between them get equal per-channel weight ranges before calibration");
         ui.checkbox(&mut setup.refine_ranges, "Refine ranges")
             .on_hover_text("choose each activation's clipping range by the output SQNR it gives, kept only when it also wins on held-back calibration samples");
+        ui.checkbox(&mut setup.smooth_quant, "SmoothQuant")
+            .on_hover_text("move LayerNorm outlier channels into the MatMul weights that read them (the FP32 function is unchanged), kept only when it wins on held-back calibration samples");
         ui.checkbox(&mut setup.seq_mse, "SeqMSE weights")
             .on_hover_text("choose each output channel's weight range (max-abs or narrower) by the error of the layer's output on the calibration samples, kept only when it also wins on held-back calibration samples");
         ui.toggle_value(&mut q.show_recipe, "Recipe…");

@@ -167,6 +167,7 @@ impl QuantView {
             equalize: self.setup.equalize,
             refine_ranges: self.setup.refine_ranges,
             seq_mse: self.setup.seq_mse,
+            smooth_quant: self.setup.smooth_quant,
             ..Recipe::default()
         }
     }
@@ -221,6 +222,7 @@ impl QuantView {
         self.setup.equalize = recipe.equalize;
         self.setup.refine_ranges = recipe.refine_ranges;
         self.setup.seq_mse = recipe.seq_mse;
+        self.setup.smooth_quant = recipe.smooth_quant;
         self.rules.clone_from(&recipe.rules);
         self.dirty = true;
         // Its layers refer to a plan calibrated with its preset.

@@ -503,12 +503,14 @@ fn worker(
             equalize: setup.equalize,
             refine_ranges: setup.refine_ranges,
             seq_mse: setup.seq_mse,
+            smooth_quant: setup.smooth_quant,
             ..npu_core::quant::recipe::Recipe::from_preset(&setup.preset)
         };
         let (optimized, equalized) = pipeline::equalized(optimized, &recipe);
+        let calib = Samples::open(&setup.data, &setup.preprocess).map_err(|e| JobError::Failed(e.to_string()))?;
+        let (optimized, smoothed) = pipeline::smoothed(optimized, &recipe, &calib, w.threads, progress)?;
         let optimized = Arc::new(optimized);
         let q = pipeline::quantizer(&optimized, w.threads)?;
-        let calib = Samples::open(&setup.data, &setup.preprocess).map_err(|e| JobError::Failed(e.to_string()))?;
         let stats = pipeline::calibrate(&q, &calib, progress)?;
         let mut planned = pipeline::plan(
             &q,
@@ -522,16 +524,21 @@ fn worker(
             // for the commands that rebuild them from the model file.
             planned.plan.equalization = e.scales;
         }
+        let smoothing = smoothed.map(|s| {
+            planned.plan.smoothing.clone_from(&s.scales);
+            s.summary()
+        });
         let refinement = planned.refined.as_ref().map(|r| {
             let verdict = r
                 .verdict()
                 .map_or(String::new(), |v| format!("; held-back output SQNR {v}"));
             format!("Refined ranges: {} of {} changed{verdict}", r.choices.len(), r.tried)
         });
-        let refinement = match (refinement, planned.seq_mse.as_ref().map(SeqMse::summary)) {
-            (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
-            (a, b) => a.or(b),
-        };
+        let lines: Vec<String> = [smoothing, refinement, planned.seq_mse.as_ref().map(SeqMse::summary)]
+            .into_iter()
+            .flatten()
+            .collect();
+        let refinement = (!lines.is_empty()).then(|| lines.join("\n"));
         let samples = calib.load(&optimized, progress)?;
         let t = Instant::now();
         w.simulating.store(true, std::sync::atomic::Ordering::Relaxed);
