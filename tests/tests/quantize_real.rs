@@ -510,7 +510,7 @@ fn smooth_quant_on_rec_evens_layernorm_channels_and_raises_reader_sqnr() {
     println!("{}", s.summary());
     assert_eq!(s.sites.len(), 4, "{:?}", s.sites);
     assert_eq!(s.held_back, 1);
-    assert!(s.kept == !s.scales.is_empty());
+    assert_eq!(s.kept, !s.scales.is_empty());
     let first = &s.sites[0];
     assert!(
         first.activation_spread_before > 100.0 && first.activation_spread_after * 2.0 < first.activation_spread_before,

@@ -37,6 +37,7 @@ pub(super) fn open_set(what: &str, path: &str, preprocess: &str) -> Result<Sampl
 }
 
 /// What `npu-studio quantize` is asked to do.
+#[expect(clippy::struct_excessive_bools, reason = "one field per command-line switch")]
 pub struct QuantizeArgs<'a> {
     pub model: &'a Path,
     pub calib: &'a str,

@@ -28,6 +28,10 @@ pub enum ExportFormat {
 
 /// What the calibration uses (the quantization panel's form; saved in projects).
 #[derive(Clone, Debug, PartialEq)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "the recipe's independent steps, one box each in the panel"
+)]
 pub struct Setup {
     /// A folder (or file) of samples: .npy/.npz/.png/.jpg, or `synthetic:N`.
     pub data: String,

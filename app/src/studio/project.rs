@@ -13,6 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "the recipe's independent steps, each a `name: true` field of the project file"
+)]
 pub struct Project {
     pub version: u32,
     /// The model file, relative to the project's folder when it lies under it.

@@ -37,6 +37,10 @@ pub struct Rule {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent steps of the recipe, each a `name: true` field of the RON format"
+)]
 pub struct Recipe {
     /// The precision of every layer no rule matches, and the default calibration method.
     #[serde(default = "default_preset")]

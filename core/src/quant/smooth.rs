@@ -447,8 +447,7 @@ impl Quantizer<'_> {
                 let w = weight_maxima(g, s);
                 let sc: Vec<f64> = scales
                     .get(name)
-                    .map(|v| v.iter().map(|&x| f64::from(x)).collect())
-                    .unwrap_or_else(|| vec![1.0; s.channels]);
+                    .map_or_else(|| vec![1.0; s.channels], |v| v.iter().map(|&x| f64::from(x)).collect());
                 let act_after: Vec<f64> = act.iter().zip(&sc).map(|(a, k)| a / k).collect();
                 let w_after: Vec<f64> = w.iter().zip(&sc).map(|(a, k)| a * k).collect();
                 SiteReport {
@@ -535,7 +534,7 @@ mod tests {
             domain: String::new(),
             inputs: vec![Some(h), Some(w)],
             outputs: vec![Some(y)],
-            attrs: Default::default(),
+            attrs: BTreeMap::default(),
             origin: vec![1],
         });
         g.outputs.push(y);
