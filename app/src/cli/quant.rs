@@ -417,6 +417,8 @@ pub(super) fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantP
         .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
     npu_core::quant::smooth::apply(&mut model, &plan.smoothing)
         .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
+    npu_core::quant::seqmse::check(&model.graph, &plan.weight_clip)
+        .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
     Ok((plan, model))
 }
 

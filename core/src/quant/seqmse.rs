@@ -17,7 +17,7 @@
 use super::data::{Preprocess, Source};
 use super::scheme::{WeightFormat, qdq_weight};
 use super::{QuantError, QuantPlan, Quantizer, out_channels, strip_activation, weight_axis};
-use crate::ir::{NodeId, Tensor};
+use crate::ir::{Graph, NodeId, Tensor};
 use crate::progress::Progress;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -87,6 +87,41 @@ impl SeqMse {
             if self.kept { "kept" } else { "dropped" }
         )
     }
+}
+
+/// Why a plan's weight-range factors do not fit a graph.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("weight_clip of `{node}`: {problem}")]
+pub struct ClipError {
+    pub node: String,
+    pub problem: String,
+}
+
+/// Checks a plan's `weight_clip` against the graph it is used on: every name a layer with a
+/// constant weight, one factor per output channel, each in (0, 1].
+pub fn check(g: &Graph, clips: &BTreeMap<String, Vec<f32>>) -> Result<(), ClipError> {
+    for (name, f) in clips {
+        let err = |problem: String| ClipError {
+            node: name.clone(),
+            problem,
+        };
+        let node = g
+            .nodes
+            .iter()
+            .find(|n| &n.name == name)
+            .ok_or_else(|| err("no node of the graph has this name".into()))?;
+        let channels = weight_axis(g, node, 1)
+            .zip(node.input(1).and_then(|w| g.values[w].constant.as_ref()))
+            .and_then(|(a, c)| c.shape.get(a).copied())
+            .ok_or_else(|| err(format!("a {} without a constant weight", node.op)))?;
+        if f.len() != channels {
+            return Err(err(format!("{} factors for {channels} output channels", f.len())));
+        }
+        if let Some(x) = f.iter().find(|x| !(x.is_finite() && **x > 0.0 && **x <= 1.0)) {
+            return Err(err(format!("factor {x} outside (0, 1]")));
+        }
+    }
+    Ok(())
 }
 
 /// Squared errors of one layer: per factor and output channel, and the FP32 energy per
@@ -353,6 +388,20 @@ mod tests {
             }
         }
         assert!(r.summary().contains("layers narrowed"), "{}", r.summary());
+        if r.kept {
+            check(&m.graph, &clipped.weight_clip).expect("its own factors fit");
+        }
+        let wrong = |name: &str, f: Vec<f32>| check(&m.graph, &BTreeMap::from([(name.to_owned(), f)]));
+        let conv = &r.layers[0];
+        assert!(
+            wrong("nope", vec![1.0])
+                .expect_err("no node")
+                .to_string()
+                .contains("nope")
+        );
+        assert!(wrong(&conv.node, vec![1.0; conv.channels + 1]).is_err());
+        assert!(wrong(&conv.node, vec![1.5; conv.channels]).is_err());
+        assert!(wrong(&conv.node, vec![0.5; conv.channels]).is_ok());
         if r.kept {
             assert!(!clipped.weight_clip.is_empty());
             assert!(r.held_after_db >= r.held_before_db, "{r:?}");
