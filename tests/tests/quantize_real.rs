@@ -379,11 +379,8 @@ fn incremental_update_matches_full_simulation() {
 /// point validated on the third) to 2 dB above plain w8a8 there, promotes at most a tenth of
 /// the layers, and the gain holds on three held-out photos; its curve runs from no layer to
 /// every candidate promoted.
-#[test]
-fn mixed_precision_on_rec_holds_on_held_out_photos() {
-    use npu_core::quant::LayerPrecision;
-    let model = npu_tests::optimized(&data_dir().join("models").join("ppocr_rec.onnx"));
-    let tmp = tmp_dir("amp");
+/// PP-OCR rec's calibration photos (no text) and held-out photos (text), as folders in `tmp`.
+fn rec_split(tmp: &Path) -> (npu_core::quant::data::Source, npu_core::quant::data::Source) {
     let photos = |dir: &str, names: &[&str]| {
         let d = tmp.join(dir);
         std::fs::create_dir_all(&d).expect("mkdir");
@@ -393,8 +390,18 @@ fn mixed_precision_on_rec_holds_on_held_out_photos() {
         }
         source(d.to_str().expect("utf-8")).expect("source")
     };
-    let src = photos("calib", &["astronaut", "chelsea", "coffee"]);
-    let held_out = photos("eval", &["page", "rocket", "text"]);
+    (
+        photos("calib", &["astronaut", "chelsea", "coffee"]),
+        photos("eval", &["page", "rocket", "text"]),
+    )
+}
+
+#[test]
+fn mixed_precision_on_rec_holds_on_held_out_photos() {
+    use npu_core::quant::LayerPrecision;
+    let model = npu_tests::optimized(&data_dir().join("models").join("ppocr_rec.onnx"));
+    let tmp = tmp_dir("amp");
+    let (src, held_out) = rec_split(&tmp);
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let pre = Preprocess::default();
     // With bias corrections (the search measures them again for the layers it changes):
@@ -491,17 +498,7 @@ fn smooth_quant_on_rec_evens_layernorm_channels_and_raises_reader_sqnr() {
     use npu_core::quant::smooth;
     let model = npu_tests::optimized(&data_dir().join("models").join("ppocr_rec.onnx"));
     let tmp = tmp_dir("smooth");
-    let photos = |dir: &str, names: &[&str]| {
-        let d = tmp.join(dir);
-        std::fs::create_dir_all(&d).expect("mkdir");
-        for n in names {
-            let f = format!("rec_{n}.npy");
-            std::fs::copy(data_dir().join("inputs").join(&f), d.join(&f)).expect("data/inputs");
-        }
-        source(d.to_str().expect("utf-8")).expect("source")
-    };
-    let src = photos("calib", &["astronaut", "chelsea", "coffee"]);
-    let held_out = photos("eval", &["page", "rocket", "text"]);
+    let (src, held_out) = rec_split(&tmp);
     let pre = Preprocess::default();
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let s = q

@@ -173,7 +173,7 @@ fn in_ranges(w: &[f32], shape: &[usize], groups: usize) -> Vec<f64> {
 
 /// Largest over smallest channel range; dead channels (below a millionth of the largest,
 /// which no scale can bring up) are left out.
-fn spread(r: &[f64]) -> f64 {
+pub(crate) fn spread(r: &[f64]) -> f64 {
     let max = r.iter().copied().fold(0f64, f64::max);
     let min = r
         .iter()
@@ -359,6 +359,16 @@ pub(crate) mod tests {
     /// An op of the test chain: its type, extra inputs and attributes.
     type Step<'a> = (&'a str, Vec<ValueId>, Vec<(&'a str, Attr)>);
 
+    /// A seeded generator of values in [−1, 1) (an LCG's high bits).
+    pub(crate) fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
+        move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((seed >> 33) % 20_000) as f32 / 10_000.0 - 1.0
+        }
+    }
+
     /// Input [1,4,8,8] → Conv 3×3 (6 out, one outlier channel) → Relu → depthwise 3×3 →
     /// Relu → Conv 1×1 (3 out), optimized into three FusedConv.
     pub(crate) fn chain() -> Model {
@@ -366,13 +376,7 @@ pub(crate) mod tests {
         m.meta.ir_version = 8;
         m.meta.opsets.insert(String::new(), 13);
         let g = &mut m.graph;
-        let mut seed = 11u64;
-        let mut rnd = move || {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((seed >> 33) % 20_000) as f32 / 10_000.0 - 1.0
-        };
+        let mut rnd = uniform(11);
         let value = |g: &mut Graph, name: &str, t: Option<Tensor>| {
             let mut v = Value::new(name);
             if let Some(t) = t {

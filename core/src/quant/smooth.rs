@@ -14,7 +14,7 @@
 //! that reads the plan makes the same weights from the optimized graph ([`apply`]).
 
 use super::data::{Preprocess, Source};
-use super::equalize::own_f32;
+use super::equalize::{own_f32, spread};
 use super::recipe::Recipe;
 use super::{QuantError, Quantizer};
 use crate::ir::{Constant, Graph, Model, NodeId, Tensor, ValueId};
@@ -160,18 +160,6 @@ fn weight_maxima(g: &Graph, s: &Site) -> Vec<f64> {
         }
     }
     m
-}
-
-/// Largest over smallest of the live channel maxima (below a millionth of the largest left
-/// out).
-fn spread(r: &[f64]) -> f64 {
-    let max = r.iter().copied().fold(0f64, f64::max);
-    let min = r
-        .iter()
-        .copied()
-        .filter(|&x| x > max * 1e-6)
-        .fold(f64::INFINITY, f64::min);
-    if min.is_finite() { max / min } else { 1.0 }
 }
 
 /// What smoothing did at one LayerNorm.
@@ -487,13 +475,7 @@ mod tests {
         m.meta.ir_version = 8;
         m.meta.opsets.insert(String::new(), 17);
         let g = &mut m.graph;
-        let mut seed = 5u64;
-        let mut rnd = move || {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((seed >> 33) % 20_000) as f32 / 10_000.0 - 1.0
-        };
+        let mut rnd = crate::quant::equalize::tests::uniform(5);
         let value = |g: &mut Graph, name: &str, shape: &[usize], data: Option<Vec<f32>>| {
             let mut v = Value::new(name);
             v.dtype = Some(DType::F32);
