@@ -456,6 +456,19 @@ impl Source {
 
     /// The set split for a data-driven choice judged on samples it was not fitted to:
     /// (fit, held back), the last [`held_back_len`] samples held back; `None` under three.
+    /// The part to fit a data-driven choice on, the part to judge it on, and how many
+    /// samples are held back: [`Self::held_back_split`], or the whole set twice (0 held
+    /// back) when it is too small to split.
+    pub fn fit_and_judge(&self) -> (Self, Self, usize) {
+        match self.held_back_split() {
+            Some((fit, held)) => {
+                let n = held.len();
+                (fit, held, n)
+            }
+            None => (self.clone(), self.clone(), 0),
+        }
+    }
+
     pub fn held_back_split(&self) -> Option<(Self, Self)> {
         let n = self.len();
         let held = held_back_len(n);

@@ -229,6 +229,12 @@ impl QuantPlan {
     }
 }
 
+/// Whether an output SQNR `after` a data-driven choice is at least the one `before` it
+/// (`None`: exact, the best there is): the held-back test every such choice must pass.
+pub fn no_worse(after: Option<f64>, before: Option<f64>) -> bool {
+    after.unwrap_or(f64::INFINITY) >= before.unwrap_or(f64::INFINITY)
+}
+
 /// What the empirical bias correction did to the calibration-set output SQNR.
 #[derive(Clone, Copy, Debug)]
 pub struct BiasCorrectionNote {
@@ -660,22 +666,17 @@ impl<'m> Quantizer<'m> {
         pre: &data::Preprocess,
         progress: &dyn Progress,
     ) -> Result<(QuantPlan, BiasCorrectionNote), QuantError> {
-        let split = src.held_back_split();
-        let (fit, judge) = match &split {
-            Some((fit, held)) => (fit, held),
-            None => (src, src),
-        };
+        let (fit, judge, held_back) = src.fit_and_judge();
         let corr = self.bias_corrections(&plan, &mut fit.samples(self.model, pre), progress)?;
         let cached = self.cache(&mut judge.samples(self.model, pre))?;
         let without = self.output_sqnr(&plan, &cached)?.sqnr_db;
         let mut with_plan = plan.clone();
         with_plan.bias_correction = corr;
         let with = self.output_sqnr(&with_plan, &cached)?.sqnr_db;
-        let kept = with.unwrap_or(f64::INFINITY) >= without.unwrap_or(f64::INFINITY);
-        if kept && split.is_some() {
+        let kept = no_worse(with, without);
+        if kept && held_back > 0 {
             with_plan.bias_correction = self.bias_corrections(&plan, &mut src.samples(self.model, pre), progress)?;
         }
-        let held_back = split.as_ref().map_or(0, |(_, h)| h.len());
         let note = BiasCorrectionNote {
             without,
             with,

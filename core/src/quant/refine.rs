@@ -97,11 +97,7 @@ impl Quantizer<'_> {
     ) -> Result<(QuantPlan, Refined), QuantError> {
         let t0 = std::time::Instant::now();
         let g = self.graph();
-        let split = src.held_back_split();
-        let (fit, judge) = match &split {
-            Some((fit, held)) => (fit, held),
-            None => (src, src),
-        };
+        let (fit, judge, held_back) = src.fit_and_judge();
         let fit_samples = fit
             .samples(self.model, pre)
             .map(|s| s.map(|(_, s)| s))
@@ -185,7 +181,7 @@ impl Quantizer<'_> {
                 self.output_sqnr(&refined_plan, &cached)?.sqnr_db,
             )
         };
-        let kept = !choices.is_empty() && held_after.unwrap_or(f64::INFINITY) >= held_before.unwrap_or(f64::INFINITY);
+        let kept = !choices.is_empty() && super::no_worse(held_after, held_before);
         let refined = Refined {
             choices,
             fit_before_db: fit_before,
@@ -193,7 +189,7 @@ impl Quantizer<'_> {
             held_before_db: held_before,
             held_after_db: held_after,
             kept,
-            held_back: split.as_ref().map_or(0, |(_, h)| h.len()),
+            held_back,
             tried: points.len(),
             seconds: t0.elapsed().as_secs_f64(),
         };

@@ -298,11 +298,7 @@ impl Quantizer<'_> {
     ) -> Result<(QuantPlan, SeqMse), QuantError> {
         let t0 = std::time::Instant::now();
         let targets = self.clip_targets(&plan);
-        let split = src.held_back_split();
-        let (fit, judge) = match &split {
-            Some((fit, held)) => (fit, held),
-            None => (src, src),
-        };
+        let (fit, judge, held_back) = src.fit_and_judge();
         let sums = self.clip_errors(&plan, &targets, &mut fit.samples(self.model, pre), fit.len(), progress)?;
         let (clips, layers) = self.choose_clips(&targets, &sums);
         let mut with = plan.clone();
@@ -316,10 +312,9 @@ impl Quantizer<'_> {
                 self.output_sqnr(&with, &cached)?.sqnr_db,
             )
         };
-        let kept =
-            !with.weight_clip.is_empty() && held_after.unwrap_or(f64::INFINITY) >= held_before.unwrap_or(f64::INFINITY);
+        let kept = !with.weight_clip.is_empty() && super::no_worse(held_after, held_before);
         let mut layers = layers;
-        if kept && split.is_some() {
+        if kept && held_back > 0 {
             // Fitted again on every sample: the held-back samples' errors added to the
             // fitting ones'.
             let mut sums = sums;
@@ -344,7 +339,7 @@ impl Quantizer<'_> {
             held_before_db: held_before,
             held_after_db: held_after,
             kept,
-            held_back: split.as_ref().map_or(0, |(_, h)| h.len()),
+            held_back,
             seconds: t0.elapsed().as_secs_f64(),
         };
         Ok((if kept { with } else { plan }, report))

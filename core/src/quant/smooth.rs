@@ -390,12 +390,7 @@ impl Quantizer<'_> {
         let t0 = std::time::Instant::now();
         let g = self.graph();
         let sites = find_sites(g);
-        let split = src.held_back_split();
-        let (fit, judge) = match &split {
-            Some((fit, held)) => (fit, held),
-            None => (src, src),
-        };
-        let held_back = split.as_ref().map_or(0, |(_, h)| h.len());
+        let (fit, judge, held_back) = src.fit_and_judge();
         if sites.is_empty() {
             return Ok(Smoothed {
                 scales: Scales::new(),
@@ -413,10 +408,10 @@ impl Quantizer<'_> {
         let mut smoothed = self.model.clone();
         apply(&mut smoothed, &scales).map_err(|e| QuantError::Data(e.to_string()))?;
         let threads = self.pool.current_num_threads();
-        let before = Self::recipe_sqnr(self.model, threads, recipe, fit, judge, pre, progress)?;
-        let after = Self::recipe_sqnr(&smoothed, threads, recipe, fit, judge, pre, progress)?;
-        let kept = after.unwrap_or(f64::INFINITY) >= before.unwrap_or(f64::INFINITY);
-        let scales = if kept && split.is_some() {
+        let before = Self::recipe_sqnr(self.model, threads, recipe, &fit, &judge, pre, progress)?;
+        let after = Self::recipe_sqnr(&smoothed, threads, recipe, &fit, &judge, pre, progress)?;
+        let kept = super::no_worse(after, before);
+        let scales = if kept && held_back > 0 {
             let held = self.channel_maxima(&sites, &mut judge.samples(self.model, pre), judge.len(), progress)?;
             for (v, h) in held {
                 if let Some(m) = maxima.get_mut(&v) {
