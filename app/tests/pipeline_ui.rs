@@ -572,11 +572,11 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The SmoothQuant and SeqMSE boxes: the studio's calibration runs both, shows their
-/// one-line verdicts, and a kept search's factors are in the simulated plan (cls has no
-/// LayerNorm: SmoothQuant says so).
+/// The Absorb bias, SmoothQuant and SeqMSE boxes: the studio's calibration runs all three,
+/// shows their one-line verdicts, and what a kept step chose is in the simulated plan (cls
+/// has no LayerNorm: SmoothQuant says so).
 #[test]
-fn seq_mse_and_smooth_quant_boxes_run_and_show_their_verdicts() {
+fn absorb_seq_mse_and_smooth_quant_boxes_run_and_show_their_verdicts() {
     let dir = cls_samples("seqmse");
     let mut h = open(&ppocr("cls"));
     h.state_mut().quant.open = true;
@@ -585,25 +585,30 @@ fn seq_mse_and_smooth_quant_boxes_run_and_show_their_verdicts() {
     h.step();
     common::click_in_view(&mut h, "SeqMSE weights");
     common::click_in_view(&mut h, "SmoothQuant");
+    common::click_in_view(&mut h, "Absorb bias");
     h.step();
+    let setup = &h.state().quant.setup;
     assert!(
-        h.state().quant.setup.seq_mse && h.state().quant.setup.smooth_quant,
+        setup.seq_mse && setup.smooth_quant && setup.absorb_bias,
         "the boxes are ticked"
     );
     common::click_in_view(&mut h, "Calibrate & simulate");
     settle(&mut h);
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
-    let (text, clips) = {
+    let (text, clips, shifts) = {
         let s = h.state().quant.session.as_ref().expect("a session");
         let text = s.refinement.clone().expect("the verdict lines");
-        (text, s.result.as_ref().expect("simulated").plan.weight_clip.len())
+        let plan = &s.result.as_ref().expect("simulated").plan;
+        (text, plan.weight_clip.len(), plan.absorption.len())
     };
-    println!("{text}; {clips} layers with factors");
+    println!("{text}; {clips} layers with factors, {shifts} with shifts");
     assert!(h.query_by_label(&text).is_some(), "no label {text:?}");
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
-    assert!(lines[0].starts_with("SmoothQuant: no LayerNorm"), "{text}");
-    let line = lines[1];
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("Bias absorption: 12 conv pairs"), "{text}");
+    assert_eq!(lines[0].ends_with("kept"), shifts > 0, "{text}");
+    assert!(lines[1].starts_with("SmoothQuant: no LayerNorm"), "{text}");
+    let line = lines[2];
     assert!(line.starts_with("SeqMSE weight ranges:"), "{text}");
     if line.ends_with("kept") {
         assert!(clips > 0);

@@ -320,6 +320,26 @@ pub fn equalized(model: Model, recipe: &Recipe) -> (Model, Option<crate::quant::
     (m, Some(e))
 }
 
+/// `model` (the optimized graph, equalized first) with the recipe's bias-absorption shifts
+/// applied when they win on held-back calibration samples, and what they did (`None`: the
+/// recipe does not ask for it).
+pub fn absorbed(
+    model: Model,
+    recipe: &Recipe,
+    calib: &Samples,
+    threads: usize,
+    progress: &dyn Progress,
+) -> Result<(Model, Option<crate::quant::absorb::Absorbed>), PlanError> {
+    if !recipe.absorb_bias {
+        return Ok((model, None));
+    }
+    let a = Quantizer::new(&model, threads)?.absorb(recipe, &calib.source, &calib.preprocess, progress)?;
+    let mut model = model;
+    crate::quant::absorb::apply(&mut model, &a.shifts)
+        .map_err(|e| PlanError::Quant(QuantError::Data(e.to_string())))?;
+    Ok((model, Some(a)))
+}
+
 /// `model` (the optimized graph, equalized first) with the recipe's SmoothQuant scales
 /// applied when they win on held-back calibration samples, and what they did (`None`: the
 /// recipe does not ask for it).
@@ -563,6 +583,7 @@ pub fn export_bundle(
     // not scale them again when the two are read together.
     let mut beside = plan.clone();
     beside.equalization.clear();
+    beside.absorption.clear();
     beside.smoothing.clear();
     export_plan(&beside, &plan_path)?;
     progress.update(2, steps, "writing the report");

@@ -48,6 +48,7 @@ pub fn bench_quant_edit(
         preprocess,
         preset,
         equalize: false,
+        absorb_bias: false,
         refine_ranges: false,
         seq_mse: false,
         smooth_quant: false,

@@ -309,6 +309,13 @@ enum Command {
         /// recipe).
         #[arg(long)]
         equalize: bool,
+        /// Bias absorption: move a per-channel constant from a conv's output into the next
+        /// conv's bias (after a Relu, the channel's calibrated minimum; with nothing
+        /// between, its range's centre), narrowing the activation grid between them; kept
+        /// only when it wins on held-back calibration samples (same as `absorb_bias: true`
+        /// in a recipe).
+        #[arg(long)]
+        absorb_bias: bool,
         /// Choose each activation's clipping range by the output SQNR it gives (tried
         /// narrower and wider, in graph order), kept only when it wins on held-back
         /// calibration samples (same as `refine_ranges: true` in a recipe).
@@ -523,6 +530,7 @@ pub fn main() -> Result<()> {
             threads,
             no_bias_correction,
             equalize,
+            absorb_bias,
             refine_ranges,
             seq_mse,
             smooth_quant,
@@ -543,6 +551,7 @@ pub fn main() -> Result<()> {
             threads,
             no_bias_correction,
             equalize,
+            absorb_bias,
             refine_ranges,
             seq_mse,
             smooth_quant,

@@ -52,6 +52,7 @@ pub struct QuantizeArgs<'a> {
     pub threads: usize,
     pub no_bias_correction: bool,
     pub equalize: bool,
+    pub absorb_bias: bool,
     pub refine_ranges: bool,
     pub seq_mse: bool,
     pub smooth_quant: bool,
@@ -80,6 +81,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         threads,
         no_bias_correction,
         equalize,
+        absorb_bias,
         refine_ranges,
         seq_mse,
         smooth_quant,
@@ -96,6 +98,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         None => Recipe::from_preset(preset_name),
     };
     recipe.equalize |= equalize;
+    recipe.absorb_bias |= absorb_bias;
     recipe.refine_ranges |= refine_ranges;
     recipe.seq_mse |= seq_mse;
     recipe.smooth_quant |= smooth_quant;
@@ -110,6 +113,12 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     let (model, equalized) = pipeline::equalized(optimized(model_path)?, &recipe);
     if let Some(e) = &equalized {
         print_equalization(e);
+    }
+    let absorbed = pipeline::absorbed(model, &recipe, &calib_set, threads, &Stderr);
+    end_progress();
+    let (model, absorbed) = absorbed?;
+    if let Some(a) = &absorbed {
+        print_absorbed(a);
     }
     let smoothed = pipeline::smoothed(model, &recipe, &calib_set, threads, &Stderr);
     end_progress();
@@ -178,6 +187,9 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     if let Some(e) = &equalized {
         plan.equalization.clone_from(&e.scales);
     }
+    if let Some(a) = &absorbed {
+        plan.absorption.clone_from(&a.shifts);
+    }
     if let Some(s) = &smoothed {
         plan.smoothing.clone_from(&s.scales);
     }
@@ -228,6 +240,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
                 report: &report,
                 mixed_precision: amp.as_ref(),
                 equalization: equalized.as_ref().map(|e| e.pairs.as_slice()),
+                bias_absorption: absorbed.as_ref(),
                 range_refinement: planned.refined.as_ref(),
                 seq_mse: planned.seq_mse.as_ref(),
                 smoothing: smoothed.as_ref(),
@@ -261,6 +274,17 @@ fn print_refined(r: &npu_core::quant::refine::Refined) {
     );
     if let Some(v) = r.verdict() {
         println!("  {}: {v}", judged_on(r.held_back));
+    }
+}
+
+/// What bias absorption did at each conv pair and how it was judged.
+fn print_absorbed(a: &npu_core::quant::absorb::Absorbed) {
+    println!("{} ({:.1} s)", a.summary(), a.seconds);
+    for s in &a.sites {
+        println!(
+            "  {} → {} ({}): {} of {} channels shifted, activation grid width {:.3} → {:.3}",
+            s.first, s.second, s.activation, s.shifted, s.channels, s.grid_width_before, s.grid_width_after
+        );
     }
 }
 
@@ -380,6 +404,10 @@ struct QuantizeReport<'a> {
     /// Cross-layer equalization, pair by pair: weight channel-range spread before and after.
     #[serde(skip_serializing_if = "Option::is_none")]
     equalization: Option<&'a [npu_core::quant::equalize::PairReport]>,
+    /// Bias absorption: each conv pair (the activation between, channels shifted, the
+    /// activation grid's width before and after) and the held-back verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bias_absorption: Option<&'a npu_core::quant::absorb::Absorbed>,
     /// Range refinement: every activation range it changed (from, to, the gain where it was
     /// judged) and the held-back verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -414,6 +442,8 @@ pub(super) fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantP
     let plan = pipeline::load_plan(plan_path)?;
     let mut model = optimized(model_path)?;
     npu_core::quant::equalize::apply(&mut model, &plan.equalization)
+        .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
+    npu_core::quant::absorb::apply(&mut model, &plan.absorption)
         .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
     npu_core::quant::smooth::apply(&mut model, &plan.smoothing)
         .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;

@@ -39,6 +39,8 @@ pub struct Setup {
     pub preset: String,
     /// Cross-layer equalization of the optimized graph before calibration.
     pub equalize: bool,
+    /// Per-channel constants moved from a conv's output into the next conv's bias.
+    pub absorb_bias: bool,
     /// Activation ranges judged by the output SQNR, validated on held-back samples.
     pub refine_ranges: bool,
     /// Per-channel weight ranges chosen by each layer's output error (SeqMSE).
@@ -54,6 +56,7 @@ impl Default for Setup {
             preprocess: String::new(),
             preset: "w8a8".into(),
             equalize: false,
+            absorb_bias: false,
             refine_ranges: false,
             seq_mse: false,
             smooth_quant: false,

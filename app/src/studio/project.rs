@@ -29,6 +29,9 @@ pub struct Project {
     /// Cross-layer equalization before calibration.
     #[serde(default)]
     pub equalize: bool,
+    /// Per-channel constants moved from a conv's output into the next conv's bias.
+    #[serde(default)]
+    pub absorb_bias: bool,
     /// Activation ranges refined against the output SQNR.
     #[serde(default)]
     pub refine_ranges: bool,
@@ -72,6 +75,7 @@ impl Project {
             preprocess: setup.preprocess.clone(),
             preset: setup.preset.clone(),
             equalize: setup.equalize,
+            absorb_bias: setup.absorb_bias,
             refine_ranges: setup.refine_ranges,
             seq_mse: setup.seq_mse,
             smooth_quant: setup.smooth_quant,
@@ -103,6 +107,7 @@ impl Project {
             preprocess: self.preprocess.clone(),
             preset: self.preset.clone(),
             equalize: self.equalize,
+            absorb_bias: self.absorb_bias,
             refine_ranges: self.refine_ranges,
             seq_mse: self.seq_mse,
             smooth_quant: self.smooth_quant,
@@ -156,6 +161,7 @@ pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> 
                 || s.data != p.data
                 || s.preset != p.preset
                 || s.equalize != p.equalize
+                || s.absorb_bias != p.absorb_bias
                 || s.refine_ranges != p.refine_ranges
                 || s.seq_mse != p.seq_mse
                 || s.smooth_quant != p.smooth_quant
@@ -184,6 +190,7 @@ mod tests {
             preprocess: "size=8x8".into(),
             preset: "w8a8".into(),
             equalize: true,
+            absorb_bias: true,
             refine_ranges: true,
             seq_mse: true,
             smooth_quant: true,

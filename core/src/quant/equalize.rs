@@ -63,11 +63,11 @@ pub(crate) fn own_f32(g: &Graph, consumers: &[Vec<NodeId>], v: Option<ValueId>, 
 }
 
 /// A convolution's parts: weight value and shape (OIHW), bias value (if any), groups.
-struct ConvParts {
-    w: ValueId,
-    shape: Vec<usize>,
-    b: Option<ValueId>,
-    groups: usize,
+pub(crate) struct ConvParts {
+    pub(crate) w: ValueId,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) b: Option<ValueId>,
+    pub(crate) groups: usize,
 }
 
 fn conv_parts(g: &Graph, consumers: &[Vec<NodeId>], n: NodeId) -> Option<ConvParts> {
@@ -94,16 +94,16 @@ fn conv_parts(g: &Graph, consumers: &[Vec<NodeId>], n: NodeId) -> Option<ConvPar
 }
 
 /// Two convolutions CLE equalizes, with their parts.
-struct Pair {
-    first: NodeId,
-    second: NodeId,
-    a: ConvParts,
-    b: ConvParts,
+pub(crate) struct Pair {
+    pub(crate) first: NodeId,
+    pub(crate) second: NodeId,
+    pub(crate) a: ConvParts,
+    pub(crate) b: ConvParts,
 }
 
 /// The pairs CLE can equalize: a convolution with a homogeneous activation whose output
 /// only one other convolution reads (and no graph output is).
-fn find_pairs(g: &Graph) -> Vec<Pair> {
+pub(crate) fn find_pairs(g: &Graph) -> Vec<Pair> {
     let consumers = g.consumers();
     let mut out = Vec::new();
     for (first, node) in g.nodes.iter().enumerate() {
@@ -149,7 +149,7 @@ fn out_ranges(w: &[f32], o: usize) -> Vec<f64> {
 }
 
 /// The input channel (of the layer's whole input) that weight row `o`, column `j` reads.
-fn in_channel(o: usize, j: usize, out_channels: usize, in_per_group: usize, groups: usize) -> usize {
+pub(crate) fn in_channel(o: usize, j: usize, out_channels: usize, in_per_group: usize, groups: usize) -> usize {
     let out_per_group = out_channels / groups;
     (o / out_per_group.max(1)) * in_per_group + j
 }
@@ -356,8 +356,8 @@ pub(crate) mod tests {
     use crate::ir::{Attr, DType, Dim, Node, Value};
     use std::collections::HashMap;
 
-    /// An op of the test chain: its type, extra inputs and attributes.
-    type Step<'a> = (&'a str, Vec<ValueId>, Vec<(&'a str, Attr)>);
+    /// An op of a test chain: its type, constant inputs and attributes.
+    pub(crate) type Step<'a> = (&'a str, Vec<Tensor>, Vec<(&'a str, Attr)>);
 
     /// A seeded generator of values in [−1, 1) (an LCG's high bits).
     pub(crate) fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
@@ -369,16 +369,15 @@ pub(crate) mod tests {
         }
     }
 
-    /// Input [1,4,8,8] → Conv 3×3 (6 out, one outlier channel) → Relu → depthwise 3×3 →
-    /// Relu → Conv 1×1 (3 out), optimized into three FusedConv.
-    pub(crate) fn chain() -> Model {
+    /// A chain of ops on one float input `x` of `shape`, each with its constant inputs
+    /// after the running value (node `n{k}` makes `y{k}`), shapes inferred and optimized.
+    pub(crate) fn sequential(shape: &[usize], steps: Vec<Step<'_>>) -> Model {
         let mut m = Model::default();
         m.meta.ir_version = 8;
         m.meta.opsets.insert(String::new(), 13);
         let g = &mut m.graph;
-        let mut rnd = uniform(11);
-        let value = |g: &mut Graph, name: &str, t: Option<Tensor>| {
-            let mut v = Value::new(name);
+        let value = |g: &mut Graph, name: String, t: Option<Tensor>| {
+            let mut v = Value::new(&name);
             if let Some(t) = t {
                 v.dtype = Some(DType::F32);
                 v.shape = Some(t.shape().iter().map(|&d| Dim::Fixed(d)).collect());
@@ -387,46 +386,18 @@ pub(crate) mod tests {
             g.values.push(v);
             g.values.len() - 1
         };
-        let x = value(g, "x", None);
+        let x = value(g, "x".into(), None);
         g.values[x].dtype = Some(DType::F32);
-        g.values[x].shape = Some([1, 4, 8, 8].iter().map(|&d| Dim::Fixed(d)).collect());
+        g.values[x].shape = Some(shape.iter().map(|&d| Dim::Fixed(d)).collect());
         g.inputs.push(x);
-        let mut weights = |shape: &[usize], gain: &dyn Fn(usize) -> f32| {
-            let per: usize = shape[1..].iter().product();
-            let data = (0..shape.iter().product::<usize>())
-                .map(|i| rnd() * gain(i / per))
-                .collect();
-            Tensor::from_f32(shape, data).expect("shape")
-        };
-        let w1 = weights(&[6, 4, 3, 3], &|o| if o == 2 { 40.0 } else { 1.0 });
-        let b1 = weights(&[6], &|_| 0.5);
-        let w2 = weights(&[6, 1, 3, 3], &|o| if o == 4 { 0.02 } else { 1.0 });
-        let b2 = weights(&[6], &|_| 0.1);
-        let w3 = weights(&[3, 6, 1, 1], &|_| 1.0);
-        let (w1, b1, w2, b2, w3) = (
-            value(g, "w1", Some(w1)),
-            value(g, "b1", Some(b1)),
-            value(g, "w2", Some(w2)),
-            value(g, "b2", Some(b2)),
-            value(g, "w3", Some(w3)),
-        );
         let mut cur = x;
-        let steps: [Step<'_>; 5] = [
-            ("Conv", vec![w1, b1], vec![("pads", Attr::Ints(vec![1; 4]))]),
-            ("Relu", vec![], vec![]),
-            (
-                "Conv",
-                vec![w2, b2],
-                vec![("pads", Attr::Ints(vec![1; 4])), ("group", Attr::Int(6))],
-            ),
-            ("Relu", vec![], vec![]),
-            ("Conv", vec![w3], vec![]),
-        ];
-        for (k, (op, extra, attrs)) in steps.into_iter().enumerate() {
-            let y = value(g, &format!("y{k}"), None);
-            g.values[y].producer = Some(g.nodes.len());
+        for (k, (op, consts, attrs)) in steps.into_iter().enumerate() {
             let mut inputs = vec![Some(cur)];
-            inputs.extend(extra.into_iter().map(Some));
+            for (j, t) in consts.into_iter().enumerate() {
+                inputs.push(Some(value(g, format!("c{k}_{j}"), Some(t))));
+            }
+            let y = value(g, format!("y{k}"), None);
+            g.values[y].producer = Some(g.nodes.len());
             g.nodes.push(Node {
                 name: format!("n{k}"),
                 op: op.into(),
@@ -443,6 +414,41 @@ pub(crate) mod tests {
         crate::passes::optimize(&m, &crate::passes::Options::default())
             .expect("optimizes")
             .model
+    }
+
+    /// A constant of `shape` drawn from `rnd`, each output channel (dim 0) scaled by
+    /// `gain`.
+    pub(crate) fn weights(rnd: &mut impl FnMut() -> f32, shape: &[usize], gain: &dyn Fn(usize) -> f32) -> Tensor {
+        let per: usize = shape[1..].iter().product();
+        let data = (0..shape.iter().product::<usize>())
+            .map(|i| rnd() * gain(i / per.max(1)))
+            .collect();
+        Tensor::from_f32(shape, data).expect("shape")
+    }
+
+    /// Input [1,4,8,8] → Conv 3×3 (6 out, one outlier channel) → Relu → depthwise 3×3 →
+    /// Relu → Conv 1×1 (3 out), optimized into three FusedConv.
+    pub(crate) fn chain() -> Model {
+        let mut rnd = uniform(11);
+        let w1 = weights(&mut rnd, &[6, 4, 3, 3], &|o| if o == 2 { 40.0 } else { 1.0 });
+        let b1 = weights(&mut rnd, &[6], &|_| 0.5);
+        let w2 = weights(&mut rnd, &[6, 1, 3, 3], &|o| if o == 4 { 0.02 } else { 1.0 });
+        let b2 = weights(&mut rnd, &[6], &|_| 0.1);
+        let w3 = weights(&mut rnd, &[3, 6, 1, 1], &|_| 1.0);
+        sequential(
+            &[1, 4, 8, 8],
+            vec![
+                ("Conv", vec![w1, b1], vec![("pads", Attr::Ints(vec![1; 4]))]),
+                ("Relu", vec![], vec![]),
+                (
+                    "Conv",
+                    vec![w2, b2],
+                    vec![("pads", Attr::Ints(vec![1; 4])), ("group", Attr::Int(6))],
+                ),
+                ("Relu", vec![], vec![]),
+                ("Conv", vec![w3], vec![]),
+            ],
+        )
     }
 
     fn run(m: &Model, x: &Tensor) -> Vec<f32> {

@@ -1872,18 +1872,53 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
 
     /// The int8 per-output-channel weight tensor (`codes` in `shape`, channels on dim 0)
     /// and the int32 bias tensor on `s_in · s_w[c]`; returns their ids.
+    ///
+    /// A channel whose bias does not fit int32 on that scale (a dead channel's tiny weight
+    /// scale, or a folded HardSigmoid's `β` on a fine input grid) gets the smallest weight
+    /// scale where it does, its codes put on it, as TFLite's converter does
+    /// (`AdjustWeightsForBiasScale`); else the bias would saturate and the channel's output
+    /// with it.
+    #[expect(clippy::too_many_arguments, reason = "one layer's quantized parts")]
     fn weight_and_bias(
         &mut self,
         node: &Node,
         wv: ValueId,
         shape: Vec<usize>,
-        (codes, wty): (Vec<i32>, IntType),
+        (mut codes, wty): (Vec<i32>, IntType),
         scales: &[f64],
         bias: &[f32],
         s_in: f32,
         bias_ty: IntType,
     ) -> (usize, usize) {
         let channels = shape[0];
+        let mut scales = scales.to_vec();
+        if bias_ty == IntType::I32 && s_in > 0.0 {
+            let per = codes.len() / channels.max(1);
+            let limit = f64::from(i32::MAX);
+            let mut widened = 0;
+            for (c, s) in scales.iter_mut().enumerate() {
+                let b = bias.get(c % bias.len().max(1)).map_or(0.0, |&b| f64::from(b).abs());
+                let need = b / (f64::from(s_in) * limit) * (1.0 + 1e-6);
+                if need > *s {
+                    for q in &mut codes[c * per..(c + 1) * per] {
+                        *q = (f64::from(*q) * *s / need).round_ties_even() as i32;
+                    }
+                    *s = need;
+                    widened += 1;
+                }
+            }
+            if widened > 0 {
+                let name = self.name(wv);
+                self.constraint(
+                    &name,
+                    &node.name,
+                    "bias-fits-int32",
+                    format!(
+                        "{widened} of {channels} output channels' weight scales raised so that their bias fits int32 on the input scale {s_in} (TFLite's AdjustWeightsForBiasScale)"
+                    ),
+                );
+            }
+        }
         let s_w: Vec<f32> = scales.iter().map(|&s| s as f32).collect();
         let bcodes = bias_codes(bias, s_in, &s_w, bias_ty);
         let bname = node
@@ -2274,4 +2309,62 @@ fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
 pub fn quantize_code(x: f32, q: &QParams) -> i32 {
     let (lo, hi) = q.ty.range();
     ((x / q.s()).round() as i32).saturating_add(q.zp()).clamp(lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::Silent;
+    use crate::quant::Calibration;
+    use crate::quant::data::{Preprocess, Source};
+    use crate::quant::equalize::tests::{sequential, uniform, weights};
+
+    /// A 1×1 conv whose third output channel is dead (weights of 1e-9, which the weight
+    /// grid floors at 1e-5 of the largest channel's scale) but biased by 8, under a Relu:
+    /// on that channel's weight scale the bias is beyond int32. The program widens the
+    /// channel's weight scale (saying so) and the channel's output holds; saturated, it
+    /// would read about 5 where FP32 has 8.
+    #[test]
+    fn a_bias_beyond_int32_widens_its_channels_weight_scale() {
+        let mut rnd = uniform(7);
+        let w = weights(&mut rnd, &[3, 4, 1, 1], &|o| if o == 2 { 1e-9 } else { 1.0 });
+        let b = Tensor::from_f32(&[3], vec![0.1, -0.2, 8.0]).expect("shape");
+        let m = sequential(
+            &[1, 4, 4, 4],
+            vec![("Conv", vec![w, b], vec![]), ("Relu", vec![], vec![])],
+        );
+        assert_eq!(m.graph.nodes.len(), 1, "one fused conv: {:?}", m.graph.nodes);
+        let q = Quantizer::new(&m, 1).expect("quantizer");
+        let src = Source::Synthetic(3);
+        let pre = Preprocess::default();
+        let plan = q
+            .calibrate(
+                &mut src.samples(&m, &pre),
+                src.len(),
+                "w8a8",
+                Calibration::MinMax,
+                &Silent,
+            )
+            .expect("calibrates");
+        let p = legalize(&m, &plan, &HashMap::new()).expect("legalizes");
+        let c = p
+            .constraints
+            .iter()
+            .find(|c| c.rule == "bias-fits-int32")
+            .unwrap_or_else(|| panic!("no widened scale: {:?}", p.constraints));
+        assert!(c.detail.starts_with("1 of 3 "), "{}", c.detail);
+        let bias = p.tensors.iter().find(|t| t.q.ty == IntType::I32).expect("a bias");
+        assert!(
+            bias.data
+                .as_ref()
+                .expect("codes")
+                .iter()
+                .all(|&x| x.abs() < i64::from(i32::MAX))
+        );
+        let r = q
+            .simulate(&plan, &mut src.samples(&m, &pre), src.len(), &Silent)
+            .expect("simulates");
+        let db = r.outputs[0].integer_sqnr_db.expect("an integer reference");
+        assert!(db > 30.0, "integer-reference output SQNR {db:.2} dB");
+    }
 }

@@ -5,6 +5,7 @@
 //! producer), so a Conv+Relu is one layer with one output quantizer and its error is
 //! attributed to the op that runs.
 
+pub mod absorb;
 pub mod amp;
 pub mod analysis;
 pub mod data;
@@ -207,6 +208,10 @@ pub struct QuantPlan {
     /// ([`equalize::apply`] makes the weights the ranges were calibrated on).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub equalization: equalize::Scales,
+    /// Bias-absorption shifts by the first layer of each conv pair ([`absorb::apply`]
+    /// makes the biases the ranges were calibrated on, after the equalization).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub absorption: absorb::Shifts,
     /// Per-output-channel factors on the weight ranges (by node name; 1: the channel's
     /// max-abs), chosen by [`seqmse`] to minimize each layer's output error. Every weight
     /// grid (simulated, integer, exported) is derived from the clipped ranges.
@@ -649,6 +654,7 @@ impl<'m> Quantizer<'m> {
             graph: Some(params::graph_id(self.model)),
             input_shapes: stats.input_shapes.clone(),
             equalization: BTreeMap::new(),
+            absorption: BTreeMap::new(),
             weight_clip: BTreeMap::new(),
             smoothing: BTreeMap::new(),
         })

@@ -60,6 +60,10 @@ pub struct Recipe {
     /// ([`super::equalize`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub equalize: bool,
+    /// Bias absorption: per-channel constants moved from a conv's output into the next
+    /// conv's bias, validated on held-back calibration samples ([`super::absorb`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub absorb_bias: bool,
     /// Activation ranges judged by their consumers' error (not lowering the output SQNR),
     /// validated on held-back calibration samples ([`super::refine`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -87,6 +91,7 @@ impl Default for Recipe {
             rules: Vec::new(),
             overrides: BTreeMap::new(),
             equalize: false,
+            absorb_bias: false,
             refine_ranges: false,
             seq_mse: false,
             smooth_quant: false,

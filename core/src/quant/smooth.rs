@@ -140,7 +140,7 @@ pub fn sites(g: &Graph) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-fn f32_of(g: &Graph, v: ValueId) -> Vec<f32> {
+pub(super) fn f32_of(g: &Graph, v: ValueId) -> Vec<f32> {
     g.values[v]
         .constant
         .as_ref()
@@ -244,7 +244,7 @@ pub struct ApplyError {
     pub problem: String,
 }
 
-fn store(model: &mut Model, v: ValueId, data: Vec<f32>) {
+pub(super) fn store(model: &mut Model, v: ValueId, data: Vec<f32>) {
     let shape = model.graph.values[v]
         .constant
         .as_ref()
@@ -356,7 +356,7 @@ impl Quantizer<'_> {
 
     /// The output SQNR on `judge` of `model` calibrated on `fit` with `recipe` (its preset,
     /// rules and calibration method; no bias correction or other data-driven step).
-    fn recipe_sqnr(
+    pub(super) fn recipe_sqnr(
         model: &Model,
         threads: usize,
         recipe: &Recipe,

@@ -165,6 +165,7 @@ impl QuantView {
                 .filter_map(|(n, p)| Some((n.clone(), p.keyword()?.to_string())))
                 .collect(),
             equalize: self.setup.equalize,
+            absorb_bias: self.setup.absorb_bias,
             refine_ranges: self.setup.refine_ranges,
             seq_mse: self.setup.seq_mse,
             smooth_quant: self.setup.smooth_quant,
@@ -220,6 +221,7 @@ impl QuantView {
             self.setup.preset.clone_from(&recipe.preset);
         }
         self.setup.equalize = recipe.equalize;
+        self.setup.absorb_bias = recipe.absorb_bias;
         self.setup.refine_ranges = recipe.refine_ranges;
         self.setup.seq_mse = recipe.seq_mse;
         self.setup.smooth_quant = recipe.smooth_quant;

@@ -501,6 +501,7 @@ fn worker(
         };
         let recipe = npu_core::quant::recipe::Recipe {
             equalize: setup.equalize,
+            absorb_bias: setup.absorb_bias,
             refine_ranges: setup.refine_ranges,
             seq_mse: setup.seq_mse,
             smooth_quant: setup.smooth_quant,
@@ -508,6 +509,7 @@ fn worker(
         };
         let (optimized, equalized) = pipeline::equalized(optimized, &recipe);
         let calib = Samples::open(&setup.data, &setup.preprocess).map_err(|e| JobError::Failed(e.to_string()))?;
+        let (optimized, absorbed) = pipeline::absorbed(optimized, &recipe, &calib, w.threads, progress)?;
         let (optimized, smoothed) = pipeline::smoothed(optimized, &recipe, &calib, w.threads, progress)?;
         let optimized = Arc::new(optimized);
         let q = pipeline::quantizer(&optimized, w.threads)?;
@@ -524,6 +526,10 @@ fn worker(
             // for the commands that rebuild them from the model file.
             planned.plan.equalization = e.scales;
         }
+        let absorption = absorbed.map(|a| {
+            planned.plan.absorption.clone_from(&a.shifts);
+            a.summary()
+        });
         let smoothing = smoothed.map(|s| {
             planned.plan.smoothing.clone_from(&s.scales);
             s.summary()
@@ -534,10 +540,15 @@ fn worker(
                 .map_or(String::new(), |v| format!("; held-back output SQNR {v}"));
             format!("Refined ranges: {} of {} changed{verdict}", r.choices.len(), r.tried)
         });
-        let lines: Vec<String> = [smoothing, refinement, planned.seq_mse.as_ref().map(SeqMse::summary)]
-            .into_iter()
-            .flatten()
-            .collect();
+        let lines: Vec<String> = [
+            absorption,
+            smoothing,
+            refinement,
+            planned.seq_mse.as_ref().map(SeqMse::summary),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let refinement = (!lines.is_empty()).then(|| lines.join("\n"));
         let samples = calib.load(&optimized, progress)?;
         let t = Instant::now();
