@@ -11,7 +11,8 @@ other three), the YOLOX detector (same), Basic Pitch (audio windows), Magika (in
 values, Keras export). Both quantizers calibrate on the calibration samples only, and both
 are evaluated on the held-out samples only.
 
-npu-studio: `quantize --preset w8a8` (also with `--equalize`, cross-layer equalization,
+npu-studio: `quantize --preset w8a8` (also with `--equalize`, cross-layer equalization, with
+`--absorb-bias`, per-channel constants moved into the next conv's bias,
 with `--refine-ranges`, activation ranges judged downstream and validated on held-back
 calibration samples, with `--seq-mse`, per-channel weight ranges chosen by each layer's
 output error, with `--smooth-quant`, LayerNorm outlier channels moved into the MatMul
@@ -156,6 +157,7 @@ def main():
         w8a8 = ours(args.binary, m, calib_dir, ev, "w8a8", tmp)
         w8a16 = ours(args.binary, m, calib_dir, ev, "w8a16", tmp)
         cle = ours(args.binary, m, calib_dir, ev, "w8a8", tmp, ["--equalize"])
+        absorb = ours(args.binary, m, calib_dir, ev, "w8a8", tmp, ["--absorb-bias"])
         refine = ours(args.binary, m, calib_dir, ev, "w8a8", tmp, ["--refine-ranges"])
         seqmse = ours(args.binary, m, calib_dir, ev, "w8a8", tmp, ["--seq-mse"])
         smooth = ours(args.binary, m, calib_dir, ev, "w8a8", tmp, ["--smooth-quant"])
@@ -172,6 +174,7 @@ def main():
                     print(f"{m}: onnxruntime {label}: {shown} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
         print(f"{m}: npu-studio w8a8 {fmt(w8a8[0])} dB (fake-quant {fmt(w8a8[1])}), "
               f"w8a8 + CLE {fmt(cle[0])} dB (fake-quant {fmt(cle[1])}), "
+              f"w8a8 + bias absorption {fmt(absorb[0])} dB (fake-quant {fmt(absorb[1])}), "
               f"w8a8 + refined ranges {fmt(refine[0])} dB (fake-quant {fmt(refine[1])}, {refine[2]:.0f} s), "
               f"w8a8 + SeqMSE {fmt(seqmse[0])} dB (fake-quant {fmt(seqmse[1])}, {seqmse[2]:.0f} s), "
               f"w8a8 + SmoothQuant {fmt(smooth[0])} dB (fake-quant {fmt(smooth[1])}), "
@@ -179,22 +182,25 @@ def main():
               f"(fake-quant {fmt(w8a16[1])}), {w8a8[2]:.0f} s", file=sys.stderr)
         best8 = max((db for lab, db, _ in results if db is not None and lab.startswith("W8A8")), default=None)
         best16 = max((db for lab, db, _ in results if db is not None and lab.startswith("A16W8")), default=None)
-        rows.append((m, len(calib), len(evals), ver, w8a8, cle, refine, seqmse, smooth, w8a16, best8, best16, results))
+        rows.append((m, len(calib), len(evals), ver, w8a8, cle, absorb, refine, seqmse, smooth, w8a16, best8, best16,
+                     results))
 
     print("\nOutput SQNR vs FP32 (dB) on held-out samples; calibration and evaluation disjoint; "
           "npu-studio on its integer reference")
-    print(f"{'model':7} {'calib/eval':>10} {'w8a8':>7} {'+CLE':>7} {'+refine':>8} {'+SeqMSE':>8} {'+Smooth':>8} "
+    print(f"{'model':7} {'calib/eval':>10} {'w8a8':>7} {'+CLE':>7} {'+Absorb':>8} {'+refine':>8} {'+SeqMSE':>8} "
+          f"{'+Smooth':>8} "
           f"{'ORT W8A8':>9} {'margin':>7}   {'w8a16':>7} {'ORT A16W8':>10} {'margin':>7}")
-    for m, nc, ne, ver, w8a8, cle, refine, seqmse, smooth, w8a16, best8, best16, _ in rows:
+    for m, nc, ne, ver, w8a8, cle, absorb, refine, seqmse, smooth, w8a16, best8, best16, _ in rows:
         def margin(a, b):
             return "—" if a is None or b is None else f"{a - b:+.2f}"
-        print(f"{m:7} {f'{nc}/{ne}':>10} {fmt(w8a8[0]):>7} {fmt(cle[0]):>7} {fmt(refine[0]):>8} "
+        print(f"{m:7} {f'{nc}/{ne}':>10} {fmt(w8a8[0]):>7} {fmt(cle[0]):>7} {fmt(absorb[0]):>8} {fmt(refine[0]):>8} "
               f"{fmt(seqmse[0]):>8} {fmt(smooth[0]):>8} {fmt(best8):>9} "
               f"{margin(w8a8[0], best8):>7}   {fmt(w8a16[0]):>7} {fmt(best16):>10} {margin(w8a16[0], best16):>7}")
     print("\nevery configuration (onnxruntime on the model at opset max(13, its own)):")
-    for m, nc, ne, ver, w8a8, cle, refine, seqmse, smooth, w8a16, best8, best16, results in rows:
+    for m, nc, ne, ver, w8a8, cle, absorb, refine, seqmse, smooth, w8a16, best8, best16, results in rows:
         print(f"  {m:6} npu-studio w8a8 integer {fmt(w8a8[0])} / fake-quant {fmt(w8a8[1])}; "
               f"w8a8 + CLE integer {fmt(cle[0])} / fake-quant {fmt(cle[1])}; "
+              f"w8a8 + bias absorption integer {fmt(absorb[0])} / fake-quant {fmt(absorb[1])}; "
               f"w8a8 + refined ranges integer {fmt(refine[0])} / fake-quant {fmt(refine[1])}; "
               f"w8a8 + SeqMSE integer {fmt(seqmse[0])} / fake-quant {fmt(seqmse[1])}; "
               f"w8a8 + SmoothQuant integer {fmt(smooth[0])} / fake-quant {fmt(smooth[1])}; "
