@@ -379,6 +379,33 @@ fn incremental_update_matches_full_simulation() {
 /// point validated on the third) to 2 dB above plain w8a8 there, promotes at most a tenth of
 /// the layers, and the gain holds on three held-out photos; its curve runs from no layer to
 /// every candidate promoted.
+/// `m` calibrated `w8a8` on `src` and simulated on `held_out`: the local SQNR of each of
+/// `nodes`' outputs (each run alone on its inputs put on their grids), and the report.
+fn held_out_locals(
+    m: &Model,
+    src: &npu_core::quant::data::Source,
+    held_out: &npu_core::quant::data::Source,
+    nodes: &[&str],
+) -> (Vec<f64>, Report) {
+    let pre = Preprocess::default();
+    let q = Quantizer::new(m, 2).expect("quantizer");
+    let plan = w8a8_plan(&q, src, &pre);
+    let r = q
+        .simulate(&plan, &mut held_out.samples(m, &pre), held_out.len(), &Silent)
+        .expect("simulates");
+    let at = nodes
+        .iter()
+        .map(|n| {
+            r.tensors
+                .iter()
+                .find(|t| t.node == *n)
+                .and_then(|t| t.sqnr_local_db)
+                .unwrap_or_else(|| panic!("no local SQNR for {n}"))
+        })
+        .collect();
+    (at, r)
+}
+
 /// PP-OCR rec's calibration photos (no text) and held-out photos (text), as folders in `tmp`.
 fn rec_split(tmp: &Path) -> (npu_core::quant::data::Source, npu_core::quant::data::Source) {
     let photos = |dir: &str, names: &[&str]| {
@@ -531,21 +558,7 @@ fn smooth_quant_on_rec_evens_layernorm_channels_and_raises_reader_sqnr() {
         .flat_map(|x| x.readers.iter().map(String::as_str))
         .collect();
     let local = |m: &Model| -> (Vec<f64>, f64) {
-        let q = Quantizer::new(m, 2).expect("quantizer");
-        let plan = w8a8_plan(&q, &src, &pre);
-        let r = q
-            .simulate(&plan, &mut held_out.samples(m, &pre), held_out.len(), &Silent)
-            .expect("simulates");
-        let at = readers
-            .iter()
-            .map(|n| {
-                r.tensors
-                    .iter()
-                    .find(|t| t.node == *n)
-                    .and_then(|t| t.sqnr_local_db)
-                    .expect("a reader's local SQNR")
-            })
-            .collect();
+        let (at, r) = held_out_locals(m, &src, &held_out, &readers);
         (at, r.outputs[0].sqnr_db.expect("inexact"))
     };
     let ((before, out_before), (after, out_after)) = (local(&model), local(&smoothed));
@@ -600,21 +613,7 @@ fn bias_absorption_on_rec_keeps_fp32_narrows_the_grid_and_raises_a_second_layers
     // Each second layer's local SQNR on the held-out photos, both models calibrated alike.
     let seconds: Vec<&str> = a.sites.iter().map(|s| s.second.as_str()).collect();
     let local = |m: &Model| -> (Vec<f64>, f64, f64) {
-        let q = Quantizer::new(m, 2).expect("quantizer");
-        let plan = w8a8_plan(&q, &src, &pre);
-        let r = q
-            .simulate(&plan, &mut held_out.samples(m, &pre), held_out.len(), &Silent)
-            .expect("simulates");
-        let at = seconds
-            .iter()
-            .map(|n| {
-                r.tensors
-                    .iter()
-                    .find(|t| t.node == *n)
-                    .and_then(|t| t.sqnr_local_db)
-                    .expect("a second layer's local SQNR")
-            })
-            .collect();
+        let (at, r) = held_out_locals(m, &src, &held_out, &seconds);
         let out = &r.outputs[0];
         (
             at,

@@ -22,7 +22,7 @@
 use super::data::{Preprocess, Source};
 use super::equalize::{find_pairs, in_channel};
 use super::recipe::Recipe;
-use super::smooth::{f32_of, store};
+use super::smooth::{Judged, f32_of, store};
 use super::{QuantError, Quantizer};
 use crate::ir::{Graph, Model, NodeId, Tensor, ValueId};
 use crate::progress::Progress;
@@ -354,7 +354,6 @@ impl Quantizer<'_> {
         let t0 = std::time::Instant::now();
         let g = self.graph();
         let sites = find_sites(g);
-        let (fit, judge, held_back) = src.fit_and_judge();
         if sites.is_empty() {
             return Ok(Absorbed {
                 shifts: Shifts::new(),
@@ -363,29 +362,30 @@ impl Quantizer<'_> {
                 held_before_db: None,
                 held_after_db: None,
                 kept: false,
-                held_back,
+                held_back: src.fit_and_judge().2,
                 seconds: t0.elapsed().as_secs_f64(),
             });
         }
-        let mut ext = self.channel_extrema(&sites, &mut fit.samples(self.model, pre), fit.len(), progress)?;
-        let shifts = self.shifts_from(&sites, &ext);
-        let mut shifted = self.model.clone();
-        apply(&mut shifted, &shifts).map_err(|e| QuantError::Data(e.to_string()))?;
-        let threads = self.pool.current_num_threads();
-        let before = Self::recipe_sqnr(self.model, threads, recipe, &fit, &judge, pre, progress)?;
-        let after = Self::recipe_sqnr(&shifted, threads, recipe, &fit, &judge, pre, progress)?;
-        let kept = super::no_worse(after, before);
-        let shifts = if kept && held_back > 0 {
-            let held = self.channel_extrema(&sites, &mut judge.samples(self.model, pre), judge.len(), progress)?;
-            for (v, h) in held {
-                if let Some(e) = ext.get_mut(&v) {
-                    e.iter_mut().zip(&h).for_each(|(a, b)| a.merge(b));
+        let Judged {
+            stats: ext,
+            params: shifts,
+            before,
+            after,
+            kept,
+            held_back,
+        } = self.judged_rewrite(
+            (recipe, src, pre, progress),
+            |s: &Source| self.channel_extrema(&sites, &mut s.samples(self.model, pre), s.len(), progress),
+            |ext: &mut HashMap<ValueId, Extrema>, held| {
+                for (v, h) in held {
+                    if let Some(e) = ext.get_mut(&v) {
+                        e.iter_mut().zip(&h).for_each(|(a, b)| a.merge(b));
+                    }
                 }
-            }
-            self.shifts_from(&sites, &ext)
-        } else {
-            shifts
-        };
+            },
+            |ext| self.shifts_from(&sites, ext),
+            |model, shifts| apply(model, shifts).map_err(|e| e.to_string()),
+        )?;
         let width = |it: &mut dyn Iterator<Item = (f64, f64)>| {
             let (lo, hi) = it.fold((0f64, 0f64), |(l, h), (a, b)| (l.min(a), h.max(b)));
             hi - lo

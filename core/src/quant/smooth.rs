@@ -311,6 +311,19 @@ pub fn apply(model: &mut Model, scales: &Scales) -> Result<(), ApplyError> {
     Ok(())
 }
 
+/// What [`Quantizer::judged_rewrite`] measured, derived and decided.
+pub(super) struct Judged<S, P> {
+    /// The statistics (of every calibration sample when kept).
+    pub stats: S,
+    /// The parameters derived from them, kept or not.
+    pub params: P,
+    /// Output SQNR on the held-back samples without and with the rewrite.
+    pub before: Option<f64>,
+    pub after: Option<f64>,
+    pub kept: bool,
+    pub held_back: usize,
+}
+
 impl Quantizer<'_> {
     /// Per-channel |max| of every site's LayerNorm output on `samples`.
     fn channel_maxima(
@@ -356,7 +369,7 @@ impl Quantizer<'_> {
 
     /// The output SQNR on `judge` of `model` calibrated on `fit` with `recipe` (its preset,
     /// rules and calibration method; no bias correction or other data-driven step).
-    pub(super) fn recipe_sqnr(
+    fn recipe_sqnr(
         model: &Model,
         threads: usize,
         recipe: &Recipe,
@@ -378,6 +391,45 @@ impl Quantizer<'_> {
         Ok(q.output_sqnr(&plan, &cached)?.sqnr_db)
     }
 
+    /// A rewrite of this quantizer's model whose parameters `derive` from statistics
+    /// `measure`d on calibration samples, judged held back: measured on the fitting part of
+    /// `src` and applied; kept only when the rewritten model, calibrated with `recipe` on
+    /// the fitting part, scores an output SQNR on the held-back part at least the original
+    /// model's; when kept, measured again on the held-back part too (`merge`d in) for the
+    /// parameters a plan keeps.
+    pub(super) fn judged_rewrite<S, P>(
+        &self,
+        (recipe, src, pre, progress): (&Recipe, &Source, &Preprocess, &dyn Progress),
+        measure: impl Fn(&Source) -> Result<S, QuantError>,
+        merge: impl Fn(&mut S, S),
+        derive: impl Fn(&S) -> P,
+        apply: impl Fn(&mut Model, &P) -> Result<(), String>,
+    ) -> Result<Judged<S, P>, QuantError> {
+        let (fit, judge, held_back) = src.fit_and_judge();
+        let mut stats = measure(&fit)?;
+        let params = derive(&stats);
+        let mut rewritten = self.model.clone();
+        apply(&mut rewritten, &params).map_err(QuantError::Data)?;
+        let threads = self.pool.current_num_threads();
+        let before = Self::recipe_sqnr(self.model, threads, recipe, &fit, &judge, pre, progress)?;
+        let after = Self::recipe_sqnr(&rewritten, threads, recipe, &fit, &judge, pre, progress)?;
+        let kept = super::no_worse(after, before);
+        let params = if kept && held_back > 0 {
+            merge(&mut stats, measure(&judge)?);
+            derive(&stats)
+        } else {
+            params
+        };
+        Ok(Judged {
+            stats,
+            params,
+            before,
+            after,
+            kept,
+            held_back,
+        })
+    }
+
     /// SmoothQuant on this quantizer's model (see the module's description): the scales,
     /// what they do to each LayerNorm's channel spread, and the held-back verdict.
     pub fn smooth(
@@ -390,7 +442,6 @@ impl Quantizer<'_> {
         let t0 = std::time::Instant::now();
         let g = self.graph();
         let sites = find_sites(g);
-        let (fit, judge, held_back) = src.fit_and_judge();
         if sites.is_empty() {
             return Ok(Smoothed {
                 scales: Scales::new(),
@@ -399,29 +450,30 @@ impl Quantizer<'_> {
                 held_before_db: None,
                 held_after_db: None,
                 kept: false,
-                held_back,
+                held_back: src.fit_and_judge().2,
                 seconds: t0.elapsed().as_secs_f64(),
             });
         }
-        let mut maxima = self.channel_maxima(&sites, &mut fit.samples(self.model, pre), fit.len(), progress)?;
-        let scales = self.scales_from(&sites, &maxima);
-        let mut smoothed = self.model.clone();
-        apply(&mut smoothed, &scales).map_err(|e| QuantError::Data(e.to_string()))?;
-        let threads = self.pool.current_num_threads();
-        let before = Self::recipe_sqnr(self.model, threads, recipe, &fit, &judge, pre, progress)?;
-        let after = Self::recipe_sqnr(&smoothed, threads, recipe, &fit, &judge, pre, progress)?;
-        let kept = super::no_worse(after, before);
-        let scales = if kept && held_back > 0 {
-            let held = self.channel_maxima(&sites, &mut judge.samples(self.model, pre), judge.len(), progress)?;
-            for (v, h) in held {
-                if let Some(m) = maxima.get_mut(&v) {
-                    m.iter_mut().zip(h).for_each(|(a, b)| *a = a.max(b));
+        let Judged {
+            stats: maxima,
+            params: scales,
+            before,
+            after,
+            kept,
+            held_back,
+        } = self.judged_rewrite(
+            (recipe, src, pre, progress),
+            |s: &Source| self.channel_maxima(&sites, &mut s.samples(self.model, pre), s.len(), progress),
+            |maxima: &mut HashMap<ValueId, Vec<f64>>, held| {
+                for (v, h) in held {
+                    if let Some(m) = maxima.get_mut(&v) {
+                        m.iter_mut().zip(h).for_each(|(a, b)| *a = a.max(b));
+                    }
                 }
-            }
-            self.scales_from(&sites, &maxima)
-        } else {
-            scales
-        };
+            },
+            |maxima| self.scales_from(&sites, maxima),
+            |model, scales| apply(model, scales).map_err(|e| e.to_string()),
+        )?;
         let reports = sites
             .iter()
             .map(|s| {
