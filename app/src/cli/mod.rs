@@ -310,10 +310,10 @@ enum Command {
         #[arg(long)]
         equalize: bool,
         /// Bias absorption: move a per-channel constant from a conv's output into the next
-        /// conv's bias (after a Relu, the channel's calibrated minimum; with nothing
-        /// between, its range's centre), narrowing the activation grid between them; kept
-        /// only when it wins on held-back calibration samples (same as `absorb_bias: true`
-        /// in a recipe).
+        /// conv's bias (after a Relu, at most the channel's calibrated minimum; with nothing
+        /// between, as far as it must to fit a grid centred on zero), narrowing the
+        /// activation grid between them; kept only when it wins on held-back calibration
+        /// samples (same as `absorb_bias: true` in a recipe).
         #[arg(long)]
         absorb_bias: bool,
         /// Choose each activation's clipping range by the output SQNR it gives (tried

@@ -80,7 +80,7 @@ fn controls_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, setup: &m
         ui.checkbox(&mut setup.equalize, "Equalize")
             .on_hover_text("cross-layer equalization: conv pairs with a Relu (or nothing) between them get equal per-channel weight ranges before calibration");
         ui.checkbox(&mut setup.absorb_bias, "Absorb bias")
-            .on_hover_text("move per-channel constants from a conv's output into the next conv's bias (after a Relu, the channel's calibrated minimum; with nothing between, its range's centre), kept only when it wins on held-back calibration samples");
+            .on_hover_text("move per-channel constants from a conv's output into the next conv's bias (after a Relu, at most the channel's calibrated minimum; with nothing between, as far as it must to fit a grid centred on zero), kept only when it wins on held-back calibration samples");
         ui.checkbox(&mut setup.refine_ranges, "Refine ranges")
             .on_hover_text("choose each activation's clipping range by the output SQNR it gives, kept only when it also wins on held-back calibration samples");
         ui.checkbox(&mut setup.smooth_quant, "SmoothQuant")
