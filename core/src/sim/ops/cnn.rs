@@ -503,7 +503,6 @@ pub fn conv2d(
     let xd = xd.as_slice().ok_or("layout")?;
     let wd = wt.as_standard_layout();
     let wd = wd.as_slice().ok_or("layout")?;
-    let mut out = vec![0f32; n * m * oh * ow];
     let plane = oh * ow;
     if let Some(b) = bias
         && b.len() != m
@@ -531,6 +530,27 @@ pub fn conv2d(
         }
     };
     let ksize = cg * kh * kw;
+    if !depthwise && !pointwise && super::conv_direct::suits(&geo) {
+        // The direct kernel writes every output: no zeroing first (on one thread, while the
+        // others wait, for the allocator's clearing).
+        let mut out: Vec<f32> = Vec::with_capacity(n * m * plane);
+        let spare = &mut out.spare_capacity_mut()[..n * m * plane];
+        for b in 0..n {
+            let xb = &xd[b * c * h * w..(b + 1) * c * h * w];
+            for gi in 0..group {
+                let xg = &xb[gi * cg * h * w..(gi + 1) * cg * h * w];
+                let wg = &wd[gi * mg * ksize..(gi + 1) * mg * ksize];
+                let og = &mut spare[(b * m + gi * mg) * plane..(b * m + (gi + 1) * mg) * plane];
+                let bg = bias.map(|b| &b[gi * mg..(gi + 1) * mg]);
+                super::conv_direct::conv_group(xg, wg, og, (cg, mg), (h, w), &geo, bg, act);
+            }
+        }
+        // SAFETY: `conv_group` wrote every element of each group's block, and the blocks
+        // tile the buffer.
+        unsafe { out.set_len(n * m * plane) };
+        return conv_output(x.ndim(), n, m, (oh, ow), out);
+    }
+    let mut out = super::par_zeroed(n * m * plane);
     for b in 0..n {
         let xb = &xd[b * c * h * w..(b + 1) * c * h * w];
         let ob = &mut out[b * m * plane..(b + 1) * m * plane];
@@ -574,17 +594,25 @@ pub fn conv2d(
                     threads,
                     &epi,
                 );
-            } else if super::conv_direct::suits(&geo) {
-                let bg = bias.map(|b| &b[gi * mg..(gi + 1) * mg]);
-                super::conv_direct::conv_group(xg, wg, og, (cg, mg), (h, w), &geo, bg, act);
             } else {
                 let bg = bias.map(|b| &b[gi * mg..(gi + 1) * mg]);
                 conv_tiled(xg, wg, og, (cg, mg), (h, w), &geo, bg, act, threads);
             }
         }
     }
+    conv_output(x.ndim(), n, m, (oh, ow), out)
+}
+
+/// A conv's output buffer as an array of the input's rank (3: N×M×W, else N×M×H×W).
+fn conv_output(
+    rank: usize,
+    n: usize,
+    m: usize,
+    (oh, ow): (usize, usize),
+    out: Vec<f32>,
+) -> Result<ArrayD<f32>, String> {
     let mut shape = vec![n, m];
-    shape.extend(if x.ndim() == 3 { vec![ow] } else { vec![oh, ow] });
+    shape.extend(if rank == 3 { vec![ow] } else { vec![oh, ow] });
     ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())
 }
 
@@ -1273,7 +1301,16 @@ mod tests {
                 let mut want = vec![f32::NAN; m * plane];
                 conv_tiled(&x, &wt, &mut want, (c, m), (h, w), &geo, Some(&b), act, 2);
                 let mut got = vec![f32::NAN; m * plane];
-                super::super::conv_direct::conv_group(&x, &wt, &mut got, (c, m), (h, w), &geo, Some(&b), act);
+                super::super::conv_direct::conv_group(
+                    &x,
+                    &wt,
+                    super::super::as_uninit(&mut got),
+                    (c, m),
+                    (h, w),
+                    &geo,
+                    Some(&b),
+                    act,
+                );
                 for (i, (a, e)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
@@ -1317,6 +1354,10 @@ mod tests {
             ((192, 64, 40, 40), 1, 1),
             ((384, 128, 20, 20), 1, 1),
             ((32, 32, 80, 80), 1, 1),
+            ((192, 96, 26, 26), 1, 1),
+            ((96, 48, 52, 52), 1, 1),
+            ((96, 96, 52, 52), 1, 1),
+            ((48, 48, 104, 104), 1, 1),
         ];
         for &(dims, k, s) in cases {
             let (c, m, h, w) = dims;
@@ -1338,15 +1379,52 @@ mod tests {
                 pool.install(|| {
                     let im2col = best(&|o| conv_tiled(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act, threads + 1));
                     let direct = best(&|o| {
-                        super::super::conv_direct::conv_group(&x, &wt, o, (c, m), (h, w), &geo, Some(&b), act);
+                        super::super::conv_direct::conv_group(
+                            &x,
+                            &wt,
+                            super::super::as_uninit(o),
+                            (c, m),
+                            (h, w),
+                            &geo,
+                            Some(&b),
+                            act,
+                        );
                     });
                     let gflop = 2.0 * (m * c * k * k * plane) as f64 / 1e9;
+                    // The path `conv2d` takes for a 1×1 stride-1 conv: one GEMM, bias and
+                    // activation after it.
+                    let gemm = (k == 1 && s == 1).then(|| {
+                        best(&|o| {
+                            let epi = |r: usize, seg: &mut [f32]| {
+                                for q in seg.iter_mut() {
+                                    *q += b[r];
+                                }
+                                if let Some(a) = act {
+                                    a.apply_slice(seg);
+                                }
+                            };
+                            sgemm_then(
+                                m,
+                                plane,
+                                c,
+                                Mat::rows(&wt, c),
+                                Mat::rows(&x, plane),
+                                o,
+                                threads + 1,
+                                &epi,
+                            );
+                        })
+                    });
                     println!(
                         "{dims:?} k{k} s{s} {} thread(s): im2col {im2col:.3} ms ({:.0} GFLOP/s), direct {direct:.3} ms \
-                         ({:.0} GFLOP/s)",
+                         ({:.0} GFLOP/s){}",
                         threads + 1,
                         gflop / im2col * 1e3,
-                        gflop / direct * 1e3
+                        gflop / direct * 1e3,
+                        gemm.map_or(String::new(), |g| format!(
+                            ", gemm {g:.3} ms ({:.0} GFLOP/s)",
+                            gflop / g * 1e3
+                        ))
                     );
                 });
             }

@@ -39,12 +39,13 @@ pub fn suits(geo: &Geometry) -> bool {
 }
 
 /// One group of a 2-D conv (`xg`: `cg × h × w`, `wg`: `mg × cg·kh·kw`, `og`: `mg × oh·ow`),
-/// bias and activation included. The caller checks [`suits`].
+/// bias and activation included. Every element of `og` is written (it may come in
+/// uninitialized). The caller checks [`suits`].
 #[allow(clippy::too_many_arguments)]
 pub fn conv_group(
     xg: &[f32],
     wg: &[f32],
-    og: &mut [f32],
+    og: &mut [std::mem::MaybeUninit<f32>],
     (cg, mg): (usize, usize),
     (h, w): (usize, usize),
     geo: &Geometry,
@@ -124,14 +125,16 @@ pub fn conv_group(
         })
         .collect();
     let out_plane = oh * ow;
-    let outp = SendPtr(og.as_mut_ptr());
+    let outp = SendPtr(og.as_mut_ptr().cast::<f32>());
     // Output channels in tiles of as even a height as fits (16 = 6 + 5 + 5, not 6 + 6 + 4).
     let m_tiles = mg.div_ceil(MR);
     let m_start = |i: usize| i * (mg / m_tiles) + i.min(mg % m_tiles);
-    // Work items of up to P_TILES position tiles, at least four per thread so that the
-    // threads finish together; too few position tiles for that (small maps deep in a
-    // network) and the channel tiles are split between items too.
-    let want = 4 * rayon::current_num_threads();
+    // Work items of up to P_TILES position tiles, at least sixteen per thread so that the
+    // threads finish together (with four, 96×52×52 came in 11 items of 4 tiles, and one
+    // thread did 6 of them: 194 GFLOP/s on two threads against 209 now); too few position
+    // tiles for that (small maps deep in a network) and the channel tiles are split
+    // between items too.
+    let want = 16 * rayon::current_num_threads();
     let per_item = (tiles / want).clamp(1, P_TILES);
     let p_items = tiles.div_ceil(per_item);
     let m_parts = if p_items >= want {
@@ -215,7 +218,8 @@ pub fn conv_group(
         if let Some(act) = act {
             let (o0, o1) = (before(t0 * NT), before((t1 * NT).min(grid)));
             for m in m_start(mt0)..m_start(mt1) {
-                // SAFETY: the outputs this item wrote above.
+                // SAFETY: the outputs this item wrote above (every output of its position
+                // tiles and channel tiles: the stores' lanes cover each grid column < ow).
                 let row = unsafe { std::slice::from_raw_parts_mut(outp.get().add(m * out_plane + o0), o1 - o0) };
                 act.apply_slice(row);
             }

@@ -32,6 +32,31 @@ impl SendPtr {
     }
 }
 
+/// A zeroed buffer of `len` floats, zeroed by the pool's threads when it is large (the
+/// allocator's own clearing runs on one thread while the others wait).
+pub(crate) fn par_zeroed(len: usize) -> Vec<f32> {
+    use rayon::prelude::*;
+    if len < 1 << 16 {
+        return vec![0.0; len];
+    }
+    let mut v = Vec::with_capacity(len);
+    v.spare_capacity_mut()[..len]
+        .par_chunks_mut(1 << 14)
+        .for_each(|c| c.fill(std::mem::MaybeUninit::new(0.0)));
+    // SAFETY: the first `len` elements were written just above.
+    unsafe { v.set_len(len) };
+    v
+}
+
+/// A float slice seen as room to write floats into (for kernels that write every element
+/// of an output they are given uninitialized).
+#[cfg(test)]
+pub(crate) fn as_uninit(s: &mut [f32]) -> &mut [std::mem::MaybeUninit<f32>] {
+    // SAFETY: `MaybeUninit<f32>` has the layout of `f32`, and only floats are written
+    // through the result, so `s` stays initialized.
+    unsafe { &mut *(std::ptr::from_mut(s) as *mut [std::mem::MaybeUninit<f32>]) }
+}
+
 /// `dst[i] = src[s0 + i·stride]` for every element of `dst` (the caller keeps the last
 /// index inside `src`); stride 1 is a copy, stride 2 reads pairs so that the loop
 /// vectorizes (shuffles instead of a gather).

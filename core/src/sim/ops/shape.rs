@@ -118,7 +118,7 @@ pub(crate) fn concat(ts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
 /// Concatenation of standard-layout arrays that agree on every axis but `axis`: for each
 /// index of the axes before it, each input's block after it, copied whole. `None` when an
 /// input is strided or the shapes do not fit (ndarray's general path decides then).
-fn concat_blocks<T: Clone>(views: &[ndarray::ArrayViewD<'_, T>], axis: usize) -> Option<ArrayD<T>> {
+fn concat_blocks<T: Clone + Send + Sync>(views: &[ndarray::ArrayViewD<'_, T>], axis: usize) -> Option<ArrayD<T>> {
     let first = views.first()?;
     let rank = first.ndim();
     if axis >= rank {
@@ -136,19 +136,77 @@ fn concat_blocks<T: Clone>(views: &[ndarray::ArrayViewD<'_, T>], axis: usize) ->
         blocks.push((v.as_slice()?, v.shape()[axis..].iter().product::<usize>()));
     }
     let outer: usize = first.shape()[..axis].iter().product();
-    let mut out = Vec::with_capacity(shape.iter().product());
-    for o in 0..outer {
-        for &(data, len) in &blocks {
-            out.extend_from_slice(&data[o * len..(o + 1) * len]);
+    let pieces = (0..outer).flat_map(|o| {
+        blocks
+            .iter()
+            .map(move |&(data, len)| ndarray::ArrayView1::from(&data[o * len..(o + 1) * len]))
+    });
+    let out = gather_pieces(pieces, outer * blocks.len(), shape.iter().product());
+    ArrayD::from_shape_vec(IxDyn(&shape), out).ok()
+}
+
+/// Elements from which copying is split between the pool's threads (below it, waking the
+/// other threads costs more than the copy).
+const PAR_COPY_MIN: usize = 1 << 16;
+
+/// The `count` `pieces`, one after another, copied into one new buffer of `total` elements
+/// (their lengths must add up to it); by the pool's threads when it is large and the pieces
+/// are not tiny (a concat along a last axis of 1 is a piece per element).
+fn gather_pieces<'a, T: Clone + Send + Sync + 'a>(
+    pieces: impl Iterator<Item = ndarray::ArrayView1<'a, T>>,
+    count: usize,
+    total: usize,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut out = Vec::with_capacity(total);
+    if total < PAR_COPY_MIN || total < 256 * count || rayon::current_num_threads() < 2 {
+        for p in pieces {
+            match p.as_slice() {
+                Some(s) => out.extend_from_slice(s),
+                None => out.extend(p.iter().cloned()),
+            }
+        }
+        assert_eq!(out.len(), total, "pieces do not add up to the buffer");
+        return out;
+    }
+    // Jobs of at most CHUNK elements: a long piece is cut, short ones go in runs.
+    const CHUNK: usize = 1 << 14;
+    let mut rest = &mut out.spare_capacity_mut()[..total];
+    let mut jobs = Vec::new();
+    for p in pieces {
+        let mut from = 0;
+        while from < p.len() {
+            let n = (p.len() - from).min(CHUNK);
+            let (dst, r) = std::mem::take(&mut rest).split_at_mut(n);
+            rest = r;
+            jobs.push((dst, p.slice_move(ndarray::s![from..from + n])));
+            from += n;
         }
     }
-    ArrayD::from_shape_vec(IxDyn(&shape), out).ok()
+    assert!(rest.is_empty(), "pieces do not add up to the buffer");
+    let per_job = total / jobs.len().max(1);
+    jobs.into_par_iter()
+        .with_min_len((CHUNK / per_job.max(1)).max(1))
+        .for_each(|(dst, src)| match src.as_slice() {
+            Some(s) => {
+                dst.write_clone_of_slice(s);
+            }
+            None => {
+                for (d, v) in dst.iter_mut().zip(src.iter()) {
+                    d.write(v.clone());
+                }
+            }
+        });
+    // SAFETY: the jobs' destinations tile the first `total` elements (checked above), and
+    // each job wrote every element of its own.
+    unsafe { out.set_len(total) };
+    out
 }
 
 /// A strided view copied into standard layout. Unit axes are dropped first and views of up
 /// to four remaining axes are copied at a fixed rank, where ndarray's iteration is several
 /// times faster than over dynamic dimensions.
-pub(crate) fn standard_copy<T: Clone>(v: &ndarray::ArrayViewD<'_, T>) -> ArrayD<T> {
+pub(crate) fn standard_copy<T: Clone + Send + Sync>(v: &ndarray::ArrayViewD<'_, T>) -> ArrayD<T> {
     use ndarray::{Ix1, Ix2, Ix3, Ix4};
     let shape = v.shape().to_vec();
     if v.is_standard_layout() || v.is_empty() {
@@ -164,13 +222,7 @@ pub(crate) fn standard_copy<T: Clone>(v: &ndarray::ArrayViewD<'_, T>) -> ArrayD<
     // with a step along it) are copied a row at a time.
     let row = c.shape().last().copied().unwrap_or(0);
     if c.ndim() > 1 && row >= 8 {
-        let mut owned = Vec::with_capacity(c.len());
-        for r in c.rows() {
-            match r.as_slice() {
-                Some(s) => owned.extend_from_slice(s),
-                None => owned.extend(r.iter().cloned()),
-            }
-        }
+        let owned = gather_pieces(c.rows().into_iter(), c.len() / row, c.len());
         if let Ok(a) = ArrayD::from_shape_vec(IxDyn(&shape), owned) {
             return a;
         }
@@ -1318,5 +1370,57 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
     match r {
         Err(e) if e.is_empty() => None,
         r => Some(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(shape: &[usize], from: f32) -> ArrayD<f32> {
+        let n: usize = shape.iter().product();
+        ArrayD::from_shape_vec(IxDyn(shape), (0..n).map(|i| from + i as f32).collect()).expect("shape")
+    }
+
+    /// Large copies go to the pool's threads in pieces; what they build must be what
+    /// ndarray builds, for long pieces (a concat along channels, rows of a slice), pieces
+    /// cut at the job size, and tiny ones (a concat along a last axis of 1).
+    #[test]
+    fn parallel_concat_and_slice_match_ndarray() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+        pool.install(|| {
+            for (shapes, axis) in [
+                (
+                    vec![vec![1, 24, 104, 104], vec![1, 8, 104, 104], vec![1, 16, 104, 104]],
+                    1,
+                ),
+                (vec![vec![2, 3, 100, 300], vec![2, 5, 100, 300]], 1),
+                (vec![vec![1, 172, 309, 1]; 8], 3),
+                (vec![vec![3, 40000], vec![3, 25000]], 1),
+            ] {
+                let arrays: Vec<ArrayD<f32>> = shapes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| ramp(s, 1e6 * i as f32))
+                    .collect();
+                let tensors: Vec<Tensor> = arrays.iter().cloned().map(Tensor::F32).collect();
+                let refs: Vec<&Tensor> = tensors.iter().collect();
+                let got = concat(&refs, axis).expect("concat");
+                let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
+                let want = ndarray::concatenate(Axis(axis), &views).expect("ndarray");
+                assert_eq!(got.f32_cow().to_owned(), want, "concat of {shapes:?} on axis {axis}");
+            }
+            let x = Tensor::F32(ramp(&[1, 3, 416, 416], 0.0));
+            for (axis, start, step) in [(2, 0, 2), (3, 1, 2), (2, 1, 1), (3, 0, 3)] {
+                let got = slice_axis(&x, axis, start, None, step);
+                let xa = x.f32_cow();
+                let want = xa.slice_axis(Axis(axis), Slice::new(start, None, step)).to_owned();
+                assert_eq!(
+                    got.f32_cow().to_owned(),
+                    want,
+                    "slice on axis {axis} from {start} step {step}"
+                );
+            }
+        });
     }
 }
