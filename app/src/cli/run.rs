@@ -223,18 +223,17 @@ pub fn bench(
     let threads = threads.max(1);
     let exec = Executor::new(&model, threads)?;
     let runs = runs.max(1);
-    let times = with_threads(threads, || -> Result<Vec<f64>> {
-        for _ in 0..warmup {
-            exec.run(&feeds)?;
-        }
-        let mut times = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let t0 = Instant::now();
-            exec.run(&feeds)?;
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
-        Ok(times)
-    })?;
+    // Straight from this thread: the executor runs on its own pool, and a second pool
+    // around it would only add two more threads to wake and put to sleep on every run.
+    for _ in 0..warmup {
+        exec.run(&feeds)?;
+    }
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        exec.run(&feeds)?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
     if profile {
         let mut per_op: BTreeMap<String, (f64, usize)> = BTreeMap::new();
         let mut per_node: BTreeMap<usize, (f64, String)> = BTreeMap::new();
