@@ -919,7 +919,7 @@ fn pool2d(xd: &[f32], planes: usize, (h, w): (usize, usize), g: &Geometry, max: 
             .flat_map(|&a| cx.iter().map(move |&b| (a * b) as f32))
             .collect()
     };
-    let mut out = vec![0f32; planes * oh * ow];
+    let mut out = super::par_zeroed(planes * oh * ow);
     out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each_init(
         || (Vec::new(), Vec::new()),
         |bufs, (pi, o)| pool2d_plane(&xd[pi * h * w..(pi + 1) * h * w], (h, w), g, max, &div, bufs, o),
@@ -929,7 +929,12 @@ fn pool2d(xd: &[f32], planes: usize, (h, w): (usize, usize), g: &Geometry, max: 
 
 /// N-D pooling over NC… inputs. Returns the pooled values and, for MaxPool with `want_idx`,
 /// flat argmax indices.
-fn pool(node: &Node, x: &ArrayD<f32>, kind: Pool, want_idx: bool) -> Result<(ArrayD<f32>, Vec<i64>), String> {
+fn pool(
+    node: &Node,
+    x: &ndarray::ArrayViewD<'_, f32>,
+    kind: Pool,
+    want_idx: bool,
+) -> Result<(ArrayD<f32>, Vec<i64>), String> {
     if x.ndim() < 3 {
         return Err(format!("pooling needs an N×C×… input, got {:?}", x.shape()));
     }
@@ -1092,16 +1097,19 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
                 _ => Pool::Lp(node.attr_i("p").unwrap_or(2) as i32),
             };
             let want_idx = kind == Pool::Max && node.outputs.get(1).is_some_and(Option::is_some);
-            let (y, idx) = pool(node, &xt.to_f32(), kind, want_idx)?;
+            // Borrowed when it is f32 already, and the output moved, not copied (on one
+            // thread, these copies took longer than the pooling on two).
+            let (y, idx) = pool(node, &xt.f32_cow().view(), kind, want_idx)?;
+            let out_shape = y.shape().to_vec();
             let yt = if xt.dtype().is_float() {
-                f32_as(xt.dtype(), y.clone())
+                f32_as(xt.dtype(), y)
             } else {
                 super::quant::cast_f64(&y.mapv(f64::from), xt.dtype())?
             };
             let mut outs = vec![yt];
             if want_idx {
                 outs.push(Tensor::I64(
-                    ArrayD::from_shape_vec(IxDyn(y.shape()), idx).map_err(|e| e.to_string())?,
+                    ArrayD::from_shape_vec(IxDyn(&out_shape), idx).map_err(|e| e.to_string())?,
                 ));
             }
             Ok(outs)
@@ -1173,8 +1181,8 @@ mod tests {
                     };
                     let x2 = ArrayD::from_shape_vec(IxDyn(&[1, 2, h, w]), x.clone()).expect("shape");
                     let x3 = ArrayD::from_shape_vec(IxDyn(&[1, 2, h, w, 1]), x.clone()).expect("shape");
-                    let (fast, _) = pool(&pool_node(attrs(2)), &x2, kind, false).expect("2-D pool");
-                    let (nd, _) = pool(&pool_node(attrs(3)), &x3, kind, false).expect("3-D pool");
+                    let (fast, _) = pool(&pool_node(attrs(2)), &x2.view(), kind, false).expect("2-D pool");
+                    let (nd, _) = pool(&pool_node(attrs(3)), &x3.view(), kind, false).expect("3-D pool");
                     assert_eq!(&fast.shape()[..4], &nd.shape()[..4], "{h}x{w} k{k} s{s} d{d} {pads:?}");
                     for (i, (a, b)) in fast.iter().zip(nd.iter()).enumerate() {
                         assert!(
