@@ -111,11 +111,17 @@ fn sgemm_impl(
         return;
     }
     if threads > 1 && m * n * k >= 1 << 16 {
-        // Split the output into one block per thread ourselves (rows of C when there are
-        // enough, else columns): the crate's own splitting leaves a core idle on the short,
-        // wide products of convolutions.
-        let parts = threads;
-        let by_rows = m >= 16 * parts || m >= n;
+        // Split the output into blocks ourselves: the crate's own splitting leaves a core
+        // idle on the short, wide products of convolutions. Wide products (a 1×1 conv over
+        // a map) go in four column blocks per thread, so that a thread that starts late or
+        // runs slow does not hold the op up, each block packing only its own columns
+        // (YOLOv8n on two threads: 23.6 → 22.4 ms); others in one block of rows (when there
+        // are enough) or columns per thread.
+        let (parts, by_rows) = if n >= 256 * threads && n > m {
+            (4 * threads, false)
+        } else {
+            (threads, m >= 16 * threads || m >= n)
+        };
         let len = if by_rows { m } else { n };
         let align = if by_rows { 8 } else { 16 };
         let step = len.div_ceil(parts).div_ceil(align) * align;
@@ -454,4 +460,53 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
         _ => return None,
     };
     Some(r.map(|t| vec![t]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The threaded GEMM against a plain f64 loop, on shapes that take each way of
+    /// splitting (four column blocks per thread, rows, columns, one block), with the
+    /// epilogue seeing every row segment once, with its own row index.
+    #[test]
+    fn threaded_gemm_and_epilogue_match_a_plain_loop() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+        for (m, n, k) in [
+            (48, 2704, 96),
+            (96, 676, 192),
+            (197, 576, 192),
+            (64, 40, 300),
+            (5, 7, 3),
+        ] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0).collect();
+            let mut c = vec![f32::NAN; m * n];
+            let seen = std::sync::Mutex::new(vec![0usize; m]);
+            let epi = |r: usize, seg: &mut [f32]| {
+                seen.lock().expect("lock")[r] += seg.len();
+                for v in seg.iter_mut() {
+                    *v += r as f32;
+                }
+            };
+            pool.install(|| sgemm_then(m, n, k, Mat::rows(&a, k), Mat::rows(&b, n), &mut c, 2, &epi));
+            assert!(
+                seen.into_inner().expect("lock").iter().all(|&s| s == n),
+                "{m}×{n}×{k}: a row segment missed or seen twice"
+            );
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                        .sum::<f64>()
+                        + i as f64;
+                    let got = f64::from(c[i * n + j]);
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{m}×{n}×{k} at ({i}, {j}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 }
