@@ -136,12 +136,41 @@ fn concat_blocks<T: Clone + Send + Sync>(views: &[ndarray::ArrayViewD<'_, T>], a
         blocks.push((v.as_slice()?, v.shape()[axis..].iter().product::<usize>()));
     }
     let outer: usize = first.shape()[..axis].iter().product();
+    let total: usize = shape.iter().product();
+    let row: usize = blocks.iter().map(|b| b.1).sum();
+    if total >= PAR_COPY_MIN && total < 256 * outer * blocks.len() && row > 0 && rayon::current_num_threads() > 1 {
+        // Tiny pieces (a concat along a last axis of 1: Basic Pitch's harmonic stack is
+        // 425,000 one-element pieces): the threads take runs of whole output rows.
+        use rayon::prelude::*;
+        let mut out = Vec::with_capacity(total);
+        let rows_per = (1 << 14) / row + 1;
+        out.spare_capacity_mut()[..total]
+            .par_chunks_mut(row * rows_per)
+            .enumerate()
+            .for_each(|(ci, dst)| {
+                let rows = dst.len() / row;
+                let mut at = dst.iter_mut();
+                for o in ci * rows_per..ci * rows_per + rows {
+                    for &(data, len) in &blocks {
+                        // The source first: `zip` takes from its first iterator before
+                        // it finds the second one empty.
+                        for (v, d) in data[o * len..(o + 1) * len].iter().zip(at.by_ref()) {
+                            d.write(v.clone());
+                        }
+                    }
+                }
+            });
+        // SAFETY: each chunk holds whole output rows (its length is a multiple of `row`, the
+        // last one too, since `total` = outer·row), and every element of them was written.
+        unsafe { out.set_len(total) };
+        return ArrayD::from_shape_vec(IxDyn(&shape), out).ok();
+    }
     let pieces = (0..outer).flat_map(|o| {
         blocks
             .iter()
             .map(move |&(data, len)| ndarray::ArrayView1::from(&data[o * len..(o + 1) * len]))
     });
-    let out = gather_pieces(pieces, outer * blocks.len(), shape.iter().product());
+    let out = gather_pieces(pieces, outer * blocks.len(), total);
     ArrayD::from_shape_vec(IxDyn(&shape), out).ok()
 }
 
