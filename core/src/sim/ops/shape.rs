@@ -178,6 +178,9 @@ fn concat_blocks<T: Clone + Send + Sync>(views: &[ndarray::ArrayViewD<'_, T>], a
 /// other threads costs more than the copy).
 const PAR_COPY_MIN: usize = 1 << 16;
 
+/// Elements per job of a parallel copy.
+const CHUNK: usize = 1 << 14;
+
 /// The `count` `pieces`, one after another, copied into one new buffer of `total` elements
 /// (their lengths must add up to it); by the pool's threads when it is large and the pieces
 /// are not tiny (a concat along a last axis of 1 is a piece per element).
@@ -199,7 +202,6 @@ fn gather_pieces<'a, T: Clone + Send + Sync + 'a>(
         return out;
     }
     // Jobs of at most CHUNK elements: a long piece is cut, short ones go in runs.
-    const CHUNK: usize = 1 << 14;
     let mut rest = &mut out.spare_capacity_mut()[..total];
     let mut jobs = Vec::new();
     for p in pieces {
