@@ -1102,8 +1102,8 @@ pub fn eval(op: &str, node: &Node, inputs: &[Option<&Tensor>], ctx: &OpCtx) -> O
                 _ => Pool::Lp(node.attr_i("p").unwrap_or(2) as i32),
             };
             let want_idx = kind == Pool::Max && node.outputs.get(1).is_some_and(Option::is_some);
-            // Borrowed when it is f32 already, and the output moved, not copied (on one
-            // thread, these copies took longer than the pooling on two).
+            // Borrowed when it is f32 already, and the output moved, not copied (both
+            // copies ran on one thread while the other waited).
             let (y, idx) = pool(node, &xt.f32_cow().view(), kind, want_idx)?;
             let out_shape = y.shape().to_vec();
             let yt = if xt.dtype().is_float() {
