@@ -1307,6 +1307,8 @@ mod tests {
             ((10, 17, 4, 64), (2, 2), (2, 2), (1, 1), [0, 0, 0, 0]),
             // One channel in and out, a long filter (Basic Pitch's CQT front end).
             ((1, 1, 1, 2000), (1, 256), (1, 2), (1, 1), [0, 0, 0, 0]),
+            // A small map with many output channels (split by channel tiles only).
+            ((8, 200, 12, 12), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
         ];
         for (n, &(dims, k, s, d, pads)) in cases.iter().enumerate() {
             let (c, m, h, w) = dims;
