@@ -17,7 +17,7 @@ scales, zero points and codes, no plan) and its outputs must equal LiteRT's; wit
 `npu-studio compile FILE.tflite` (no plan) and the emulated binary too. Exits non-zero on any mismatch, naming the tensor,
 the count of differing elements and the largest difference.
 
-Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16] [--no-emulate] [--seq-mse]
+Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16] [--no-emulate] [--seq-mse] [--gptq]
 """
 import argparse
 import json
@@ -94,6 +94,7 @@ def main():
     )
     ap.add_argument("--no-emulate", action="store_true", help="skip compiling and emulating the U55 binary")
     ap.add_argument("--seq-mse", action="store_true", help="plans with SeqMSE weight ranges (quantize --seq-mse)")
+    ap.add_argument("--gptq", action="store_true", help="plans with GPTQ's int4 codes (quantize --gptq)")
     args = ap.parse_args()
     from ai_edge_litert import interpreter as litert
 
@@ -111,6 +112,8 @@ def main():
             cmd += ["--eval", calib, "--target-sqnr", args.target_sqnr]
         if args.seq_mse:
             cmd += ["--seq-mse"]
+        if args.gptq:
+            cmd += ["--gptq"]
         if m in PREPROCESS:
             cmd += ["--preprocess", PREPROCESS[m]]
         run(cmd)

@@ -252,6 +252,8 @@ pub struct Planned {
     pub refined: Option<crate::quant::refine::Refined>,
     /// What the SeqMSE weight-range search did (`None`: the recipe does not ask for it).
     pub seq_mse: Option<crate::quant::seqmse::SeqMse>,
+    /// What GPTQ did (`None`: the recipe does not ask for it).
+    pub gptq: Option<crate::quant::gptq::Gptq>,
 }
 
 /// Why planning stopped.
@@ -293,6 +295,12 @@ pub fn plan(
         plan = p;
         seq_mse = Some(r);
     }
+    let mut gptq = None;
+    if recipe.gptq {
+        let (p, r) = q.gptq(plan, &calib.source, &calib.preprocess, progress)?;
+        plan = p;
+        gptq = Some(r);
+    }
     let mut note = None;
     if request.bias_correction == BiasCorrection::Measure {
         let (p, n) = q.correct_bias(plan, &calib.source, &calib.preprocess, progress)?;
@@ -307,6 +315,7 @@ pub fn plan(
         bias_correction: note,
         refined,
         seq_mse,
+        gptq,
     })
 }
 

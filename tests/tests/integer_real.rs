@@ -365,6 +365,87 @@ fn cls_seq_mse_raises_w4a16_held_out_sqnr() {
     assert!(checked >= 10, "{checked} layers checked");
 }
 
+/// GPTQ on Magika (tf2onnx from a Flax model) with 4-bit weights: codes chosen against each
+/// linear layer's calibration inputs raise the integer reference's output SQNR on three
+/// held-out files, every layer solved gains on the held-back file's inputs or keeps its
+/// nearest codes, and the plan's codes are the integer program's.
+#[test]
+fn magika_gptq_raises_w4a16_held_out_sqnr() {
+    use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
+    use npu_core::quant::recipe::Recipe;
+    let path = data_dir().join("real").join("magika_standard_v3_3").join("model.onnx");
+    let model = npu_tests::optimized(&path);
+    let files = |ks: &[usize]| ks.iter().map(|k| format!("magika_{k}.npy")).collect::<Vec<_>>();
+    let calib_dir = folder("magika_gptq_calib", &files(&[0, 1, 2]));
+    let eval_dir = folder("magika_gptq_eval", &files(&[3, 4, 5]));
+    let calib = Samples::open(calib_dir.to_str().expect("path"), "").expect("calibration set");
+    let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
+    let score = |gptq: bool| {
+        let recipe = Recipe {
+            gptq,
+            ..Recipe::from_preset("w4a16")
+        };
+        let request = PlanRequest {
+            bias_correction: BiasCorrection::Off,
+            ..PlanRequest::recipe(recipe, "w4a16".into())
+        };
+        let planned = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent).expect("plans");
+        let r = q
+            .simulate(&planned.plan, &mut eval.iter(&model), eval.len(), &Silent)
+            .expect("simulates");
+        let db = r.outputs[0].integer_sqnr_db.expect("integer");
+        (planned, db)
+    };
+    let (_, before) = score(false);
+    let (planned, after) = score(true);
+    let r = planned.gptq.expect("solved");
+    println!(
+        "magika w4a16 integer reference on 3 held-out files: {before:.2} dB, with GPTQ {after:.2} dB; {}",
+        r.summary()
+    );
+    assert!(r.kept && r.held_back == 1, "{}", r.summary());
+    assert!(r.layers.len() >= 2, "{r:?}");
+    for l in &r.layers {
+        match l.shrinkage {
+            Some(_) => assert!(l.after_db > l.before_db && l.changed > 0, "{l:?}"),
+            None => assert!(l.after_db == l.before_db && l.changed == 0, "{l:?}"),
+        }
+    }
+    assert!(after > before + 5.0, "GPTQ {after} dB vs {before} dB");
+    // The plan's codes are the integer program's weight codes (as stored, or transposed
+    // where the kernel takes its filter as [out, in]).
+    let plan = &planned.plan;
+    let p = legalize(&model, plan, &HashMap::new()).expect("legalizes");
+    assert!(!plan.gptq.is_empty());
+    for (name, text) in &plan.gptq {
+        let node = model.graph.nodes.iter().find(|n| &n.name == name).expect("node");
+        let wv = node.input(1).expect("weight");
+        let shape = model.graph.values[wv]
+            .constant
+            .as_ref()
+            .expect("constant")
+            .shape
+            .clone();
+        let codes: Vec<i64> = npu_core::quant::gptq::decode(text)
+            .expect("codes")
+            .into_iter()
+            .map(i64::from)
+            .collect();
+        let (rows, cols) = (shape[0], shape[1]);
+        let transposed: Vec<i64> = (0..rows * cols).map(|i| codes[(i % rows) * cols + i / rows]).collect();
+        let wname = &model.graph.values[wv].name;
+        let found = p.tensors.iter().any(|t| {
+            t.name.starts_with(wname.as_str()) && t.data.as_ref().is_some_and(|d| *d == codes || *d == transposed)
+        });
+        assert!(
+            found,
+            "{name}: no weight tensor of the integer program holds the plan's codes"
+        );
+    }
+}
+
 /// Magika (tf2onnx from a Flax model) writes LayerNorm with moments, `E[x²] − E[x]²`, over
 /// a middle axis and the last, reducing without kept dims and broadcasting back through
 /// dynamic Reshape/Expand. Recognized, each becomes one LayerNormalization (a float

@@ -52,6 +52,7 @@ pub fn bench_quant_edit(
         refine_ranges: false,
         seq_mse: false,
         smooth_quant: false,
+        gptq: false,
     };
     let r = crate::bench_quant_edit::bench_edits(&std::sync::Arc::new(m), &model.display().to_string(), setup, edits)
         .map_err(anyhow::Error::msg)?;

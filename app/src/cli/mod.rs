@@ -332,6 +332,12 @@ enum Command {
         /// `smooth_quant: true` in a recipe).
         #[arg(long)]
         smooth_quant: bool,
+        /// GPTQ: choose the 4-bit weight codes of MatMul, Gemm and 1×1 conv layers (int4
+        /// weights) against their calibration inputs, each rounding error moved onto the
+        /// weights not yet rounded; kept only when it wins on held-back calibration samples
+        /// (same as `gptq: true` in a recipe).
+        #[arg(long)]
+        gptq: bool,
         /// Automatic mixed precision: promote the fewest layers needed to reach this output
         /// SQNR (dB) on the calibration set; prints the curve.
         #[arg(long, value_name = "DB")]
@@ -534,6 +540,7 @@ pub fn main() -> Result<()> {
             refine_ranges,
             seq_mse,
             smooth_quant,
+            gptq,
             target_sqnr,
             promote_to,
             cost_target,
@@ -555,6 +562,7 @@ pub fn main() -> Result<()> {
             refine_ranges,
             seq_mse,
             smooth_quant,
+            gptq,
             target_sqnr,
             promote_to: &promote_to,
             cost_target: cost_target.as_deref(),

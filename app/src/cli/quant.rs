@@ -56,6 +56,7 @@ pub struct QuantizeArgs<'a> {
     pub refine_ranges: bool,
     pub seq_mse: bool,
     pub smooth_quant: bool,
+    pub gptq: bool,
     pub target_sqnr: Option<f64>,
     pub promote_to: &'a str,
     pub cost_target: Option<&'a str>,
@@ -85,6 +86,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         refine_ranges,
         seq_mse,
         smooth_quant,
+        gptq,
         target_sqnr,
         promote_to,
         cost_target,
@@ -102,6 +104,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     recipe.refine_ranges |= refine_ranges;
     recipe.seq_mse |= seq_mse;
     recipe.smooth_quant |= smooth_quant;
+    recipe.gptq |= gptq;
     let label = recipe_name(a.recipe, &recipe);
     preset(&recipe.preset)?;
     let method = method.map(Calibration::parse).transpose()?;
@@ -174,6 +177,9 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
     if let Some(r) = &planned.seq_mse {
         print_seq_mse(r);
     }
+    if let Some(r) = &planned.gptq {
+        print_gptq(r);
+    }
     if let Some(bc) = planned.bias_correction {
         let judged = judged_on(bc.held_back);
         println!(
@@ -243,6 +249,7 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
                 bias_absorption: absorbed.as_ref(),
                 range_refinement: planned.refined.as_ref(),
                 seq_mse: planned.seq_mse.as_ref(),
+                gptq: planned.gptq.as_ref(),
                 smoothing: smoothed.as_ref(),
             },
         )?;
@@ -303,6 +310,40 @@ fn print_smoothed(s: &npu_core::quant::smooth::Smoothed) {
             site.weight_spread_after
         );
     }
+}
+
+/// What GPTQ did, the layers it helped most, and how it was judged.
+fn print_gptq(r: &npu_core::quant::gptq::Gptq) {
+    println!(
+        "GPTQ int4 weights: {} of {} layers beat rounding to nearest on the held-back samples ({:.1} s)",
+        r.layers.iter().filter(|l| l.shrinkage.is_some()).count(),
+        r.layers.len(),
+        r.seconds
+    );
+    let mut best: Vec<_> = r
+        .layers
+        .iter()
+        .filter_map(|l| Some((l.after_db? - l.before_db?, l, l.shrinkage?)))
+        .collect();
+    best.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (gain, l, lambda) in best.iter().take(5) {
+        println!(
+            "  {}: {} of {} codes changed ({} inputs, shrinkage {lambda}), layer output {} → {} ({gain:+.2} dB)",
+            l.node,
+            l.changed,
+            l.inputs * l.channels,
+            l.inputs,
+            db2(l.before_db),
+            db2(l.after_db)
+        );
+    }
+    println!(
+        "  output SQNR {} {} → {}; {}",
+        judged_on(r.held_back),
+        db2(r.held_before_db),
+        db2(r.held_after_db),
+        if r.kept { "kept" } else { "dropped" }
+    );
 }
 
 /// What the SeqMSE search chose, the layers it helped most, and how it was judged.
@@ -416,6 +457,10 @@ struct QuantizeReport<'a> {
     /// max-abs and with the chosen ranges) and the held-back verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     seq_mse: Option<&'a npu_core::quant::seqmse::SeqMse>,
+    /// GPTQ: every layer solved (inputs, channels, codes changed, its output SQNR from the
+    /// weights rounded to nearest and from GPTQ's codes) and the held-back verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gptq: Option<&'a npu_core::quant::gptq::Gptq>,
     /// SmoothQuant: each LayerNorm smoothed (its readers, the activation and weight channel
     /// spreads before and after) and the held-back verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -448,6 +493,8 @@ pub(super) fn plan_inputs(model_path: &Path, plan_path: &Path) -> Result<(QuantP
     npu_core::quant::smooth::apply(&mut model, &plan.smoothing)
         .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
     npu_core::quant::seqmse::check(&model.graph, &plan.weight_clip)
+        .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
+    npu_core::quant::gptq::check(&model.graph, &plan.gptq)
         .with_context(|| format!("{} on {}", plan_path.display(), model_path.display()))?;
     Ok((plan, model))
 }

@@ -47,6 +47,8 @@ pub struct Setup {
     pub seq_mse: bool,
     /// LayerNorm outlier channels migrated into the MatMul weights (SmoothQuant).
     pub smooth_quant: bool,
+    /// 4-bit weight codes of linear layers chosen against their inputs (GPTQ).
+    pub gptq: bool,
 }
 
 impl Default for Setup {
@@ -60,6 +62,7 @@ impl Default for Setup {
             refine_ranges: false,
             seq_mse: false,
             smooth_quant: false,
+            gptq: false,
         }
     }
 }

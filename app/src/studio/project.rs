@@ -41,6 +41,9 @@ pub struct Project {
     /// LayerNorm outlier channels migrated into the MatMul weights (SmoothQuant).
     #[serde(default)]
     pub smooth_quant: bool,
+    /// 4-bit weight codes of linear layers chosen against their inputs (GPTQ).
+    #[serde(default)]
+    pub gptq: bool,
     /// Precision edits by node name of the optimized graph.
     pub layers: BTreeMap<String, LayerPrecision>,
     /// The recipe editor's rules.
@@ -79,6 +82,7 @@ impl Project {
             refine_ranges: setup.refine_ranges,
             seq_mse: setup.seq_mse,
             smooth_quant: setup.smooth_quant,
+            gptq: setup.gptq,
             layers: edits.layers.clone(),
             rules: rules.to_vec(),
             plan: edits.base.as_deref().cloned(),
@@ -111,6 +115,7 @@ impl Project {
             refine_ranges: self.refine_ranges,
             seq_mse: self.seq_mse,
             smooth_quant: self.smooth_quant,
+            gptq: self.gptq,
         }
     }
 
@@ -165,6 +170,7 @@ pub fn recoverable(autosave: &Path, saved: Option<&Project>) -> Option<Project> 
                 || s.refine_ranges != p.refine_ranges
                 || s.seq_mse != p.seq_mse
                 || s.smooth_quant != p.smooth_quant
+                || s.gptq != p.gptq
                 || s.rules != p.rules
                 || s.plan != p.plan
         }
@@ -194,6 +200,7 @@ mod tests {
             refine_ranges: true,
             seq_mse: true,
             smooth_quant: true,
+            gptq: true,
         };
         let rules = vec![Rule {
             name: Some("^conv".into()),

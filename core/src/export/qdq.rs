@@ -204,7 +204,8 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
                 } else {
                     127.0
                 };
-                let w = weight_codes(&data, &c.shape, axis, top, plan.clip(node));
+                let w = crate::quant::gptq::plan_codes(plan, node, &data, &c.shape, axis)
+                    .unwrap_or_else(|| weight_codes(&data, &c.shape, axis, top, plan.clip(node)));
                 let s: Vec<f32> = w.scales.iter().map(|&s| s as f32).collect();
                 let codes = Tensor::I8(
                     ArrayD::from_shape_vec(IxDyn(&c.shape), w.codes.iter().map(|&v| v as i8).collect())

@@ -1782,8 +1782,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     }
 
     /// A layer's weights as per-output-channel codes (`axis`): int8, or int4 where the plan
-    /// says 4-bit weights and the TFLite kernel takes them (`int4_ok`). The plan's groups of
-    /// 4-bit weights become one scale per output channel, TFLite's only int4 scheme.
+    /// says 4-bit weights and the TFLite kernel takes them (`int4_ok`). 4-bit weights in
+    /// groups (a plan written before `int4` meant one scale per output channel) become one
+    /// scale per output channel, TFLite's only int4 scheme.
     fn layer_weights(
         &mut self,
         node: &Node,
@@ -1793,6 +1794,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         int4_ok: bool,
     ) -> (super::params::WeightCodes, IntType) {
         let clip = self.plan.clip(node);
+        // GPTQ's codes (−7..7, one scale per channel) where the plan has them: int8 storage
+        // holds them on the same grid.
+        let gptq = super::gptq::plan_codes(self.plan, node, data, shape, axis);
         let WeightFormat::Int4 { group } = self.plan.precision(node).weights else {
             return (int8_weight_codes(data, shape, axis, clip), IntType::I8);
         };
@@ -1808,9 +1812,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     node.op
                 ),
             );
-            return (int8_weight_codes(data, shape, axis, clip), IntType::I8);
+            return (
+                gptq.unwrap_or_else(|| int8_weight_codes(data, shape, axis, clip)),
+                IntType::I8,
+            );
         }
-        if group < per_channel {
+        if group != 0 && group < per_channel {
             self.constraint(
                 &name,
                 &node.name,
@@ -1820,7 +1827,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 ),
             );
         }
-        (weight_codes(data, shape, axis, 7.0, clip), IntType::I4)
+        (
+            gptq.unwrap_or_else(|| weight_codes(data, shape, axis, 7.0, clip)),
+            IntType::I4,
+        )
     }
 
     /// A layer's float bias (zeros without one) less the plan's bias correction.

@@ -10,6 +10,7 @@ pub mod amp;
 pub mod analysis;
 pub mod data;
 pub mod equalize;
+pub mod gptq;
 pub mod integer_check;
 pub mod legalize;
 pub mod live;
@@ -105,7 +106,7 @@ impl LayerPrecision {
         activations: ActFormat::Fp16,
     };
     pub const INT4: Self = Self {
-        weights: WeightFormat::Int4 { group: 32 },
+        weights: WeightFormat::Int4 { group: 0 },
         activations: ActFormat::Int16,
     };
     pub const FLOAT: Self = Self {
@@ -221,6 +222,11 @@ pub struct QuantPlan {
     /// were calibrated on, after the equalization).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub smoothing: smooth::Scales,
+    /// 4-bit weight codes chosen by [`gptq`] (by node name; one hex digit per weight, in
+    /// the weight tensor's order), on the layer's per-channel grid. Every weight grid
+    /// (simulated, integer, exported) takes them where the layer's weights are `int4`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gptq: BTreeMap<String, String>,
 }
 
 impl QuantPlan {
@@ -656,6 +662,7 @@ impl<'m> Quantizer<'m> {
             equalization: BTreeMap::new(),
             absorption: BTreeMap::new(),
             weight_clip: BTreeMap::new(),
+            gptq: BTreeMap::new(),
             smoothing: BTreeMap::new(),
         })
     }
@@ -732,7 +739,10 @@ impl<'m> Quantizer<'m> {
                         None => bias_qdq(self, plan, node, data, prec),
                     }
                 } else if let Some(axis) = weight_axis(g, node, k) {
-                    qdq_weight(data, &c.shape, axis, prec.weights, plan.clip(node))
+                    match gptq::plan_codes(plan, node, data, &c.shape, axis) {
+                        Some(w) => gptq::dequantize(&w, &c.shape, axis),
+                        None => qdq_weight(data, &c.shape, axis, prec.weights, plan.clip(node)),
+                    }
                 } else if is_data_operand(node, k) {
                     let f = match prec.weights {
                         WeightFormat::Int4 { .. } => WeightFormat::Int8,

@@ -76,6 +76,11 @@ pub struct Recipe {
     /// them, validated on held-back calibration samples ([`super::smooth`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub smooth_quant: bool,
+    /// GPTQ: the 4-bit weight codes of linear layers (MatMul, Gemm, 1×1 conv) chosen
+    /// against their calibration inputs, validated on held-back calibration samples
+    /// ([`super::gptq`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gptq: bool,
 }
 
 fn default_preset() -> String {
@@ -95,6 +100,7 @@ impl Default for Recipe {
             refine_ranges: false,
             seq_mse: false,
             smooth_quant: false,
+            gptq: false,
         }
     }
 }

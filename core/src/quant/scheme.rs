@@ -19,7 +19,9 @@ pub enum ActFormat {
 pub enum WeightFormat {
     /// int8 symmetric, one scale per output channel (codes -127..=127).
     Int8,
-    /// int4 symmetric, one scale per group of this many weights along the reduction axis.
+    /// int4 symmetric (codes -7..=7), one scale per group of this many weights along the
+    /// reduction axis; 0 (what `int4` is): one scale per output channel, the grid TFLite's
+    /// int4 kernels and the QDQ export store, so the simulation is the deployed grid.
     Int4 {
         group: usize,
     },
@@ -159,7 +161,8 @@ pub fn qdq_weight(data: &[f32], shape: &[usize], axis: usize, format: WeightForm
         }
         WeightFormat::Int8 | WeightFormat::Int4 { .. } => {
             let (qmax, group) = match format {
-                WeightFormat::Int4 { group } => (7.0, group.max(1)),
+                WeightFormat::Int4 { group: 0 } => (7.0, usize::MAX),
+                WeightFormat::Int4 { group } => (7.0, group),
                 _ => (127.0, usize::MAX),
             };
             let channels = shape.get(axis).copied().unwrap_or(1).max(1);
@@ -278,5 +281,13 @@ mod tests {
         let q = qdq_weight(&w, &[1, 64], 0, WeightFormat::Int4 { group: 32 }, &[]);
         // The second group keeps its own, 100× finer, scale.
         assert!((q[40] - w[40]).abs() <= 0.32 / 7.0);
+        // Group 0: one scale for the channel, set by its largest weight (31.5 / 7).
+        let q = qdq_weight(&w, &[1, 64], 0, WeightFormat::Int4 { group: 0 }, &[]);
+        assert_eq!(q[40], 0.0);
+        assert!((q[0] + 31.5).abs() < 1e-5);
+        let codes = super::super::params::weight_codes(&w, &[1, 64], 0, 7.0, &[]);
+        for (c, v) in codes.codes.iter().zip(&q) {
+            assert_eq!((f64::from(*c) * codes.scales[0]) as f32, *v);
+        }
     }
 }

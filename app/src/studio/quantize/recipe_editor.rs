@@ -169,6 +169,7 @@ impl QuantView {
             refine_ranges: self.setup.refine_ranges,
             seq_mse: self.setup.seq_mse,
             smooth_quant: self.setup.smooth_quant,
+            gptq: self.setup.gptq,
             ..Recipe::default()
         }
     }
@@ -225,6 +226,7 @@ impl QuantView {
         self.setup.refine_ranges = recipe.refine_ranges;
         self.setup.seq_mse = recipe.seq_mse;
         self.setup.smooth_quant = recipe.smooth_quant;
+        self.setup.gptq = recipe.gptq;
         self.rules.clone_from(&recipe.rules);
         self.dirty = true;
         // Its layers refer to a plan calibrated with its preset.

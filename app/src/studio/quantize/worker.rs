@@ -505,6 +505,7 @@ fn worker(
             refine_ranges: setup.refine_ranges,
             seq_mse: setup.seq_mse,
             smooth_quant: setup.smooth_quant,
+            gptq: setup.gptq,
             ..npu_core::quant::recipe::Recipe::from_preset(&setup.preset)
         };
         let (optimized, equalized) = pipeline::equalized(optimized, &recipe);
@@ -545,6 +546,7 @@ fn worker(
             smoothing,
             refinement,
             planned.seq_mse.as_ref().map(SeqMse::summary),
+            planned.gptq.as_ref().map(npu_core::quant::gptq::Gptq::summary),
         ]
         .into_iter()
         .flatten()
