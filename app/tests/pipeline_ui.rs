@@ -572,11 +572,11 @@ fn sensitivity_bars_and_an_applied_pareto_point_survive_a_reopen() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The Absorb bias, SmoothQuant and SeqMSE boxes: the studio's calibration runs all three,
-/// shows their one-line verdicts, and what a kept step chose is in the simulated plan (cls
-/// has no LayerNorm: SmoothQuant says so).
+/// The Absorb bias, SmoothQuant, SeqMSE and GPTQ boxes: the studio's calibration runs all
+/// four, shows their one-line verdicts, and what a kept step chose is in the simulated plan
+/// (cls has no LayerNorm: SmoothQuant says so).
 #[test]
-fn absorb_seq_mse_and_smooth_quant_boxes_run_and_show_their_verdicts() {
+fn absorb_seq_mse_smooth_quant_and_gptq_boxes_run_and_show_their_verdicts() {
     let dir = cls_samples("seqmse");
     let mut h = open(&ppocr("cls"));
     h.state_mut().quant.open = true;
@@ -586,25 +586,26 @@ fn absorb_seq_mse_and_smooth_quant_boxes_run_and_show_their_verdicts() {
     common::click_in_view(&mut h, "SeqMSE weights");
     common::click_in_view(&mut h, "SmoothQuant");
     common::click_in_view(&mut h, "Absorb bias");
+    common::click_in_view(&mut h, "GPTQ int4");
     h.step();
     let setup = &h.state().quant.setup;
     assert!(
-        setup.seq_mse && setup.smooth_quant && setup.absorb_bias,
+        setup.seq_mse && setup.smooth_quant && setup.absorb_bias && setup.gptq,
         "the boxes are ticked"
     );
     common::click_in_view(&mut h, "Calibrate & simulate");
     settle(&mut h);
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
-    let (text, clips, shifts) = {
+    let (text, clips, shifts, codes) = {
         let s = h.state().quant.session.as_ref().expect("a session");
         let text = s.refinement.clone().expect("the verdict lines");
         let plan = &s.result.as_ref().expect("simulated").plan;
-        (text, plan.weight_clip.len(), plan.absorption.len())
+        (text, plan.weight_clip.len(), plan.absorption.len(), plan.gptq.len())
     };
-    println!("{text}; {clips} layers with factors, {shifts} with shifts");
+    println!("{text}; {clips} layers with factors, {shifts} with shifts, {codes} with GPTQ codes");
     assert!(h.query_by_label(&text).is_some(), "no label {text:?}");
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines.len(), 4, "{text}");
     assert!(lines[0].starts_with("Bias absorption: 12 conv pairs"), "{text}");
     assert_eq!(lines[0].ends_with("kept"), shifts > 0, "{text}");
     assert!(lines[1].starts_with("SmoothQuant: no LayerNorm"), "{text}");
@@ -614,6 +615,13 @@ fn absorb_seq_mse_and_smooth_quant_boxes_run_and_show_their_verdicts() {
         assert!(clips > 0);
     } else {
         assert!(line.ends_with("dropped") && clips == 0, "{line}; {clips}");
+    }
+    let line = lines[3];
+    assert!(line.starts_with("GPTQ int4 weights:"), "{text}");
+    if line.ends_with("kept") {
+        assert!(codes > 0);
+    } else {
+        assert!(line.ends_with("dropped") && codes == 0, "{line}; {codes}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
