@@ -50,6 +50,7 @@ python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,s
 python3 scripts/check_tflite_litert.py --models cls,rec --preset w4a16
 python3 scripts/check_tflite_litert.py --models cls,rec --preset w4a16 --seq-mse
 python3 scripts/check_tflite_litert.py --models magika --preset w4a16 --gptq
+python3 scripts/check_tflite_litert.py --models magika --preset w8a16 --gptq
 python3 scripts/check_tflite_litert.py --models cls --all-tensors cls --target-sqnr 30
 # The compiler: our U55 estimate within 2x of Arm Vela's on every model, and PP-OCR det
 # compiled in under a second and four times its weight bytes, for every target.

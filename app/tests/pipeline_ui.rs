@@ -586,7 +586,7 @@ fn absorb_seq_mse_smooth_quant_and_gptq_boxes_run_and_show_their_verdicts() {
     common::click_in_view(&mut h, "SeqMSE weights");
     common::click_in_view(&mut h, "SmoothQuant");
     common::click_in_view(&mut h, "Absorb bias");
-    common::click_in_view(&mut h, "GPTQ int4");
+    common::click_in_view(&mut h, "GPTQ weights");
     h.step();
     let setup = &h.state().quant.setup;
     assert!(
@@ -617,7 +617,7 @@ fn absorb_seq_mse_smooth_quant_and_gptq_boxes_run_and_show_their_verdicts() {
         assert!(line.ends_with("dropped") && clips == 0, "{line}; {clips}");
     }
     let line = lines[3];
-    assert!(line.starts_with("GPTQ int4 weights:"), "{text}");
+    assert!(line.starts_with("GPTQ weight codes:"), "{text}");
     if line.ends_with("kept") {
         assert!(codes > 0);
     } else {

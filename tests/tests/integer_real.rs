@@ -428,7 +428,7 @@ fn magika_gptq_raises_w4a16_held_out_sqnr() {
             .expect("constant")
             .shape
             .clone();
-        let codes: Vec<i64> = npu_core::quant::gptq::decode(text)
+        let codes: Vec<i64> = npu_core::quant::gptq::decode(text, 7)
             .expect("codes")
             .into_iter()
             .map(i64::from)

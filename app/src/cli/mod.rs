@@ -332,9 +332,9 @@ enum Command {
         /// `smooth_quant: true` in a recipe).
         #[arg(long)]
         smooth_quant: bool,
-        /// GPTQ: choose the 4-bit weight codes of MatMul, Gemm and 1×1 conv layers (int4
-        /// weights) against their calibration inputs, each rounding error moved onto the
-        /// weights not yet rounded; kept only when it wins on held-back calibration samples
+        /// GPTQ: choose the int4/int8 weight codes of MatMul, Gemm and 1×1 conv layers
+        /// against their calibration inputs, each rounding error moved onto the weights not
+        /// yet rounded; kept only when it wins on held-back calibration samples
         /// (same as `gptq: true` in a recipe).
         #[arg(long)]
         gptq: bool,

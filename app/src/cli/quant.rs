@@ -315,7 +315,7 @@ fn print_smoothed(s: &npu_core::quant::smooth::Smoothed) {
 /// What GPTQ did, the layers it helped most, and how it was judged.
 fn print_gptq(r: &npu_core::quant::gptq::Gptq) {
     println!(
-        "GPTQ int4 weights: {} of {} layers beat rounding to nearest on the held-back samples ({:.1} s)",
+        "GPTQ weight codes: {} of {} layers beat rounding to nearest on the held-back samples ({:.1} s)",
         r.layers.iter().filter(|l| l.shrinkage.is_some()).count(),
         r.layers.len(),
         r.seconds

@@ -47,7 +47,7 @@ pub struct Setup {
     pub seq_mse: bool,
     /// LayerNorm outlier channels migrated into the MatMul weights (SmoothQuant).
     pub smooth_quant: bool,
-    /// 4-bit weight codes of linear layers chosen against their inputs (GPTQ).
+    /// Weight codes of linear layers chosen against their inputs (GPTQ).
     pub gptq: bool,
 }
 

@@ -41,7 +41,7 @@ pub struct Project {
     /// LayerNorm outlier channels migrated into the MatMul weights (SmoothQuant).
     #[serde(default)]
     pub smooth_quant: bool,
-    /// 4-bit weight codes of linear layers chosen against their inputs (GPTQ).
+    /// Weight codes of linear layers chosen against their inputs (GPTQ).
     #[serde(default)]
     pub gptq: bool,
     /// Precision edits by node name of the optimized graph.

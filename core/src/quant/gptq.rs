@@ -1,4 +1,4 @@
-//! GPTQ: 4-bit weight codes of linear layers chosen against the inputs they meet (Frantar
+//! GPTQ: weight codes of linear layers chosen against the inputs they meet (Frantar
 //! et al., "GPTQ: Accurate Post-Training Quantization for Generative Pre-trained
 //! Transformers", 2023). Rounding each weight to its nearest code ignores that the errors of
 //! one output channel add up over correlated inputs. GPTQ rounds the channel's weights one
@@ -7,11 +7,13 @@
 //! `H = Σ x xᵀ`, so that the channel's output error `δᵀ H δ` stays small.
 //!
 //! Layers: MatMul with a constant 2-D weight, Gemm, and 1×1 convolutions (one group, stride
-//! 1, no padding), whose weights are 4-bit (`int4`). `H` is summed over the calibration
+//! 1, no padding), whose weights are 4-bit (`int4`, codes −7..7) or 8-bit (codes −127..127).
+//! `H` is summed over the calibration
 //! samples' FP32 inputs put on their grids, as the other weight steps see them. The grid is
 //! the plan's own (one scale per output channel from the channel's largest weight, times any
 //! SeqMSE factor), so the codes are valid wherever that grid is: the plan keeps them by layer
-//! name ([`super::QuantPlan::gptq`]), one hex digit per weight, and the simulator, the
+//! name ([`super::QuantPlan::gptq`]), one hex digit per 4-bit weight and two per 8-bit
+//! one, and the simulator, the
 //! integer program and the QDQ export all take them from there.
 //!
 //! The codes are kept only when the model's output SQNR on a held-back part of the
@@ -88,7 +90,7 @@ impl Gptq {
         gains.sort_by(f64::total_cmp);
         let median = gains.get(gains.len() / 2).copied().unwrap_or(0.0);
         format!(
-            "GPTQ int4 weights: {} of {} layers (median layer output {median:+.2} dB); held back ({}): {} → {}; {}",
+            "GPTQ weight codes: {} of {} layers (median layer output {median:+.2} dB); held back ({}): {} → {}; {}",
             self.layers.iter().filter(|l| l.shrinkage.is_some()).count(),
             self.layers.len(),
             self.held_back,
@@ -99,23 +101,51 @@ impl Gptq {
     }
 }
 
-/// Codes as text: one hex digit per weight, its two's-complement nibble (`9`…`f`: −7…−1).
-pub fn encode(codes: &[i8]) -> String {
-    codes
-        .iter()
-        .map(|&c| char::from_digit(u32::from(c as u8 & 0xF), 16).unwrap_or('0'))
-        .collect()
+/// The largest code of a weight format GPTQ solves: 7 for int4 with one scale per output
+/// channel, 127 for int8; `None` for the others.
+pub fn top(format: WeightFormat) -> Option<i8> {
+    match format {
+        WeightFormat::Int4 { group: 0 } => Some(7),
+        WeightFormat::Int8 => Some(127),
+        _ => None,
+    }
 }
 
-/// Codes from [`encode`]'s text; `None` for a character that is no code in −7..=7.
-pub fn decode(text: &str) -> Option<Vec<i8>> {
-    text.chars()
-        .map(|ch| {
-            let d = ch.to_digit(16)? as i8;
-            let c = if d >= 8 { d - 16 } else { d };
-            (c >= -7).then_some(c)
-        })
-        .collect()
+/// Codes as text, in two's complement: one hex digit per code when `top` is 7 (`9`…`f`:
+/// −7…−1), two otherwise (`81`…`ff`: −127…−1).
+pub fn encode(codes: &[i8], top: i8) -> String {
+    if top <= 7 {
+        codes
+            .iter()
+            .map(|&c| char::from_digit(u32::from(c as u8 & 0xF), 16).unwrap_or('0'))
+            .collect()
+    } else {
+        codes
+            .iter()
+            .flat_map(|&c| {
+                let b = u32::from(c as u8);
+                [b >> 4, b & 0xF].map(|d| char::from_digit(d, 16).unwrap_or('0'))
+            })
+            .collect()
+    }
+}
+
+/// Codes from [`encode`]'s text for `top`; `None` for text that holds no codes in
+/// −top..=top.
+pub fn decode(text: &str, top: i8) -> Option<Vec<i8>> {
+    let digits: Vec<u8> = text
+        .chars()
+        .map(|c| c.to_digit(16).map(|d| d as u8))
+        .collect::<Option<_>>()?;
+    let codes: Vec<i8> = if top <= 7 {
+        digits.iter().map(|&d| ((d << 4) as i8) >> 4).collect()
+    } else {
+        if !digits.len().is_multiple_of(2) {
+            return None;
+        }
+        digits.chunks_exact(2).map(|p| ((p[0] << 4) | p[1]) as i8).collect()
+    };
+    codes.iter().all(|&c| c >= -top && c <= top).then_some(codes)
 }
 
 /// Why a plan's GPTQ codes do not fit a graph.
@@ -127,7 +157,9 @@ pub struct GptqError {
 }
 
 /// Checks a plan's `gptq` codes against the graph it is used on: every name a layer with a
-/// constant weight, one code in −7..=7 per weight.
+/// constant weight, and per weight one hex digit holding a code in −7..=7 or two holding one
+/// in −127..=127. (Codes whose width is not the layer's precision are not used: a layer
+/// promoted to float keeps them for when it is set back.)
 pub fn check(g: &Graph, codes: &BTreeMap<String, String>) -> Result<(), GptqError> {
     for (name, text) in codes {
         let err = |problem: String| GptqError {
@@ -143,26 +175,32 @@ pub fn check(g: &Graph, codes: &BTreeMap<String, String>) -> Result<(), GptqErro
             .and(node.input(1).and_then(|w| g.values[w].constant.as_ref()))
             .map(|c| c.shape.iter().product::<usize>())
             .ok_or_else(|| err(format!("a {} without a constant weight", node.op)))?;
-        let decoded = decode(text).ok_or_else(|| err("a character that is no 4-bit code in −7..7".into()))?;
-        if decoded.len() != count {
-            return Err(err(format!("{} codes for {count} weights", decoded.len())));
+        let top = match text.len() {
+            n if n == count => 7,
+            n if n == 2 * count => 127,
+            n => {
+                return Err(err(format!(
+                    "{n} hex digits for {count} weights (one or two per weight)"
+                )));
+            }
+        };
+        if decode(text, top).is_none() {
+            return Err(err(format!("a digit that is no code in −{top}..{top}")));
         }
     }
     Ok(())
 }
 
-/// The weight grid of `node` under `plan` when GPTQ chose its codes (4-bit weights, one
-/// scale per output channel): the codes and the plan's per-channel scales. `data`: the
+/// The weight grid of `node` under `plan` when GPTQ chose its codes (int4 or int8 weights,
+/// one scale per output channel): the codes and the plan's per-channel scales. `data`: the
 /// float weight (`shape`, output channels on `axis`).
 pub fn plan_codes(plan: &QuantPlan, node: &Node, data: &[f32], shape: &[usize], axis: usize) -> Option<WeightCodes> {
-    if plan.precision(node).weights != (WeightFormat::Int4 { group: 0 }) {
-        return None;
-    }
-    let codes = decode(plan.gptq.get(&node.name)?)?;
+    let top = top(plan.precision(node).weights)?;
+    let codes = decode(plan.gptq.get(&node.name)?, top)?;
     if codes.len() != data.len() {
         return None;
     }
-    let scales = weight_codes(data, shape, axis, 7.0, plan.clip(node)).scales;
+    let scales = weight_codes(data, shape, axis, f64::from(top), plan.clip(node)).scales;
     Some(WeightCodes {
         codes: codes.into_iter().map(i32::from).collect(),
         scales,
@@ -310,11 +348,12 @@ fn quadratic(h: &[f64], k: usize, d: &[f64]) -> f64 {
     s
 }
 
-/// Codes rounded to nearest on the per-row grids (`w`: N rows of K).
-pub fn nearest(w: &[f64], scales: &[f64], k: usize) -> Vec<i8> {
+/// Codes in −top..=top rounded to nearest on the per-row grids (`w`: N rows of K).
+pub fn nearest(w: &[f64], scales: &[f64], k: usize, top: i8) -> Vec<i8> {
+    let t = f64::from(top);
     w.iter()
         .enumerate()
-        .map(|(i, &x)| (x / scales[i / k]).round_ties_even().clamp(-7.0, 7.0) as i8)
+        .map(|(i, &x)| (x / scales[i / k]).round_ties_even().clamp(-t, t) as i8)
         .collect()
 }
 
@@ -336,13 +375,15 @@ pub fn output_error(w: &[f64], scales: &[f64], codes: &[i8], h: &[f64], k: usize
         .reduce(|| (0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 
-/// GPTQ's codes for one weight matrix `w` (N rows of K, f64) with per-row `scales` against
+/// GPTQ's codes in −top..=top for one weight matrix `w` (N rows of K, f64) with per-row
+/// `scales` against
 /// the input moments `h` (K×K, upper triangle), row-major N×K. `lambda` shrinks `H` towards
 /// its diagonal (`H + λ·diag(H)`): with few calibration rows `H` has fewer dimensions than
 /// inputs, and the undamped solution fits the rounding errors into directions those rows
 /// never visit; a large `lambda` tends to rounding to nearest.
-pub fn solve(w: &[f64], scales: &[f64], h: &[f64], k: usize, lambda: f64) -> Vec<i8> {
-    let top = 7.0;
+pub fn solve(w: &[f64], scales: &[f64], h: &[f64], k: usize, lambda: f64, top: i8) -> Vec<i8> {
+    let top_code = top;
+    let top = f64::from(top);
     let round = |x: f64, s: f64| (x / s).round_ties_even().clamp(-top, top);
     // The full symmetric H, dead inputs (never nonzero) given a unit diagonal.
     let mut full = vec![0.0; k * k];
@@ -379,7 +420,7 @@ pub fn solve(w: &[f64], scales: &[f64], h: &[f64], k: usize, lambda: f64) -> Vec
         damp *= 10.0;
     };
     let Some(u) = u else {
-        return nearest(w, scales, k);
+        return nearest(w, scales, k, top_code);
     };
     let mut codes = vec![0i8; w.len()];
     codes.par_chunks_mut(k).enumerate().for_each(|(r, out)| {
@@ -416,7 +457,8 @@ fn pointwise(node: &Node, shape: &[usize]) -> bool {
 
 impl Quantizer<'_> {
     /// Layers GPTQ solves: MatMul with a constant 2-D weight, Gemm and 1×1 convolutions,
-    /// with float32 weights that the plan stores in 4 bits, one scale per output channel.
+    /// with float32 weights that the plan stores in 4 or 8 bits, one scale per output
+    /// channel.
     fn gptq_targets(&self, plan: &QuantPlan) -> Vec<NodeId> {
         let g = self.graph();
         self.order
@@ -436,7 +478,7 @@ impl Quantizer<'_> {
                 shape_ok
                     && weight_axis(g, node, 1).is_some()
                     && matches!(c.tensor(), Tensor::F32(_))
-                    && plan.precision(node).weights == (WeightFormat::Int4 { group: 0 })
+                    && top(plan.precision(node).weights).is_some()
                     && c.shape.iter().product::<usize>()
                         / c.shape
                             .get(weight_axis(g, node, 1).unwrap_or(0))
@@ -527,7 +569,8 @@ impl Quantizer<'_> {
         let axis = weight_axis(g, node, 1)?;
         let data: Vec<f32> = c.tensor().to_f32().iter().copied().collect();
         let (channels, k, at) = matrix_index(&c.shape, axis);
-        let scales = weight_codes(&data, &c.shape, axis, 7.0, plan.clip(node)).scales;
+        let top = top(plan.precision(node).weights)?;
+        let scales = weight_codes(&data, &c.shape, axis, f64::from(top), plan.clip(node)).scales;
         let mut w = vec![0f64; channels * k];
         let mut index = vec![0usize; channels * k];
         for r in 0..channels {
@@ -536,7 +579,13 @@ impl Quantizer<'_> {
                 w[r * k + f] = f64::from(data[at(r, f)]);
             }
         }
-        Some(LayerMatrix { w, scales, k, index })
+        Some(LayerMatrix {
+            w,
+            scales,
+            k,
+            top,
+            index,
+        })
     }
 
     /// Per target, the shrinkage whose codes (fitted on `fit`) give the smallest output
@@ -566,11 +615,11 @@ impl Quantizer<'_> {
                 continue;
             }
             let k = lm.k;
-            let rtn = nearest(&lm.w, &lm.scales, k);
+            let rtn = nearest(&lm.w, &lm.scales, k, lm.top);
             let (rtn_err, energy) = output_error(&lm.w, &lm.scales, &rtn, &mh.h, k);
             let mut best: Option<(f64, f64, Vec<i8>)> = None;
             for &lambda in &SHRINKAGE {
-                let codes = self.pool.install(|| solve(&lm.w, &lm.scales, &mf.h, k, lambda));
+                let codes = self.pool.install(|| solve(&lm.w, &lm.scales, &mf.h, k, lambda, lm.top));
                 let (err, _) = output_error(&lm.w, &lm.scales, &codes, &mh.h, k);
                 if err < best.as_ref().map_or(rtn_err, |b| b.1) {
                     best = Some((lambda, err, codes));
@@ -596,7 +645,7 @@ impl Quantizer<'_> {
         Ok(chosen)
     }
 
-    /// GPTQ codes for `plan`'s 4-bit linear layers (see the module's description), judged
+    /// GPTQ codes for `plan`'s 4- and 8-bit linear layers (see the module's description), judged
     /// on held-back calibration samples.
     pub fn gptq(
         &self,
@@ -648,7 +697,9 @@ impl Quantizer<'_> {
                 let (Some(m), Some(lm)) = (moments.get(&n), self.layer_matrix(&plan, n)) else {
                     continue;
                 };
-                let codes = self.pool.install(|| solve(&lm.w, &lm.scales, &m.h, lm.k, lambda));
+                let codes = self
+                    .pool
+                    .install(|| solve(&lm.w, &lm.scales, &m.h, lm.k, lambda, lm.top));
                 with.gptq.insert(self.graph().nodes[n].name.clone(), lm.encode(&codes));
             }
         }
@@ -669,6 +720,8 @@ struct LayerMatrix {
     w: Vec<f64>,
     scales: Vec<f64>,
     k: usize,
+    /// The largest code (7 or 127).
+    top: i8,
     /// Element (row r, input f)'s index in the weight tensor, at `r·k + f`.
     index: Vec<usize>,
 }
@@ -680,7 +733,7 @@ impl LayerMatrix {
         for (&i, &c) in self.index.iter().zip(codes) {
             t[i] = c;
         }
-        encode(&t)
+        encode(&t, self.top)
     }
 }
 
@@ -720,11 +773,16 @@ mod tests {
     #[test]
     fn codes_round_trip_as_text() {
         let codes: Vec<i8> = (-7..=7).collect();
-        assert_eq!(decode(&encode(&codes)), Some(codes));
-        assert_eq!(encode(&[-1, 0, 7, -7]), "f079");
+        assert_eq!(decode(&encode(&codes, 7), 7), Some(codes));
+        assert_eq!(encode(&[-1, 0, 7, -7], 7), "f079");
         // 8 is −8, outside the symmetric grid; `g` is no digit.
-        assert_eq!(decode("08"), None);
-        assert_eq!(decode("0g"), None);
+        assert_eq!(decode("08", 7), None);
+        assert_eq!(decode("0g", 7), None);
+        let codes: Vec<i8> = (-127..=127).collect();
+        assert_eq!(decode(&encode(&codes, 127), 127), Some(codes));
+        assert_eq!(encode(&[-1, 0, 127, -127], 127), "ff007f81");
+        assert_eq!(decode("80", 127), None);
+        assert_eq!(decode("7", 127), None);
     }
 
     /// On correlated inputs GPTQ's codes give a smaller output error than rounding to
@@ -739,8 +797,8 @@ mod tests {
             .map(|r| w[r * k..(r + 1) * k].iter().fold(0f64, |m, x| m.max(x.abs())) / 7.0)
             .collect();
         let h = correlated(k, 400, 9);
-        let codes = solve(&w, &scales, &h, k, 0.0);
-        let near = nearest(&w, &scales, k);
+        let codes = solve(&w, &scales, &h, k, 0.0, 7);
+        let near = nearest(&w, &scales, k, 7);
         let (err, energy) = output_error(&w, &scales, &codes, &h, k);
         let (rtn, _) = output_error(&w, &scales, &near, &h, k);
         assert!(codes.iter().all(|c| (-7..=7).contains(c)));
@@ -748,7 +806,7 @@ mod tests {
         assert!(err < 0.5 * rtn, "GPTQ {err} against nearest {rtn}");
         assert_ne!(codes, near);
         // Shrinking H towards its diagonal moves the codes towards the nearest ones.
-        let shrunk = solve(&w, &scales, &h, k, 1000.0);
+        let shrunk = solve(&w, &scales, &h, k, 1000.0, 7);
         let differ = |c: &[i8]| c.iter().zip(&near).filter(|(a, b)| a != b).count();
         assert!(
             differ(&shrunk) < differ(&codes) / 4,
@@ -760,7 +818,15 @@ mod tests {
         for a in 0..k {
             diag[a * k + a] = 1.0 + a as f64;
         }
-        assert_eq!(solve(&w, &scales, &diag, k, 0.0), near);
+        assert_eq!(solve(&w, &scales, &diag, k, 0.0, 7), near);
+        // 8-bit codes on a 127-step grid: the same gain in kind.
+        let fine: Vec<f64> = scales.iter().map(|s| s * 7.0 / 127.0).collect();
+        let codes = solve(&w, &fine, &h, k, 0.0, 127);
+        let near = nearest(&w, &fine, k, 127);
+        let (err, _) = output_error(&w, &fine, &codes, &h, k);
+        let (rtn, _) = output_error(&w, &fine, &near, &h, k);
+        assert!(codes.iter().all(|c| (-127..=127).contains(c)));
+        assert!(err < 0.5 * rtn, "GPTQ {err} against nearest {rtn}");
     }
 
     /// x → MatMul by a mixing matrix (kept float) → MatMul by a 4-bit weight: GPTQ solves the
@@ -798,7 +864,7 @@ mod tests {
         assert!(l.changed > 0);
         assert!(l.shrinkage.is_some(), "{l:?}");
         assert!(
-            r.summary().contains("GPTQ int4 weights: 1 of 1 layers"),
+            r.summary().contains("GPTQ weight codes: 1 of 1 layers"),
             "{}",
             r.summary()
         );
@@ -818,10 +884,22 @@ mod tests {
         for (i, (&code, &f)) in codes.codes.iter().zip(sim.iter()).enumerate() {
             assert_eq!((f64::from(code) * codes.scales[i % 24]) as f32, f, "element {i}");
         }
-        // Under another precision the codes are not used.
+        // 4-bit codes are not read under 8-bit weights, nor under float.
         let mut promoted = solved.clone();
         promoted.layers.insert("n1".into(), LayerPrecision::INT8);
         assert!(plan_codes(&promoted, node, &data, &c.shape, 1).is_none());
+        promoted.layers.insert("n1".into(), LayerPrecision::FLOAT);
+        assert!(plan_codes(&promoted, node, &data, &c.shape, 1).is_none());
+        // With 8-bit weights: two digits per code, on the 127-step grid.
+        let mut plan8 = plan.clone();
+        plan8.default = LayerPrecision::INT16;
+        let (solved8, r8) = q.gptq(plan8, &src, &pre, &Silent).expect("solves");
+        assert!(r8.layers[0].after_db > r8.layers[0].before_db, "{r8:?}");
+        assert!(r8.kept, "{r8:?}");
+        assert_eq!(solved8.gptq["n1"].len(), 2 * 32 * 24);
+        let codes = plan_codes(&solved8, node, &data, &c.shape, 1).expect("codes");
+        assert!(codes.codes.iter().any(|c| c.abs() > 7));
+        check(g, &solved8.gptq).expect("its own codes fit");
         let wrong = |name: &str, text: String| check(g, &BTreeMap::from([(name.to_owned(), text)]));
         assert!(
             wrong("nope", "0".into())
@@ -832,5 +910,7 @@ mod tests {
         assert!(wrong("n1", "0".repeat(32 * 24 + 1)).is_err());
         assert!(wrong("n1", "8".repeat(32 * 24)).is_err());
         assert!(wrong("n1", "f".repeat(32 * 24)).is_ok());
+        assert!(wrong("n1", "81".repeat(32 * 24)).is_ok());
+        assert!(wrong("n1", "80".repeat(32 * 24)).is_err());
     }
 }

@@ -1794,11 +1794,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         int4_ok: bool,
     ) -> (super::params::WeightCodes, IntType) {
         let clip = self.plan.clip(node);
-        // GPTQ's codes (−7..7, one scale per channel) where the plan has them: int8 storage
-        // holds them on the same grid.
+        // GPTQ's codes (one scale per channel) where the plan has them; int8 storage holds
+        // 4-bit ones on the same grid.
         let gptq = super::gptq::plan_codes(self.plan, node, data, shape, axis);
         let WeightFormat::Int4 { group } = self.plan.precision(node).weights else {
-            return (int8_weight_codes(data, shape, axis, clip), IntType::I8);
+            return (
+                gptq.unwrap_or_else(|| int8_weight_codes(data, shape, axis, clip)),
+                IntType::I8,
+            );
         };
         let per_channel = data.len() / shape.get(axis).copied().unwrap_or(1).max(1);
         let name = node.input(1).map(|v| self.name(v)).unwrap_or_default();

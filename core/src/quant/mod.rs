@@ -222,9 +222,10 @@ pub struct QuantPlan {
     /// were calibrated on, after the equalization).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub smoothing: smooth::Scales,
-    /// 4-bit weight codes chosen by [`gptq`] (by node name; one hex digit per weight, in
-    /// the weight tensor's order), on the layer's per-channel grid. Every weight grid
-    /// (simulated, integer, exported) takes them where the layer's weights are `int4`.
+    /// Weight codes chosen by [`gptq`] (by node name; one hex digit per 4-bit weight, two per
+    /// 8-bit one, in the weight tensor's order), on the layer's per-channel grid. Every
+    /// weight grid (simulated, integer, exported) takes them where the layer's weights have
+    /// that width.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gptq: BTreeMap<String, String>,
 }

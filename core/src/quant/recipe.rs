@@ -76,7 +76,7 @@ pub struct Recipe {
     /// them, validated on held-back calibration samples ([`super::smooth`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub smooth_quant: bool,
-    /// GPTQ: the 4-bit weight codes of linear layers (MatMul, Gemm, 1×1 conv) chosen
+    /// GPTQ: the int4 or int8 weight codes of linear layers (MatMul, Gemm, 1×1 conv) chosen
     /// against their calibration inputs, validated on held-back calibration samples
     /// ([`super::gptq`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

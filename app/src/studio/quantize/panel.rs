@@ -87,8 +87,8 @@ fn controls_ui(ui: &mut egui::Ui, q: &mut QuantView, cx: &PanelCx<'_>, setup: &m
             .on_hover_text("move LayerNorm outlier channels into the MatMul weights that read them (the FP32 function is unchanged), kept only when it wins on held-back calibration samples");
         ui.checkbox(&mut setup.seq_mse, "SeqMSE weights")
             .on_hover_text("choose each output channel's weight range (max-abs or narrower) by the error of the layer's output on the calibration samples, kept only when it also wins on held-back calibration samples");
-        ui.checkbox(&mut setup.gptq, "GPTQ int4")
-            .on_hover_text("choose the 4-bit weight codes of MatMul, Gemm and 1×1 conv layers (int4 weights) against their calibration inputs, each rounding error moved onto the weights not yet rounded; kept only when it wins on held-back calibration samples");
+        ui.checkbox(&mut setup.gptq, "GPTQ weights")
+            .on_hover_text("choose the int4/int8 weight codes of MatMul, Gemm and 1×1 conv layers against their calibration inputs, each rounding error moved onto the weights not yet rounded; kept only when it wins on held-back calibration samples");
         ui.toggle_value(&mut q.show_recipe, "Recipe…");
         if let Some(s) = q.session.as_ref().filter(|s| s.starting()) {
             let (f, what) = s.progress.fraction();
