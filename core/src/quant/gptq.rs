@@ -218,7 +218,7 @@ pub fn dequantize(w: &WeightCodes, shape: &[usize], axis: usize) -> Vec<f32> {
         .collect()
 }
 
-/// One layer's summed input second moments (K×K, upper triangle filled) and rows seen.
+/// One layer's summed input second moments (K×K, upper triangle filled).
 struct Moments {
     k: usize,
     h: Vec<f64>,
@@ -232,11 +232,11 @@ impl Moments {
     }
 }
 
-/// The rows (inputs of one output position) of a layer's input `x`: how many, and a
-/// function from row and feature to the element's index in `x` (standard layout).
 /// Element (row, feature)'s index in a layer input.
 type RowIndex = Box<dyn Fn(usize, usize) -> usize>;
 
+/// The rows (inputs of one output position) of a layer's input `x`: how many, and a
+/// function from row and feature to the element's index in `x` (standard layout).
 fn rows_of(node: &Node, shape: &[usize], k: usize) -> Option<(usize, RowIndex)> {
     let len: usize = shape.iter().product();
     match node.op.as_str() {
