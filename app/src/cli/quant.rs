@@ -337,13 +337,7 @@ fn print_gptq(r: &npu_core::quant::gptq::Gptq) {
             db2(l.after_db)
         );
     }
-    println!(
-        "  output SQNR {} {} → {}; {}",
-        judged_on(r.held_back),
-        db2(r.held_before_db),
-        db2(r.held_after_db),
-        if r.kept { "kept" } else { "dropped" }
-    );
+    print_held_verdict(r.held_back, r.held_before_db, r.held_after_db, r.kept);
 }
 
 /// What the SeqMSE search chose, the layers it helped most, and how it was judged.
@@ -372,12 +366,17 @@ fn print_seq_mse(r: &npu_core::quant::seqmse::SeqMse) {
             db2(l.after_db)
         );
     }
+    print_held_verdict(r.held_back, r.held_before_db, r.held_after_db, r.kept);
+}
+
+/// A weight step's output SQNR without and with it where it was judged, and the verdict.
+fn print_held_verdict(held_back: usize, before: Option<f64>, after: Option<f64>, kept: bool) {
     println!(
         "  output SQNR {} {} → {}; {}",
-        judged_on(r.held_back),
-        db2(r.held_before_db),
-        db2(r.held_after_db),
-        if r.kept { "kept" } else { "dropped" }
+        judged_on(held_back),
+        db2(before),
+        db2(after),
+        if kept { "kept" } else { "dropped" }
     );
 }
 

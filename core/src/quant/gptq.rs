@@ -80,23 +80,13 @@ pub struct Gptq {
 impl Gptq {
     /// One line: layers solved, the median layer gain, the held-back verdict.
     pub fn summary(&self) -> String {
-        let db = |x: Option<f64>| x.map_or("exact".to_owned(), |v| format!("{v:.2} dB"));
-        let mut gains: Vec<f64> = self
-            .layers
-            .iter()
-            .filter(|l| l.shrinkage.is_some())
-            .filter_map(|l| Some(l.after_db? - l.before_db?))
-            .collect();
-        gains.sort_by(f64::total_cmp);
-        let median = gains.get(gains.len() / 2).copied().unwrap_or(0.0);
+        let solved = || self.layers.iter().filter(|l| l.shrinkage.is_some());
+        let median = super::median_gain(solved().map(|l| (l.before_db, l.after_db)));
         format!(
-            "GPTQ weight codes: {} of {} layers (median layer output {median:+.2} dB); held back ({}): {} → {}; {}",
-            self.layers.iter().filter(|l| l.shrinkage.is_some()).count(),
+            "GPTQ weight codes: {} of {} layers (median layer output {median:+.2} dB); {}",
+            solved().count(),
             self.layers.len(),
-            self.held_back,
-            db(self.held_before_db),
-            db(self.held_after_db),
-            if self.kept { "kept" } else { "dropped" }
+            super::held_verdict(self.held_back, self.held_before_db, self.held_after_db, self.kept)
         )
     }
 }

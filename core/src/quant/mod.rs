@@ -241,6 +241,24 @@ impl QuantPlan {
     }
 }
 
+/// The median of the layer gains (`after − before`, dB) of `layers`, 0 without any.
+pub(crate) fn median_gain(layers: impl Iterator<Item = (Option<f64>, Option<f64>)>) -> f64 {
+    let mut gains: Vec<f64> = layers.filter_map(|(b, a)| Some(a? - b?)).collect();
+    gains.sort_by(f64::total_cmp);
+    gains.get(gains.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// A data-driven step's held-back verdict in words: `held back (N): A → B; kept`.
+pub(crate) fn held_verdict(held_back: usize, before: Option<f64>, after: Option<f64>, kept: bool) -> String {
+    let db = |x: Option<f64>| x.map_or("exact".to_owned(), |v| format!("{v:.2} dB"));
+    format!(
+        "held back ({held_back}): {} → {}; {}",
+        db(before),
+        db(after),
+        if kept { "kept" } else { "dropped" }
+    )
+}
+
 /// Whether an output SQNR `after` a data-driven choice is at least the one `before` it
 /// (`None`: exact, the best there is): the held-back test every such choice must pass.
 pub fn no_worse(after: Option<f64>, before: Option<f64>) -> bool {

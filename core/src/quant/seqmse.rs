@@ -68,23 +68,17 @@ impl SeqMse {
 
     /// One line: layers clipped, the median layer gain, the held-back verdict.
     pub fn summary(&self) -> String {
-        let db = |x: Option<f64>| x.map_or("exact".to_owned(), |v| format!("{v:.2} dB"));
-        let mut gains: Vec<f64> = self
-            .layers
-            .iter()
-            .filter(|l| l.clipped > 0)
-            .filter_map(|l| Some(l.after_db? - l.before_db?))
-            .collect();
-        gains.sort_by(f64::total_cmp);
-        let median = gains.get(gains.len() / 2).copied().unwrap_or(0.0);
+        let median = super::median_gain(
+            self.layers
+                .iter()
+                .filter(|l| l.clipped > 0)
+                .map(|l| (l.before_db, l.after_db)),
+        );
         format!(
-            "SeqMSE weight ranges: {} of {} layers narrowed (median layer output +{median:.2} dB); held back ({}): {} → {}; {}",
+            "SeqMSE weight ranges: {} of {} layers narrowed (median layer output +{median:.2} dB); {}",
             self.clipped_layers(),
             self.layers.len(),
-            self.held_back,
-            db(self.held_before_db),
-            db(self.held_after_db),
-            if self.kept { "kept" } else { "dropped" }
+            super::held_verdict(self.held_back, self.held_before_db, self.held_after_db, self.kept)
         )
     }
 }
