@@ -514,10 +514,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         }
         let producer = g.values[v].producer.map(|p| &g.nodes[p]);
         // A fused Sigmoid or Tanh ends in the same look-up as a standalone one.
-        let op = producer.map(|n| match (n.op.as_str(), n.attr_s("activation")) {
-            ("FusedConv" | "FusedGemm", Some(a)) => a,
-            (op, _) => op,
-        });
+        let op = producer.and_then(|n| super::bounded_output(n));
         let wide = self.format_of(v) == ActFormat::Int16;
         let fixed = match (op, wide) {
             (Some("Sigmoid" | "Softmax"), false) => Some(QParams::per_tensor(IntType::I8, 1.0 / 256.0, -128)),
@@ -527,9 +524,16 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         };
         let p = if let Some(f) = fixed {
             let node = producer.map(|n| n.name.clone()).unwrap_or_default();
-            let chosen = self
-                .plan_grid(v)
-                .map_or_else(|e| e, |c| format!("scale {} zero point {}", c.s(), c.zp()));
+            let chosen = self.plan_grid(v).map_or_else(
+                |e| e,
+                |c| {
+                    if c.same_grid(&f) {
+                        "the same grid".into()
+                    } else {
+                        format!("scale {} zero point {}", c.s(), c.zp())
+                    }
+                },
+            );
             self.constraint(
                 &self.name(v),
                 &node,
@@ -2070,7 +2074,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     }
 
     /// The hidden input of a Sigmoid look-up fused after an accumulator: the logit of the
-    /// output's calibrated range (within the fixed output grid's reach).
+    /// output's range, clamped to half a step inside the fixed output grid. Calibration gives
+    /// Sigmoid outputs the fixed grid's range ([`super::fixed_output_ranges`]), so the input
+    /// grid covers every output code; plans calibrated before that keep their observed range.
     fn logistic_input(&mut self, node: &Node, y: ValueId) -> Result<usize, String> {
         let (lo, hi) = match self.q.grid(self.plan, y) {
             Some((_, r)) => r,
@@ -2379,5 +2385,45 @@ mod tests {
             .expect("simulates");
         let db = r.outputs[0].integer_sqnr_db.expect("an integer reference");
         assert!(db > 30.0, "integer-reference output SQNR {db:.2} dB");
+    }
+
+    /// A 1×1 conv (weight 1, bias −8) under a Sigmoid, calibrated on standard-normal inputs,
+    /// sees outputs of at most sigmoid(−5) ≈ 0.007: a detector's objectness calibrated on
+    /// images without objects. Calibration still gives the output LiteRT's fixed grid
+    /// (scale 1/256, zero point −128; int16 1/32768), so the simulator and the integer
+    /// program share it, and the look-up's input grid covers every output code: an input
+    /// of 10 (pre-activation 2; the input grid widened to reach it) reads sigmoid(2) ≈ 0.88,
+    /// not the clipped 0.007.
+    #[test]
+    fn a_sigmoid_output_takes_the_fixed_grid_and_its_input_grid_covers_it() {
+        let w = Tensor::from_f32(&[1, 1, 1, 1], vec![1.0]).expect("shape");
+        let b = Tensor::from_f32(&[1], vec![-8.0]).expect("shape");
+        let m = sequential(
+            &[1, 1, 4, 4],
+            vec![("Conv", vec![w, b], vec![]), ("Sigmoid", vec![], vec![])],
+        );
+        let q = Quantizer::new(&m, 1).expect("quantizer");
+        let src = Source::Synthetic(3);
+        let pre = Preprocess::default();
+        let plan = q
+            .calibrate(&mut src.samples(&m, &pre), src.len(), "w8a8", Calibration::Mse, &Silent)
+            .expect("calibrates");
+        let out = m.graph.outputs[0];
+        let r = plan.ranges[&m.graph.values[out].name];
+        let g8 = QParams::activation(ActFormat::Int8, r.int8).expect("grid");
+        let g16 = QParams::activation(ActFormat::Int16, r.int16).expect("grid");
+        assert_eq!((g8.s(), g8.zp()), (1.0 / 256.0, -128));
+        assert_eq!((g16.s(), g16.zp()), (1.0 / 32768.0, 0));
+        // The input's grid widened to reach 10 (calibration saw standard-normal values).
+        let mut plan = plan;
+        plan.ranges.get_mut("x").expect("input range").int8 = (-12.0, 12.0);
+        let p = legalize(&m, &plan, &HashMap::new()).expect("legalizes");
+        assert!(p.tensors[p.outputs[0]].q.same_grid(&g8));
+        let run = crate::sim::integer::run(&p, vec![crate::sim::integer::Input::Float(vec![10.0; 16])]).expect("runs");
+        let codes = run.values[p.outputs[0]].as_ref().expect("output codes");
+        for &c in codes {
+            let y = p.tensors[p.outputs[0]].q.real(c);
+            assert!((y - 0.8808).abs() < 3.0 / 256.0, "sigmoid(2) read as {y}");
+        }
     }
 }

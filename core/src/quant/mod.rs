@@ -172,6 +172,37 @@ impl Ranges {
     }
 }
 
+/// The bounded function a node's output ends in (`Sigmoid`, `Softmax` or `Tanh`, alone or
+/// fused after a convolution or Gemm), whose output grid the integer scheme fixes.
+pub fn bounded_output(node: &Node) -> Option<&str> {
+    let op = match (node.op.as_str(), node.attr_s("activation")) {
+        ("FusedConv" | "FusedGemm", Some(a)) => a,
+        (op, _) => op,
+    };
+    matches!(op, "Sigmoid" | "Softmax" | "Tanh").then_some(op)
+}
+
+/// The ranges of the grids LiteRT fixes for a bounded function's output (`LOGISTIC` and
+/// `SOFTMAX`: scale 1/256, zero point −128; `TANH`: 1/128, 0; int16: 1/32768, 0), as
+/// calibration ranges that give exactly those grids. Calibration takes them instead of the
+/// observed range: the integer program has no other grid for these outputs, and a range
+/// observed on samples that never reach the function's upper end (a detector's objectness
+/// calibrated on photos without objects) would derive a clipped input grid for its look-up.
+pub fn fixed_output_ranges(op: &str) -> Option<Ranges> {
+    let top16 = 32767.0 / 32768.0;
+    match op {
+        "Sigmoid" | "Softmax" => Some(Ranges {
+            int8: (0.0, 255.0 / 256.0),
+            int16: (0.0, top16),
+        }),
+        "Tanh" => Some(Ranges {
+            int8: (-1.0, 127.0 / 128.0),
+            int16: (-top16, top16),
+        }),
+        _ => None,
+    }
+}
+
 /// A quantization plan: what `npu-studio quantize` writes (RON) and `analyze` reads.
 /// Names refer to the optimized graph, which the passes rebuild identically from the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -646,10 +677,14 @@ impl<'m> Quantizer<'m> {
                     name: g.values[*v].name.clone(),
                     message: "no calibration statistics (the statistics belong to another graph)".into(),
                 })?;
-                let r = Ranges {
+                let fixed = g.values[*v]
+                    .producer
+                    .and_then(|p| bounded_output(&g.nodes[p]))
+                    .and_then(fixed_output_ranges);
+                let r = fixed.unwrap_or_else(|| Ranges {
                     int8: o.range(method, 255.0, false),
                     int16: o.range(method, 65535.0, false),
-                };
+                });
                 Ok((g.values[*v].name.clone(), r))
             })
             .collect::<Result<_, QuantError>>()?;

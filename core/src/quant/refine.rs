@@ -109,6 +109,13 @@ impl Quantizer<'_> {
             .iter()
             .copied()
             .filter(|v| plan.ranges.contains_key(&g.values[*v].name) && self.grid(&plan, *v).is_some())
+            // A bounded function's output grid is fixed (`fixed_output_ranges`).
+            .filter(|v| {
+                g.values[*v]
+                    .producer
+                    .and_then(|p| super::bounded_output(&g.nodes[p]))
+                    .is_none()
+            })
             .collect();
         let mut choices = Vec::new();
         let mut output_db = fit_before.unwrap_or(f64::INFINITY);
