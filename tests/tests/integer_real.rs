@@ -175,6 +175,17 @@ fn folder(name: &str, files: &[String]) -> std::path::PathBuf {
     d
 }
 
+/// A model's calibration and evaluation sets: `data/inputs/{stem}_{k}.npy` for the keys of
+/// each, copied into folders of their own.
+fn split(stem: &str, calib: &[&str], eval: &[&str]) -> (npu_core::pipeline::Samples, npu_core::pipeline::Samples) {
+    let open = |part: &str, keys: &[&str]| {
+        let files: Vec<String> = keys.iter().map(|k| format!("{stem}_{k}.npy")).collect();
+        let dir = folder(&format!("{stem}_{part}"), &files);
+        npu_core::pipeline::Samples::open(dir.to_str().expect("path"), "").expect(part)
+    };
+    (open("calib", calib), open("eval", eval))
+}
+
 #[test]
 fn rec_w8a16_runs_its_6625_class_softmax_in_int8() {
     use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
@@ -523,14 +534,10 @@ fn magika_moments_layernorms_are_recognized_and_quantize_on_held_out_files() {
 /// output's integer SQNR on three held-out windows; what changed is reported per tensor.
 #[test]
 fn pitch_refined_ranges_raise_held_out_sqnr() {
-    use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
+    use npu_core::pipeline::{BiasCorrection, PlanRequest};
     use npu_core::quant::recipe::Recipe;
     let model = npu_tests::optimized(&data_dir().join("models").join("basic_pitch.onnx"));
-    let files = |ks: &[&str]| ks.iter().map(|k| format!("pitch_{k}.npy")).collect::<Vec<_>>();
-    let calib_dir = folder("pitch_calib", &files(&["house0", "house1", "boom"]));
-    let eval_dir = folder("pitch_eval", &files(&["house2", "punch", "car_door"]));
-    let calib = Samples::open(calib_dir.to_str().expect("path"), "").expect("calibration set");
-    let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
+    let (calib, eval) = split("pitch", &["house0", "house1", "boom"], &["house2", "punch", "car_door"]);
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
     let score = |refine_ranges: bool| {
@@ -580,14 +587,13 @@ fn pitch_refined_ranges_raise_held_out_sqnr() {
 /// enough (the class scores), the coarser input grid costs about 1 dB, never more than 1.5.
 #[test]
 fn yolox_sigmoid_outputs_on_the_fixed_grid_keep_held_out_objectness() {
-    use npu_core::pipeline::Samples;
     use npu_core::quant::{bounded_output, fixed_output_ranges};
     let model = npu_tests::optimized(&data_dir().join("models").join("yolox_ddddocr.onnx"));
-    let files = |ks: &[&str]| ks.iter().map(|k| format!("yolox_{k}.npy")).collect::<Vec<_>>();
-    let calib_dir = folder("yolox_calib", &files(&["astronaut", "chelsea", "coffee"]));
-    let eval_dir = folder("yolox_eval", &files(&["page", "rocket", "text"]));
-    let calib = Samples::open(calib_dir.to_str().expect("path"), "").expect("calibration set");
-    let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
+    let (calib, eval) = split(
+        "yolox",
+        &["astronaut", "chelsea", "coffee"],
+        &["page", "rocket", "text"],
+    );
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
     let plan = q.plan_from_stats(&stats, "w8a8", Calibration::Mse).expect("plan");
