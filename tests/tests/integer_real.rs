@@ -299,28 +299,36 @@ fn cls_cross_layer_equalization_keeps_fp32_and_raises_held_out_sqnr() {
     assert!(same, "apply() and equalize() disagree");
 }
 
-/// `recipe` planned on `calib` without bias correction (so that only the recipe's steps
-/// differ between two calls), and its integer reference's output SQNR on the held-out
-/// `eval`.
-fn w4a16_held_out(
+/// The `w4a16` preset planned on `calib` without bias correction, plain and with the recipe
+/// step `step` turns on (so that only that step differs; one calibration for both), and the
+/// integer reference's output SQNR of each on the held-out `eval`: (before, the plan with
+/// the step, after).
+fn w4a16_gain(
     model: &Model,
     calib: &npu_core::pipeline::Samples,
     eval: &npu_core::pipeline::Samples,
-    recipe: npu_core::quant::recipe::Recipe,
-) -> (npu_core::pipeline::Planned, f64) {
+    step: fn(&mut npu_core::quant::recipe::Recipe),
+) -> (f64, npu_core::pipeline::Planned, f64) {
     use npu_core::pipeline::{BiasCorrection, PlanRequest};
+    use npu_core::quant::recipe::Recipe;
     let q = Quantizer::new(model, 2).expect("quantizer");
     let stats = npu_core::pipeline::calibrate(&q, calib, &Silent).expect("calibrates");
-    let label = recipe.preset.clone();
-    let request = PlanRequest {
-        bias_correction: BiasCorrection::Off,
-        ..PlanRequest::recipe(recipe, label)
+    let score = |recipe: Recipe| {
+        let request = PlanRequest {
+            bias_correction: BiasCorrection::Off,
+            ..PlanRequest::recipe(recipe, "w4a16".into())
+        };
+        let planned = npu_core::pipeline::plan(&q, &stats, calib, &request, &Silent).expect("plans");
+        let r = q
+            .simulate(&planned.plan, &mut eval.iter(model), eval.len(), &Silent)
+            .expect("simulates");
+        (planned, r.outputs[0].integer_sqnr_db.expect("integer"))
     };
-    let planned = npu_core::pipeline::plan(&q, &stats, calib, &request, &Silent).expect("plans");
-    let r = q
-        .simulate(&planned.plan, &mut eval.iter(model), eval.len(), &Silent)
-        .expect("simulates");
-    (planned, r.outputs[0].integer_sqnr_db.expect("integer"))
+    let (_, before) = score(Recipe::from_preset("w4a16"));
+    let mut recipe = Recipe::from_preset("w4a16");
+    step(&mut recipe);
+    let (planned, after) = score(recipe);
+    (before, planned, after)
 }
 
 /// SeqMSE on cls with 4-bit weights: per-channel weight ranges chosen by each layer's output
@@ -330,22 +338,12 @@ fn w4a16_held_out(
 #[test]
 fn cls_seq_mse_raises_w4a16_held_out_sqnr() {
     use npu_core::pipeline::Samples;
-    use npu_core::quant::recipe::Recipe;
     let model = cls_model();
     let pre = "size=48x192;color=bgr;scale=1/255;mean=0.5;std=0.5";
     let calib = Samples::open(data_dir().join("crops8").to_str().expect("path"), pre).expect("crops8");
     let eval_dir = folder("cls_seqmse_eval", &cls_photos());
     let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
-    let (_, before) = w4a16_held_out(&model, &calib, &eval, Recipe::from_preset("w4a16"));
-    let (planned, after) = w4a16_held_out(
-        &model,
-        &calib,
-        &eval,
-        Recipe {
-            seq_mse: true,
-            ..Recipe::from_preset("w4a16")
-        },
-    );
+    let (before, planned, after) = w4a16_gain(&model, &calib, &eval, |r| r.seq_mse = true);
     let r = planned.seq_mse.expect("searched");
     println!(
         "cls w4a16 integer reference on 6 held-out photos: {before:.2} dB, with SeqMSE {after:.2} dB; {}",
@@ -397,7 +395,6 @@ fn cls_seq_mse_raises_w4a16_held_out_sqnr() {
 #[test]
 fn magika_gptq_raises_w4a16_held_out_sqnr() {
     use npu_core::pipeline::Samples;
-    use npu_core::quant::recipe::Recipe;
     let path = data_dir().join("real").join("magika_standard_v3_3").join("model.onnx");
     let model = npu_tests::optimized(&path);
     let files = |ks: &[usize]| ks.iter().map(|k| format!("magika_{k}.npy")).collect::<Vec<_>>();
@@ -405,16 +402,7 @@ fn magika_gptq_raises_w4a16_held_out_sqnr() {
     let eval_dir = folder("magika_gptq_eval", &files(&[3, 4, 5]));
     let calib = Samples::open(calib_dir.to_str().expect("path"), "").expect("calibration set");
     let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
-    let (_, before) = w4a16_held_out(&model, &calib, &eval, Recipe::from_preset("w4a16"));
-    let (planned, after) = w4a16_held_out(
-        &model,
-        &calib,
-        &eval,
-        Recipe {
-            gptq: true,
-            ..Recipe::from_preset("w4a16")
-        },
-    );
+    let (before, planned, after) = w4a16_gain(&model, &calib, &eval, |r| r.gptq = true);
     let r = planned.gptq.expect("solved");
     println!(
         "magika w4a16 integer reference on 3 held-out files: {before:.2} dB, with GPTQ {after:.2} dB; {}",
