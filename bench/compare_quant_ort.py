@@ -18,7 +18,8 @@ calibration samples, with `--seq-mse`, per-channel weight ranges chosen by each 
 output error, with `--smooth-quant`, LayerNorm outlier channels moved into the MatMul
 weights, with `--gptq`, the linear layers' weight codes chosen against their inputs, with
 `--calibration percentile-99.999`, onnxruntime's Percentile default, and
-`--preset w8a16`, also with `--gptq`) on the calibration set, `--eval` on the held-out
+`--preset w8a16`, also with `--gptq`, and with the op types onnxruntime leaves in float kept
+in float: the `w8a16 ORT-float` column, see below) on the calibration set, `--eval` on the held-out
 set; the margin is plain w8a8's; the figure is the integer reference's output SQNR (`integer_sqnr_db`: the
 plan run with LiteRT's integer kernels), with the fake-quant simulation's beside it.
 
@@ -27,6 +28,13 @@ onnxruntime gets its best chance: the model is converted to opset 13 first when 
 configurations (per-tensor / per-channel int8 weights x MinMax / Percentile / Entropy,
 uint8 activations) and the same three calibrations with uint16 activations (A16W8) run in
 QDQ format. A configuration that fails to quantize or to run is reported as such.
+
+onnxruntime's quantize_static quantizes only the op types of its QLinear and QDQ registries;
+the rest (Sub, Exp, ReduceSum, Tanh, ... on Magika) run in float between a DequantizeLinear and
+a QuantizeLinear. The `w8a16 ORT-float` column gives ours the same: a recipe on w8a16 that
+keeps those op types in float (`precision: "float"`: float32 ops on the host in the integer
+program and the TFLite file), where our integer program has a float32 form for them; the op
+types are printed.
 
 Output SQNR = 10 log10(sum ref^2 / sum (ref - q)^2) of the first output over all held-out
 samples, against the FP32 model in onnxruntime. Prints one table: ours, onnxruntime's best,
@@ -45,11 +53,31 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                       quantize_static)
+from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 from model_sets import PREPROCESS, ROOT, linked_folder, model_path, quantize_eval, sets  # noqa: E402
 
 DEFAULT_MODELS = "cls,det,rec,yolox,pitch,magika"
+# The op types our integer program can keep in float (legalize's FLOAT_LAYER_OPS).
+FLOAT_LAYER_OPS = {"Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Neg", "Abs", "Relu", "Reciprocal", "HardSwish", "Add",
+                   "Sub", "Mul", "Div", "Max", "Min", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "Softmax",
+                   "LayerNormalization"}
+
+
+def ort_float_recipe(model, tmp):
+    """(recipe path, op types) of a w8a16 recipe keeping in float the op types of `model` that
+    onnxruntime's quantize_static leaves in float (outside its QLinear and QDQ registries) and
+    ours can run in float32; (None, []) when there are none."""
+    quantized = set(QLinearOpsRegistry) | set(QDQRegistry)
+    ops = sorted(({n.op_type for n in onnx.load(model).graph.node} - quantized) & FLOAT_LAYER_OPS)
+    if not ops:
+        return None, []
+    path = os.path.join(tmp, "ort_float.ron")
+    rules = ", ".join(f'(op: Some("{o}"), precision: "float")' for o in ops)
+    with open(path, "w") as f:
+        f.write(f'Recipe(preset: "w8a16", rules: [{rules}])\n')
+    return path, ops
 
 
 def session(path):
@@ -166,6 +194,8 @@ def main():
         gptq = ours(args.binary, m, calib_dir, ev, "w8a8", tmp, ["--gptq"])
         gptq16 = ours(args.binary, m, calib_dir, ev, "w8a16", tmp, ["--gptq"])
         pctl = ours(args.binary, m, calib_dir, ev, "w8a8", tmp, ["--calibration", "percentile-99.999"])
+        recipe, float_ops = ort_float_recipe(model, tmp)
+        float16 = ours(args.binary, m, calib_dir, ev, None, tmp, ["--recipe", recipe]) if recipe else (None, None, 0)
         conv, ver = opset13(model, tmp)
         results = []
         for a16 in (False, True):
@@ -187,29 +217,34 @@ def main():
               f"w8a8 percentile {fmt(pctl[0])} dB (fake-quant {fmt(pctl[1])}), "
               f"w8a16 {fmt(w8a16[0])} dB "
               f"(fake-quant {fmt(w8a16[1])}), w8a16 + GPTQ {fmt(gptq16[0])} dB (fake-quant {fmt(gptq16[1])}), "
-              f"{w8a8[2]:.0f} s", file=sys.stderr)
+              f"w8a16 with {','.join(float_ops) or 'no op types'} in float {fmt(float16[0])} dB "
+              f"(fake-quant {fmt(float16[1])}), {w8a8[2]:.0f} s", file=sys.stderr)
         best8 = max((db for lab, db, _ in results if db is not None and lab.startswith("W8A8")), default=None)
         best16 = max((db for lab, db, _ in results if db is not None and lab.startswith("A16W8")), default=None)
         rows.append((m, len(calib), len(evals), ver, w8a8, cle, absorb, refine, seqmse, smooth, gptq, pctl, w8a16,
-                     gptq16, best8, best16, results))
+                     gptq16, float16, float_ops, best8, best16, results))
 
     print("\nOutput SQNR vs FP32 (dB) on held-out samples; calibration and evaluation disjoint; "
           "npu-studio on its integer reference")
     print(f"{'model':7} {'calib/eval':>10} {'w8a8':>7} {'+CLE':>7} {'+Absorb':>8} {'+refine':>8} {'+SeqMSE':>8} "
           f"{'+Smooth':>8} {'+GPTQ':>7} {'Pctl':>7} "
-          f"{'ORT W8A8':>9} {'margin':>7} {'best':>7}   {'w8a16':>7} {'+GPTQ':>7} {'ORT A16W8':>10} {'margin':>7}")
-    for m, nc, ne, ver, w8a8, cle, absorb, refine, seqmse, smooth, gptq, pctl, w8a16, gptq16, best8, best16, _ in rows:
+          f"{'ORT W8A8':>9} {'margin':>7} {'best':>7}   {'w8a16':>7} {'+GPTQ':>7} {'ORT-float':>9} {'ORT A16W8':>10} "
+          f"{'margin':>7} {'best':>7}")
+    for m, nc, ne, ver, w8a8, cle, absorb, refine, seqmse, smooth, gptq, pctl, w8a16, gptq16, float16, _, best8, best16, \
+            _ in rows:
         def margin(a, b):
             return "—" if a is None or b is None else f"{a - b:+.2f}"
         # The best of our W8A8 columns against onnxruntime's best W8A8 configuration.
         ours8 = [r[0] for r in (w8a8, cle, absorb, refine, seqmse, smooth, gptq, pctl) if r[0] is not None]
+        ours16 = [r[0] for r in (w8a16, gptq16, float16) if r[0] is not None]
         print(f"{m:7} {f'{nc}/{ne}':>10} {fmt(w8a8[0]):>7} {fmt(cle[0]):>7} {fmt(absorb[0]):>8} {fmt(refine[0]):>8} "
               f"{fmt(seqmse[0]):>8} {fmt(smooth[0]):>8} {fmt(gptq[0]):>7} {fmt(pctl[0]):>7} {fmt(best8):>9} "
               f"{margin(w8a8[0], best8):>7} {margin(max(ours8, default=None), best8):>7}   "
-              f"{fmt(w8a16[0]):>7} {fmt(gptq16[0]):>7} {fmt(best16):>10} {margin(w8a16[0], best16):>7}")
+              f"{fmt(w8a16[0]):>7} {fmt(gptq16[0]):>7} {fmt(float16[0]):>9} {fmt(best16):>10} "
+              f"{margin(w8a16[0], best16):>7} {margin(max(ours16, default=None), best16):>7}")
     print("\nevery configuration (onnxruntime on the model at opset max(13, its own)):")
-    for m, nc, ne, ver, w8a8, cle, absorb, refine, seqmse, smooth, gptq, pctl, w8a16, gptq16, best8, best16, results \
-            in rows:
+    for m, nc, ne, ver, w8a8, cle, absorb, refine, seqmse, smooth, gptq, pctl, w8a16, gptq16, float16, float_ops, \
+            best8, best16, results in rows:
         print(f"  {m:6} npu-studio w8a8 integer {fmt(w8a8[0])} / fake-quant {fmt(w8a8[1])}; "
               f"w8a8 + CLE integer {fmt(cle[0])} / fake-quant {fmt(cle[1])}; "
               f"w8a8 + bias absorption integer {fmt(absorb[0])} / fake-quant {fmt(absorb[1])}; "
@@ -219,7 +254,9 @@ def main():
               f"w8a8 + GPTQ integer {fmt(gptq[0])} / fake-quant {fmt(gptq[1])}; "
               f"w8a8 percentile integer {fmt(pctl[0])} / fake-quant {fmt(pctl[1])}; "
               f"w8a16 integer {fmt(w8a16[0])} / fake-quant {fmt(w8a16[1])}; "
-              f"w8a16 + GPTQ integer {fmt(gptq16[0])} / fake-quant {fmt(gptq16[1])}; model opset {ver}")
+              f"w8a16 + GPTQ integer {fmt(gptq16[0])} / fake-quant {fmt(gptq16[1])}; "
+              f"w8a16 with {','.join(float_ops) or 'no op types'} in float (as onnxruntime leaves them) integer "
+              f"{fmt(float16[0])} / fake-quant {fmt(float16[1])}; model opset {ver}")
         for label, db, err in results:
             print(f"  {m:6} onnxruntime {label:32} {f'{db:7.2f}' if db is not None else err}")
     return 0

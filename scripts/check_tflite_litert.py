@@ -17,7 +17,10 @@ scales, zero points and codes, no plan) and its outputs must equal LiteRT's; wit
 `npu-studio compile FILE.tflite` (no plan) and the emulated binary too. Exits non-zero on any mismatch, naming the tensor,
 the count of differing elements and the largest difference.
 
-Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16] [--no-emulate] [--seq-mse] [--gptq]
+With `--recipe FILE.ron` the plans follow a recipe (layers it keeps in float are float32
+ops in the file, compared bit for bit).
+
+Usage: check_tflite_litert.py [--bin PATH] [--models cls,...] [--all-tensors cls] [--preset w8a16] [--recipe FILE.ron] [--no-emulate] [--seq-mse] [--gptq]
 """
 import argparse
 import json
@@ -75,6 +78,17 @@ def compare(name, ours, theirs, failures):
     if ours.shape != theirs.shape:
         failures.append(f"{name}: shape {ours.shape} (ours) vs {theirs.shape} (LiteRT)")
         return 0
+    if theirs.dtype == np.float32:
+        # A float32 tensor (a layer the plan keeps in float): bit for bit.
+        if ours.dtype != np.float32:
+            failures.append(f"{name}: {ours.dtype} (ours) vs float32 (LiteRT)")
+            return 0
+        bad = int((ours.view(np.uint32) != theirs.view(np.uint32)).sum())
+        if bad:
+            rel = float(np.max(np.abs(ours.astype(np.float64) - theirs)) / (np.max(np.abs(theirs)) or 1.0))
+            failures.append(f"{name}: {bad} of {ours.size} float32 elements differ in their bits, "
+                            f"largest difference {rel:.3g} of the largest value")
+        return ours.size
     d = np.abs(ours.astype(np.int32) - theirs.astype(np.int32))
     bad = int((d > 0).sum())
     if bad:
@@ -92,6 +106,7 @@ def main():
         "--target-sqnr",
         help="mixed precision: promote layers to int16 until the calibration set's output SQNR reaches this (dB)",
     )
+    ap.add_argument("--recipe", help="a recipe (RON) for the plans instead of --preset")
     ap.add_argument("--no-emulate", action="store_true", help="skip compiling and emulating the U55 binary")
     ap.add_argument("--seq-mse", action="store_true", help="plans with SeqMSE weight ranges (quantize --seq-mse)")
     ap.add_argument("--gptq", action="store_true", help="plans with GPTQ's int4 codes (quantize --gptq)")
@@ -107,7 +122,8 @@ def main():
         plan = os.path.join(tmp, "plan.ron")
         tfl = os.path.join(tmp, "model.tflite")
         calib, evals = sets(m, tmp)
-        cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan, "--preset", args.preset]
+        cmd = [args.bin, "quantize", model, "--calib", calib, "--out", plan]
+        cmd += ["--recipe", args.recipe] if args.recipe else ["--preset", args.preset]
         if args.target_sqnr:
             cmd += ["--eval", calib, "--target-sqnr", args.target_sqnr]
         if args.seq_mse:
@@ -211,7 +227,10 @@ def main():
                     emu = to_file_layout(np.load(os.path.join(eout, sanitize(d["name"]) + ".npy")), d["shape"])
                     emulated += compare(f"{m} {os.path.basename(path)} emulated output {d['name']}", emu, it.get_tensor(d["index"]), failures)
                 q = json.load(open(os.path.join(out, sanitize(d["name"]) + ".quant.json")))
-                if np.float32(q["scale"][0]) != np.float32(d["quantization"][0]) or q["zero_point"][0] != d["quantization"][1]:
+                if d["dtype"] == np.float32:
+                    if q.get("dtype") not in (None, "float32"):
+                        failures.append(f"{m} output {d['name']}: {q} (ours) vs float32 (LiteRT)")
+                elif np.float32(q["scale"][0]) != np.float32(d["quantization"][0]) or q["zero_point"][0] != d["quantization"][1]:
                     failures.append(f"{m} output {d['name']}: grid {q} vs LiteRT {d['quantization']}")
             if all_tensors:
                 for t in it.get_tensor_details():

@@ -96,12 +96,13 @@ def run(cmd):
 
 def quantize_eval(binary, model, calib, ev, tmp, preset="w8a8", extra=()):
     """`npu-studio quantize` of `model` (a MODELS key) calibrated on the folder `calib` and
-    simulated on the folder `ev`, with `extra` options (e.g. `--equalize`); (plan path,
+    simulated on the folder `ev`, with `extra` options (e.g. `--equalize`; a `--recipe`
+    with `preset` None); (plan path,
     report as a dict), written into `tmp`."""
-    stem = preset + "".join(extra).replace("-", "_")
+    stem = (preset or "recipe") + "".join(os.path.basename(e) for e in extra).replace("-", "_")
     plan, report = os.path.join(tmp, f"{stem}.ron"), os.path.join(tmp, f"{stem}.json")
     cmd = [binary, "quantize", model_path(model), "--calib", calib, "--eval", ev, "--out", plan,
-           "--report", report, "--preset", preset, *extra]
+           "--report", report, *(["--preset", preset] if preset else []), *extra]
     if model in PREPROCESS:
         cmd += ["--preprocess", PREPROCESS[model]]
     run(cmd)

@@ -43,8 +43,8 @@ python3 scripts/check_tflite_program.py
 python3 scripts/check_tflite_int8_files.py
 python3 scripts/check_fusions_ort.py
 # Our TFLite export in LiteRT's reference kernels against our integer reference, element
-# for element: int8 (every tensor of four models), the 16x8 scheme, 4-bit weights, and a
-# mixed int8/int16 plan.
+# for element: int8 (every tensor of four models), the 16x8 scheme, 4-bit weights, a
+# mixed int8/int16 plan, and layers kept in float.
 python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample,face --all-tensors cls,rec,pitch,magika,sample,face
 python3 scripts/check_tflite_litert.py --models cls,det,rec,yolox,pitch,magika,sample --all-tensors cls --preset w8a16 --no-emulate
 python3 scripts/check_tflite_litert.py --models cls,rec --preset w4a16
@@ -52,6 +52,9 @@ python3 scripts/check_tflite_litert.py --models cls,rec --preset w4a16 --seq-mse
 python3 scripts/check_tflite_litert.py --models magika --preset w4a16 --gptq
 python3 scripts/check_tflite_litert.py --models magika --preset w8a16 --gptq
 python3 scripts/check_tflite_litert.py --models cls --all-tensors cls --target-sqnr 30
+# Layers kept in float (the op types onnxruntime leaves in float, on w8a16): float32 ops in
+# the file, every float32 tensor equal to LiteRT's bit for bit.
+python3 scripts/check_tflite_litert.py --models magika --all-tensors magika --recipe scripts/recipes/w8a16_ort_float_ops.ron
 # The compiler: our U55 estimate within 2x of Arm Vela's on every model, and PP-OCR det
 # compiled in under a second and four times its weight bytes, for every target.
 python3 bench/compare_vela.py

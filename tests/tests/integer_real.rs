@@ -449,6 +449,74 @@ fn magika_gptq_raises_w4a16_held_out_sqnr() {
     }
 }
 
+/// Magika with `w8a16` against the same recipe keeping in float the op types onnxruntime's
+/// quantize_static leaves in float (`scripts/recipes/w8a16_ort_float_ops.ron`: the softmax's
+/// Sub, Exp, ReduceSum, its max, the GELU's Tanh): those layers become float32 ops in the
+/// integer program (the softmax float32 from end to end, the Tanh quantized where the int16
+/// Add reads it), and the integer reference's output SQNR on three held-out batches rises.
+#[test]
+fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
+    use npu_core::pipeline::{BiasCorrection, PlanRequest};
+    use npu_core::quant::legalize::{FloatOp, OpKind, UnaryFn};
+    use npu_core::quant::params::IntType;
+    use npu_core::quant::recipe::Recipe;
+    let path = data_dir().join("real").join("magika_standard_v3_3").join("model.onnx");
+    let model = npu_tests::optimized(&path);
+    let (calib, eval) = split("magika", &["0", "1", "2"], &["3", "4", "5"]);
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/recipes/w8a16_ort_float_ops.ron"),
+    )
+    .expect("recipe");
+    let q = Quantizer::new(&model, 2).expect("quantizer");
+    let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
+    let score = |recipe: Recipe| {
+        let request = PlanRequest {
+            bias_correction: BiasCorrection::Off,
+            ..PlanRequest::recipe(recipe, "w8a16".into())
+        };
+        let planned = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent).expect("plans");
+        let r = q
+            .simulate(&planned.plan, &mut eval.iter(&model), eval.len(), &Silent)
+            .expect("simulates");
+        (planned.plan, r.outputs[0].integer_sqnr_db.expect("integer"))
+    };
+    let (_, before) = score(Recipe::from_preset("w8a16"));
+    let (plan, after) = score(Recipe::parse_ron(&text).expect("parses"));
+    println!(
+        "magika w8a16 integer reference on 3 held-out batches: {before:.2} dB, with onnxruntime's float op types in float {after:.2} dB"
+    );
+    assert!(after > before + 8.0, "{after} dB vs {before} dB");
+    let p = legalize(&model, &plan, &HashMap::new()).expect("legalizes");
+    let op = |kind: &OpKind| {
+        p.ops
+            .iter()
+            .find(|o| &o.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind:?}"))
+    };
+    let exp = op(&OpKind::Float {
+        op: FloatOp::Unary { f: UnaryFn::Exp },
+    });
+    assert_eq!(
+        p.tensors[exp.inputs[0]].q.ty,
+        IntType::F32,
+        "the Sub before Exp writes float32"
+    );
+    assert_eq!(p.tensors[exp.outputs[0]].q.ty, IntType::F32);
+    assert_eq!(
+        p.tensors[p.outputs[0]].q.ty,
+        IntType::F32,
+        "the softmax's Div is the output"
+    );
+    let tanh = op(&OpKind::Float {
+        op: FloatOp::Unary { f: UnaryFn::Tanh },
+    });
+    assert_eq!(
+        p.tensors[tanh.outputs[0]].q.ty,
+        IntType::I16,
+        "an int16 Add reads the Tanh"
+    );
+}
+
 /// Magika (tf2onnx from a Flax model) writes LayerNorm with moments, `E[x²] − E[x]²`, over
 /// a middle axis and the last, reducing without kept dims and broadcasting back through
 /// dynamic Reshape/Expand. Recognized, each becomes one LayerNormalization (a float

@@ -6,7 +6,9 @@
 
 use super::Compiled;
 use super::lower::{Command, Lowered, Step, Tile, Unit};
-use crate::quant::legalize::{Act, FloatOp, IOp, ITensor, OpKind, PadMode, Program, SliceAxis};
+use crate::quant::legalize::{
+    Act, BinaryFn, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, SliceAxis, UnaryFn,
+};
 use crate::quant::params::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
@@ -308,7 +310,7 @@ fn act_of(c: i32) -> Option<Act> {
 }
 
 /// The op codes of `docs/binary-format.md`, in order.
-pub const OP_CODES: [&str; 36] = [
+pub const OP_CODES: [&str; 55] = [
     "Conv",
     "TransposeConv",
     "ResizeNearest",
@@ -345,6 +347,25 @@ pub const OP_CODES: [&str; 36] = [
     "FloatReciprocal",
     "FloatCast",
     "FloatHardSwish",
+    "Relu",
+    "FloatExp",
+    "FloatLog",
+    "FloatSqrt",
+    "FloatTanh",
+    "FloatLogistic",
+    "FloatNeg",
+    "FloatAbs",
+    "FloatRelu",
+    "FloatAdd",
+    "FloatSub",
+    "FloatMul",
+    "FloatMaximum",
+    "FloatMinimum",
+    "FloatSum",
+    "FloatReduceMax",
+    "FloatReduceMin",
+    "FloatMean",
+    "FloatSoftmax",
 ];
 
 fn usizes(w: &mut Vec<i32>, v: &[usize]) {
@@ -471,6 +492,14 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
             FloatOp::Reciprocal => 33,
             FloatOp::Cast => 34,
             FloatOp::HardSwish => 35,
+            FloatOp::Unary { f } => 37 + UnaryFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8,
+            FloatOp::Binary { f } => 45 + BinaryFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8,
+            FloatOp::Reduce { f, axes } => {
+                w.push(axes.len() as i32);
+                w.extend(axes.iter().map(|&a| u(a)));
+                50 + ReduceFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8
+            }
+            FloatOp::Softmax => 54,
         },
         OpKind::Relu { act } => {
             w.push(act_code(*act));
@@ -632,6 +661,23 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
             .clone(),
         },
         36 => OpKind::Relu { act: r.act()? },
+        37..=44 => OpKind::Float {
+            op: FloatOp::Unary {
+                f: UnaryFn::ALL[usize::from(code - 37)],
+            },
+        },
+        45..=49 => OpKind::Float {
+            op: FloatOp::Binary {
+                f: BinaryFn::ALL[usize::from(code - 45)],
+            },
+        },
+        50..=53 => OpKind::Float {
+            op: FloatOp::Reduce {
+                f: ReduceFn::ALL[usize::from(code - 50)],
+                axes: r.list()?,
+            },
+        },
+        54 => OpKind::Float { op: FloatOp::Softmax },
         _ => return None,
     };
     (r.at == w.len()).then_some(k)
@@ -1336,6 +1382,20 @@ mod tests {
                 },
             },
             OpKind::Softmax { beta: 0.5 },
+            OpKind::Relu { act: Act::Relu6 },
+            OpKind::Float {
+                op: FloatOp::Unary { f: UnaryFn::Logistic },
+            },
+            OpKind::Float {
+                op: FloatOp::Binary { f: BinaryFn::Minimum },
+            },
+            OpKind::Float {
+                op: FloatOp::Reduce {
+                    f: ReduceFn::Mean,
+                    axes: vec![1, 3],
+                },
+            },
+            OpKind::Float { op: FloatOp::Softmax },
             OpKind::Transpose { perm: vec![0, 2, 1] },
             OpKind::AvgPool {
                 kernel: [3, 3],

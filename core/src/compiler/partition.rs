@@ -2,7 +2,8 @@
 //! contiguous segments it forms.
 
 use super::Options;
-use crate::quant::legalize::Program;
+use crate::quant::legalize::{FloatOp, OpKind, Program};
+use crate::quant::params::IntType;
 use crate::target::{OpView, Target, op_view};
 use serde::{Deserialize, Serialize};
 
@@ -61,11 +62,18 @@ pub fn place(p: &Program, i: usize, target: &Target, opts: &Options) -> (Place, 
         return (Place::Cpu, "forced to the CPU by the user".into(), v);
     }
     if v.class.starts_with("float32 ") {
-        return (
-            Place::Cpu,
-            "no integer form: runs in float32 on the host between a dequantize and a quantize".into(),
-            v,
-        );
+        let kept = matches!(
+            op.kind,
+            OpKind::Float {
+                op: FloatOp::Unary { .. } | FloatOp::Binary { .. } | FloatOp::Reduce { .. } | FloatOp::Softmax
+            }
+        ) || op.outputs.iter().any(|&t| p.tensors[t].q.ty == IntType::F32);
+        let why = if kept {
+            "a layer the plan keeps in float: runs in float32 on the host, its integer inputs dequantized"
+        } else {
+            "no integer form: runs in float32 on the host between a dequantize and a quantize"
+        };
+        return (Place::Cpu, why.into(), v);
     }
     let Some(support) = target.op(&v.class) else {
         return (Place::Cpu, format!("{} is not supported by {}", v.class, target.id), v);

@@ -7,7 +7,7 @@
 use super::Boundary;
 use super::memory::{MemoryPlan, tensor_bytes};
 use super::partition::{Place, Segment};
-use crate::quant::legalize::{FloatOp, OpKind, Program};
+use crate::quant::legalize::{FloatOp, OpKind, Program, UnaryFn};
 use crate::target::{OpView, Precision, Target};
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +119,10 @@ fn host_ops(p: &Program, i: usize, v: &OpView, m: u64) -> (f64, bool) {
         OpKind::Float { op: f } => {
             let per = match f {
                 FloatOp::LayerNorm { .. } => 10.0,
+                FloatOp::Softmax => 8.0,
+                FloatOp::Unary {
+                    f: UnaryFn::Exp | UnaryFn::Log | UnaryFn::Tanh | UnaryFn::Logistic,
+                } => 6.0,
                 FloatOp::HardSwish => 4.0,
                 _ => 1.0,
             };

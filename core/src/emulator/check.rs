@@ -258,7 +258,7 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
         | OpKind::Maximum
         | OpKind::Minimum
         | OpKind::Float {
-            op: FloatOp::Div | FloatOp::Equal,
+            op: FloatOp::Div | FloatOp::Equal | FloatOp::Binary { .. },
         } => 2..=2,
         OpKind::Concat { .. } => 1..=usize::MAX,
         _ => 1..=1,
@@ -537,6 +537,18 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                         return Err(format!("pad value {c} outside {lo}..={hi}"));
                     }
                 }
+            }
+        }
+        OpKind::Float {
+            op: FloatOp::Reduce { axes, .. },
+        } => {
+            let xs = &x(0).shape;
+            if axes.iter().any(|&a| a >= xs.len()) {
+                return Err(format!("reduction axes {axes:?} of a rank-{} input", xs.len()));
+            }
+            let kept: usize = (0..xs.len()).filter(|d| !axes.contains(d)).map(|d| xs[d]).product();
+            if kept != y.shape.iter().product::<usize>() {
+                return Err(format!("a reduction of {xs:?} over {axes:?} into {:?}", y.shape));
             }
         }
         OpKind::Float { .. } => {}

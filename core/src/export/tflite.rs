@@ -13,7 +13,7 @@
 //! when only dims of size 1 move) converts. Padding that SAME or VALID cannot express
 //! becomes an explicit PAD (with the zero point; −128 before a max pool).
 
-use crate::quant::legalize::{Act, FloatOp, IOp, ITensor, OpKind, PadMode, Program};
+use crate::quant::legalize::{Act, BinaryFn, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, UnaryFn};
 use crate::quant::params::{IntType, QParams};
 use crate::sim::integer::kernels::transpose;
 use std::collections::HashMap;
@@ -610,6 +610,55 @@ impl Writer<'_> {
                 ins,
                 vec![y],
                 tfl::BuiltinOptionsT::SelectV2Options(Box::default()),
+            ),
+            FloatOp::Unary { f } => {
+                let (code, options) = match f {
+                    UnaryFn::Exp => (B::EXP, tfl::BuiltinOptionsT::ExpOptions(Box::default())),
+                    UnaryFn::Log => (B::LOG, tfl::BuiltinOptionsT::NONE),
+                    UnaryFn::Sqrt => (B::SQRT, tfl::BuiltinOptionsT::NONE),
+                    UnaryFn::Tanh => (B::TANH, tfl::BuiltinOptionsT::NONE),
+                    UnaryFn::Logistic => (B::LOGISTIC, tfl::BuiltinOptionsT::NONE),
+                    UnaryFn::Neg => (B::NEG, tfl::BuiltinOptionsT::NegOptions(Box::default())),
+                    UnaryFn::Abs => (B::ABS, tfl::BuiltinOptionsT::AbsOptions(Box::default())),
+                    UnaryFn::Relu => (B::RELU, tfl::BuiltinOptionsT::NONE),
+                };
+                self.emit(code, 1, ins, vec![y], options);
+            }
+            FloatOp::Binary { f } => {
+                let (code, options) = match f {
+                    BinaryFn::Add => (B::ADD, tfl::BuiltinOptionsT::AddOptions(Box::default())),
+                    BinaryFn::Sub => (B::SUB, tfl::BuiltinOptionsT::SubOptions(Box::default())),
+                    BinaryFn::Mul => (B::MUL, tfl::BuiltinOptionsT::MulOptions(Box::default())),
+                    BinaryFn::Maximum => (B::MAXIMUM, tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default())),
+                    BinaryFn::Minimum => (B::MINIMUM, tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default())),
+                };
+                self.emit(code, 1, ins, vec![y], options);
+            }
+            FloatOp::Reduce { f, axes } => {
+                let code = match f {
+                    ReduceFn::Sum => B::SUM,
+                    ReduceFn::Max => B::REDUCE_MAX,
+                    ReduceFn::Min => B::REDUCE_MIN,
+                    ReduceFn::Mean => B::MEAN,
+                };
+                let (xt, yt) = (&self.p.tensors[op.inputs[0]], &self.p.tensors[op.outputs[0]]);
+                let keep_dims = xt.shape.len() == yt.shape.len();
+                let list: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
+                let axes = self.int32_const(format!("{}:axes", yt.name), &list);
+                self.emit(
+                    code,
+                    1,
+                    vec![ins[0], axes],
+                    vec![y],
+                    tfl::BuiltinOptionsT::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims })),
+                );
+            }
+            FloatOp::Softmax => self.emit(
+                B::SOFTMAX,
+                1,
+                ins,
+                vec![y],
+                tfl::BuiltinOptionsT::SoftmaxOptions(Box::new(tfl::SoftmaxOptionsT { beta: 1.0 })),
             ),
         }
         self.finish_float(after);

@@ -31,6 +31,45 @@ const SAME_GRID: &[&str] = &[
     "DepthToSpace",
 ];
 
+/// Ops a plan may keep in float (`float` precision): run in float32 on the host between a
+/// DEQUANTIZE of their integer inputs and, where an integer layer reads them, a QUANTIZE of
+/// their output; float32 from one to the next.
+pub const FLOAT_LAYER_OPS: &[&str] = &[
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Tanh",
+    "Sigmoid",
+    "Neg",
+    "Abs",
+    "Relu",
+    "Reciprocal",
+    "HardSwish",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceMean",
+    "Softmax",
+    "LayerNormalization",
+];
+
+/// Data movement that carries a float32 tensor as it is (its codes are the float's bits).
+const FLOAT_CARRIERS: &[&str] = &[
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Identity",
+    "Dropout",
+    "Expand",
+];
+
 /// A fused activation, applied as TFLite's `CalculateActivationRangeQuantized` clamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Act {
@@ -178,6 +217,67 @@ pub enum FloatOp {
     Cast,
     /// HARD_SWISH in float32 (no int16 kernel).
     HardSwish,
+    /// An element-wise function of one input (a layer the plan keeps in float).
+    Unary { f: UnaryFn },
+    /// An element-wise function of two inputs, with broadcasting.
+    Binary { f: BinaryFn },
+    /// A reduction over `axes` of the input (the output's shape says whether they are kept).
+    Reduce { f: ReduceFn, axes: Vec<usize> },
+    /// SOFTMAX over the last axis (beta 1).
+    Softmax,
+}
+
+/// The element-wise functions of [`FloatOp::Unary`], each as LiteRT's float reference kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnaryFn {
+    Exp,
+    Log,
+    Sqrt,
+    Tanh,
+    Logistic,
+    Neg,
+    Abs,
+    Relu,
+}
+
+/// The element-wise functions of [`FloatOp::Binary`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BinaryFn {
+    Add,
+    Sub,
+    Mul,
+    Maximum,
+    Minimum,
+}
+
+/// The reductions of [`FloatOp::Reduce`]: TFLite's SUM, REDUCE_MAX, REDUCE_MIN and MEAN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReduceFn {
+    Sum,
+    Max,
+    Min,
+    Mean,
+}
+
+impl UnaryFn {
+    pub const ALL: [Self; 8] = [
+        Self::Exp,
+        Self::Log,
+        Self::Sqrt,
+        Self::Tanh,
+        Self::Logistic,
+        Self::Neg,
+        Self::Abs,
+        Self::Relu,
+    ];
+}
+
+impl BinaryFn {
+    pub const ALL: [Self; 5] = [Self::Add, Self::Sub, Self::Mul, Self::Maximum, Self::Minimum];
+}
+
+impl ReduceFn {
+    pub const ALL: [Self; 4] = [Self::Sum, Self::Max, Self::Min, Self::Mean];
 }
 
 impl FloatOp {
@@ -190,6 +290,30 @@ impl FloatOp {
             Self::Reciprocal => "Reciprocal",
             Self::Cast => "Cast",
             Self::HardSwish => "HardSwish",
+            Self::Unary { f } => match f {
+                UnaryFn::Exp => "Exp",
+                UnaryFn::Log => "Log",
+                UnaryFn::Sqrt => "Sqrt",
+                UnaryFn::Tanh => "Tanh",
+                UnaryFn::Logistic => "Logistic",
+                UnaryFn::Neg => "Neg",
+                UnaryFn::Abs => "Abs",
+                UnaryFn::Relu => "Relu",
+            },
+            Self::Binary { f } => match f {
+                BinaryFn::Add => "Add",
+                BinaryFn::Sub => "Sub",
+                BinaryFn::Mul => "Mul",
+                BinaryFn::Maximum => "Maximum",
+                BinaryFn::Minimum => "Minimum",
+            },
+            Self::Reduce { f, .. } => match f {
+                ReduceFn::Sum => "Sum",
+                ReduceFn::Max => "ReduceMax",
+                ReduceFn::Min => "ReduceMin",
+                ReduceFn::Mean => "Mean",
+            },
+            Self::Softmax => "Softmax",
         }
     }
 }
@@ -513,6 +637,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             _ => {}
         }
         let producer = g.values[v].producer.map(|p| &g.nodes[p]);
+        if let Some(n) = producer.filter(|n| self.is_float_layer(n)) {
+            let p = self.float_layer_output(v, n)?;
+            self.params.insert(v, p.clone());
+            return Ok(p);
+        }
         // A fused Sigmoid or Tanh ends in the same look-up as a standalone one.
         let op = producer.and_then(|n| super::bounded_output(n));
         let wide = self.format_of(v) == ActFormat::Int16;
@@ -606,6 +735,131 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         };
         self.params.insert(v, p.clone());
         Ok(p)
+    }
+
+    /// A node the plan keeps in float that has a float32 form.
+    fn is_float_layer(&self, node: &Node) -> bool {
+        self.plan.precision(node).activations == ActFormat::Float && FLOAT_LAYER_OPS.contains(&node.op.as_str())
+    }
+
+    /// Whether `v` is read only in float32: by float layers, through data movement that
+    /// carries float32, or as a graph output.
+    fn read_in_float(&self, v: ValueId) -> bool {
+        let g = self.g();
+        self.consumers[v].iter().all(|&c| {
+            let c = &g.nodes[c];
+            self.is_float_layer(c)
+                || FLOAT_CARRIERS.contains(&c.op.as_str())
+                    && c.input(0) == Some(v)
+                    && c.outputs.iter().flatten().all(|&o| self.read_in_float(o))
+        })
+    }
+
+    /// The output of a float layer: float32 where only float32 reads it, else the grid of
+    /// the plan's range for it at the widest format of the integer layers reading it.
+    fn float_layer_output(&mut self, v: ValueId, n: &Node) -> Result<QParams, String> {
+        if self.read_in_float(v) {
+            return Ok(QParams::float32());
+        }
+        let g = self.g();
+        let wide = self.consumers[v]
+            .iter()
+            .any(|&c| self.plan.precision(&g.nodes[c]).activations == ActFormat::Int16);
+        let format = if wide { ActFormat::Int16 } else { ActFormat::Int8 };
+        let name = self.name(v);
+        let range = self
+            .plan
+            .ranges
+            .get(&name)
+            .or_else(|| self.plan.hidden.get(&name))
+            .ok_or_else(|| format!("tensor {name}: the plan keeps no calibrated range for it"))?
+            .for_format(format);
+        let p = QParams::activation(format, range).ok_or_else(|| format!("tensor {name}: no grid"))?;
+        self.constraint(
+            &name,
+            &n.name,
+            "float-layer-output",
+            format!(
+                "a float layer's output quantized (scale {} zero point {}) where an integer layer reads it",
+                p.s(),
+                p.zp()
+            ),
+        );
+        Ok(p)
+    }
+
+    /// A layer the plan keeps in float, as one float32 op.
+    fn lower_float(&mut self, node: &Node) -> Result<(), String> {
+        if let Some(a) = node.attr_s("activation") {
+            return Err(format!("a fused {a} on a float layer has no float32 form yet"));
+        }
+        let out = node.output(0).ok_or("no output")?;
+        let x = node.input(0).ok_or("no input")?;
+        let rank = self.shape(x).map_err(|e| e.to_string())?.len();
+        let unary = |f| (FloatOp::Unary { f }, 1);
+        let binary = |f| (FloatOp::Binary { f }, 2);
+        let (op, arity) = match node.op.as_str() {
+            "Exp" => unary(UnaryFn::Exp),
+            "Log" => unary(UnaryFn::Log),
+            "Sqrt" => unary(UnaryFn::Sqrt),
+            "Tanh" => unary(UnaryFn::Tanh),
+            "Sigmoid" => unary(UnaryFn::Logistic),
+            "Neg" => unary(UnaryFn::Neg),
+            "Abs" => unary(UnaryFn::Abs),
+            "Relu" => unary(UnaryFn::Relu),
+            "Reciprocal" => (FloatOp::Reciprocal, 1),
+            "HardSwish" => (FloatOp::HardSwish, 1),
+            "Div" => (FloatOp::Div, 2),
+            "Add" => binary(BinaryFn::Add),
+            "Sub" => binary(BinaryFn::Sub),
+            "Mul" => binary(BinaryFn::Mul),
+            "Max" => binary(BinaryFn::Maximum),
+            "Min" => binary(BinaryFn::Minimum),
+            "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceMean" => {
+                let f = match node.op.as_str() {
+                    "ReduceSum" => ReduceFn::Sum,
+                    "ReduceMax" => ReduceFn::Max,
+                    "ReduceMin" => ReduceFn::Min,
+                    _ => ReduceFn::Mean,
+                };
+                let axes = self.reduce_axes(node, rank)?;
+                (FloatOp::Reduce { f, axes }, 1)
+            }
+            "Softmax" => {
+                self.softmax_over_last_axis(node, rank)?;
+                (FloatOp::Softmax, 1)
+            }
+            other => return Err(format!("{other} has no float32 form yet")),
+        };
+        let reduce = matches!(op, FloatOp::Reduce { .. });
+        if !reduce && node.inputs.iter().flatten().count() != arity {
+            return Err(format!(
+                "a float {} of {} inputs has no float32 form yet",
+                node.op,
+                node.inputs.len()
+            ));
+        }
+        let ins = (0..arity)
+            .map(|k| self.float_operand(node, k))
+            .collect::<Result<Vec<_>, _>>()?;
+        let y = self.act(out)?;
+        self.op(node, OpKind::Float { op }, ins, vec![y]);
+        Ok(())
+    }
+
+    /// Refuses a Softmax over an axis other than the last (opset < 13 counts from `axis` to
+    /// the end as one axis).
+    fn softmax_over_last_axis(&self, node: &Node, rank: usize) -> Result<(), String> {
+        let rank = rank as i64;
+        let axis = node
+            .attr_i("axis")
+            .unwrap_or(if self.q.model.opset() >= 13 { -1 } else { 1 });
+        let axis = if axis < 0 { axis + rank } else { axis };
+        if axis == rank - 1 {
+            Ok(())
+        } else {
+            Err("softmax over an axis other than the last has no integer form yet".into())
+        }
     }
 
     /// The real range a grid covers.
@@ -985,6 +1239,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
 
     fn lower(&mut self, node: &Node) -> Result<(), String> {
         let g = self.g();
+        if self.is_float_layer(node) && node.op != "LayerNormalization" {
+            return self.lower_float(node);
+        }
         let out = node.output(0).ok_or("no output")?;
         let x = node.input(0).ok_or("no input")?;
         match node.op.as_str() {
@@ -1262,14 +1519,8 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 Ok(())
             }
             "Softmax" => {
-                let rank = self.shape(x).map_err(|e| e.to_string())?.len() as i64;
-                let axis = node
-                    .attr_i("axis")
-                    .unwrap_or(if self.q.model.opset() >= 13 { -1 } else { 1 });
-                let axis = if axis < 0 { axis + rank } else { axis };
-                if axis != rank - 1 {
-                    return Err("softmax over an axis other than the last has no integer form yet".into());
-                }
+                let rank = self.shape(x).map_err(|e| e.to_string())?.len();
+                self.softmax_over_last_axis(node, rank)?;
                 let ty = self.ty_of(out)?;
                 let depth = self.shape(x).map_err(|e| e.to_string())?.last().copied().unwrap_or(1);
                 let floor = super::recipe::int16_softmax_floor(depth);
@@ -2333,8 +2584,10 @@ pub fn quantize_code(x: f32, q: &QParams) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::Attr;
     use crate::progress::Silent;
     use crate::quant::Calibration;
+    use crate::quant::LayerPrecision;
     use crate::quant::data::{Preprocess, Source};
     use crate::quant::equalize::tests::{sequential, uniform, weights};
 
@@ -2425,5 +2678,130 @@ mod tests {
             let y = p.tensors[p.outputs[0]].q.real(c);
             assert!((y - 0.8808).abs() < 3.0 / 256.0, "sigmoid(2) read as {y}");
         }
+    }
+
+    /// Softmax, Exp and ReduceMean kept in float (`float` precision) between an int16 conv
+    /// and an int16 Mul: float32 ops from one to the next (no grid between them), the mean
+    /// quantized only where the Mul reads it. The float tensors hold the float32 functions
+    /// of the dequantized conv output, and on held-out samples Exp's output is closer to FP32
+    /// than the program with those layers in int8 has it.
+    #[test]
+    fn layers_kept_in_float_run_in_float32_between_integer_layers() {
+        let mut rnd = uniform(5);
+        let w = weights(&mut rnd, &[3, 4, 1, 1], &|_| 2.0);
+        let b = Tensor::from_f32(&[3], vec![0.1, -0.2, 0.3]).expect("shape");
+        let two = Tensor::from_f32(&[1], vec![2.0]).expect("shape");
+        let m = sequential(
+            &[1, 4, 4, 4],
+            vec![
+                ("Conv", vec![w, b], vec![]),
+                ("Softmax", vec![], vec![("axis", Attr::Int(-1))]),
+                ("Exp", vec![], vec![]),
+                (
+                    "ReduceMean",
+                    vec![],
+                    vec![("axes", Attr::Ints(vec![3])), ("keepdims", Attr::Int(1))],
+                ),
+                ("Mul", vec![two], vec![]),
+            ],
+        );
+        let q = Quantizer::new(&m, 1).expect("quantizer");
+        let src = Source::Synthetic(4);
+        let pre = Preprocess::default();
+        let mut int8 = q
+            .calibrate(
+                &mut src.samples(&m, &pre),
+                src.len(),
+                "w8a8",
+                Calibration::MinMax,
+                &Silent,
+            )
+            .expect("calibrates");
+        let node = |op: &str| m.graph.nodes.iter().find(|n| n.op == op).expect(op).name.clone();
+        // The conv and the Mul in int16 in both plans, so that their grids do not hide the rest.
+        for op in ["Conv", "Mul"] {
+            int8.layers.insert(node(op), LayerPrecision::INT16);
+        }
+        let mut plan = int8.clone();
+        for op in ["Softmax", "Exp", "ReduceMean"] {
+            plan.layers.insert(node(op), LayerPrecision::FLOAT);
+        }
+        let p = legalize(&m, &plan, &HashMap::new()).expect("legalizes");
+        let kinds: Vec<&OpKind> = p.ops.iter().map(|o| &o.kind).collect();
+        assert!(kinds.contains(&&OpKind::Float { op: FloatOp::Softmax }), "{kinds:?}");
+        assert!(kinds.contains(&&OpKind::Float {
+            op: FloatOp::Unary { f: UnaryFn::Exp }
+        }));
+        assert!(kinds.contains(&&OpKind::Float {
+            op: FloatOp::Reduce {
+                f: ReduceFn::Mean,
+                axes: vec![3]
+            }
+        }));
+        let out_of = |op: &str| {
+            let o = p.ops.iter().find(|o| o.node == node(op)).expect(op);
+            o.outputs[0]
+        };
+        let (soft, exp, mean) = (out_of("Softmax"), out_of("Exp"), out_of("ReduceMean"));
+        assert_eq!(p.tensors[soft].q.ty, IntType::F32);
+        assert_eq!(p.tensors[exp].q.ty, IntType::F32);
+        assert_eq!(p.tensors[mean].q.ty, IntType::I16, "an int16 layer reads the mean");
+        assert!(p.constraints.iter().any(|c| c.rule == "float-layer-output"));
+
+        let samples: Vec<_> = Source::Synthetic(6)
+            .samples(&m, &pre)
+            .skip(4)
+            .map(|s| s.expect("sample").1)
+            .collect();
+        let int8_program = legalize(&m, &int8, &HashMap::new()).expect("legalizes");
+        let sqnr = |p: &Program| {
+            let (mut sig, mut err) = (0f64, 0f64);
+            for s in &samples {
+                let fp = q.values(None, s).expect("runs");
+                let x = s["x"].to_f32().iter().copied().collect();
+                let run = crate::sim::integer::run(p, vec![crate::sim::integer::Input::Float(x)]).expect("runs");
+                // The error at Exp's output: the conv's alone where the layers are float.
+                let name = &m.graph.values[m
+                    .graph
+                    .nodes
+                    .iter()
+                    .find(|n| n.op == "Exp")
+                    .and_then(|n| n.output(0))
+                    .expect("exp")]
+                .name;
+                let k = p.tensor_id(name).expect("exp tensor");
+                let t = &p.tensors[k];
+                let codes = run.values[k].as_ref().expect("codes");
+                for (&c, &r) in codes.iter().zip(&fp[name]) {
+                    sig += f64::from(r).powi(2);
+                    err += (f64::from(t.q.real(c)) - f64::from(r)).powi(2);
+                }
+                if p.tensors.len() > soft && p.tensors[soft].q.ty == IntType::F32 {
+                    // The float tensors are the float32 functions of the conv's codes.
+                    let conv = p.ops[p.ops.iter().position(|o| o.outputs[0] == soft).expect("softmax op")].inputs[0];
+                    let cq = &p.tensors[conv].q;
+                    let xs: Vec<f64> = run.values[conv]
+                        .as_ref()
+                        .expect("conv codes")
+                        .iter()
+                        .map(|&c| f64::from(cq.real(c)))
+                        .collect();
+                    let ys = run.values[exp].as_ref().expect("exp values");
+                    for (row, yrow) in xs.chunks(4).zip(ys.chunks(4)) {
+                        let max = row.iter().copied().fold(f64::MIN, f64::max);
+                        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+                        for (v, &y) in row.iter().zip(yrow) {
+                            let want = ((v - max).exp() / sum).exp();
+                            let got = f64::from(f32::from_bits(y as u32));
+                            assert!((got - want).abs() < 1e-6 * want, "exp(softmax) {got} for {want}");
+                        }
+                    }
+                }
+            }
+            10.0 * (sig / err).log10()
+        };
+        let (float, int) = (sqnr(&p), sqnr(&int8_program));
+        eprintln!("Exp's output against FP32 on held-out samples: float layers {float:.2} dB, int8 layers {int:.2} dB");
+        assert!(float > int + 3.0, "float layers {float:.2} dB, all int8 {int:.2} dB");
     }
 }

@@ -5,7 +5,7 @@ use super::fixed::{
     downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, mbqm64, quantize_multiplier, rdbpot, rdbpot16,
     sat_shl16, sdhm16, srdhm, srdhm16,
 };
-use crate::quant::legalize::{Act, FloatOp, PadMode};
+use crate::quant::legalize::{Act, BinaryFn, FloatOp, PadMode, ReduceFn, UnaryFn};
 use crate::quant::params::QParams;
 use rayon::prelude::*;
 
@@ -744,7 +744,142 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
                 .map(|(&c, (&a, &b))| if c == 0.0 { b } else { a })
                 .collect()
         }
+        FloatOp::Unary { f } => spread(0)?.iter().map(|&x| unary_f32(*f, x)).collect(),
+        FloatOp::Binary { f } => {
+            let (a, b) = (spread(0)?, spread(1)?);
+            a.iter()
+                .zip(&b)
+                .map(|(&x, &y)| match f {
+                    BinaryFn::Add => x + y,
+                    BinaryFn::Sub => x - y,
+                    BinaryFn::Mul => x * y,
+                    // MaximumOp / MinimumOp: `a > b ? a : b`, `a < b ? a : b`.
+                    BinaryFn::Maximum => {
+                        if x > y {
+                            x
+                        } else {
+                            y
+                        }
+                    }
+                    BinaryFn::Minimum => {
+                        if x < y {
+                            x
+                        } else {
+                            y
+                        }
+                    }
+                })
+                .collect()
+        }
+        FloatOp::Reduce { f, axes } => {
+            let (x, shape) = arg(0)?;
+            reduce_f32(*f, x, shape, axes, out)?
+        }
+        FloatOp::Softmax => {
+            let (x, shape) = arg(0)?;
+            softmax_f32(x, shape.last().copied().unwrap_or(1))
+        }
     })
+}
+
+/// The float reference kernels of EXP, LOG, SQRT, TANH, LOGISTIC, NEG, ABS and RELU.
+fn unary_f32(f: UnaryFn, x: f32) -> f32 {
+    match f {
+        UnaryFn::Exp => x.exp(),
+        UnaryFn::Log => x.ln(),
+        UnaryFn::Sqrt => x.sqrt(),
+        UnaryFn::Tanh => x.tanh(),
+        // reference_ops::Logistic: 1 above 16.619047, exp(x) below -9, else 1 / (1 + exp(-x)).
+        UnaryFn::Logistic => {
+            if x > 16.619_047_f32 {
+                1.0
+            } else if x < -9.0 {
+                x.exp()
+            } else {
+                1.0 / (1.0 + (-x).exp())
+            }
+        }
+        UnaryFn::Neg => -x,
+        UnaryFn::Abs => x.abs(),
+        UnaryFn::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+    }
+}
+
+/// SUM, REDUCE_MAX, REDUCE_MIN and MEAN over `axes` as the reference kernels: every input
+/// element in order folded into its output (MEAN: the float32 sum divided by the count).
+fn reduce_f32(f: ReduceFn, x: &[f32], shape: &[usize], axes: &[usize], out: &[usize]) -> Result<Vec<f32>, String> {
+    if let Some(&a) = axes.iter().find(|&&a| a >= shape.len()) {
+        return Err(format!("reduction axis {a} of a rank-{} tensor", shape.len()));
+    }
+    let kept: Vec<usize> = (0..shape.len())
+        .map(|d| if axes.contains(&d) { 1 } else { shape[d] })
+        .collect();
+    let n: usize = kept.iter().product();
+    if out.iter().product::<usize>() != n || x.len() != shape.iter().product::<usize>() {
+        return Err(format!("a reduction of {shape:?} over {axes:?} into {out:?}"));
+    }
+    let init = match f {
+        ReduceFn::Sum | ReduceFn::Mean => 0.0,
+        ReduceFn::Max => f32::MIN,
+        ReduceFn::Min => f32::MAX,
+    };
+    let mut acc = vec![init; n];
+    let strides = broadcast_strides(&kept, shape);
+    for (i, &v) in x.iter().enumerate() {
+        let (mut r, mut o) = (i, 0);
+        for d in (0..shape.len()).rev() {
+            o += (r % shape[d]) * strides[d];
+            r /= shape[d];
+        }
+        let a = &mut acc[o];
+        *a = match f {
+            ReduceFn::Sum | ReduceFn::Mean => *a + v,
+            // The reducers `in > current ? in : current` and `in < current ? in : current`.
+            ReduceFn::Max => {
+                if v > *a {
+                    v
+                } else {
+                    *a
+                }
+            }
+            ReduceFn::Min => {
+                if v < *a {
+                    v
+                } else {
+                    *a
+                }
+            }
+        };
+    }
+    if f == ReduceFn::Mean {
+        let count = (x.len() / n.max(1)) as f32;
+        for a in &mut acc {
+            *a /= count;
+        }
+    }
+    Ok(acc)
+}
+
+/// reference_ops::Softmax in float32 over rows of `depth`: the row's maximum, each
+/// `exp(x − max)` summed in order, each divided by the sum.
+fn softmax_f32(x: &[f32], depth: usize) -> Vec<f32> {
+    x.chunks(depth.max(1))
+        .flat_map(|row| {
+            let max = row.iter().fold(f32::MIN, |m, &v| if m < v { v } else { m });
+            let e: Vec<f32> = row.iter().map(|&v| (v - max).exp()).collect();
+            let mut sum = 0f32;
+            for &v in &e {
+                sum += v;
+            }
+            e.into_iter().map(move |v| v / sum)
+        })
+        .collect()
 }
 
 /// `in · min(6, max(0, in + 3)) / 6` in this order, as the float reference kernel.
