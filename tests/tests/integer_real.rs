@@ -186,9 +186,31 @@ fn split(stem: &str, calib: &[&str], eval: &[&str]) -> (npu_core::pipeline::Samp
     (open("calib", calib), open("eval", eval))
 }
 
+/// `recipe` planned on `calib` (its statistics `stats`) without bias correction, and the
+/// plan simulated on the held-out `eval`: (the planned recipe, the report).
+fn plan_and_simulate(
+    q: &Quantizer,
+    stats: &npu_core::quant::Stats,
+    calib: &npu_core::pipeline::Samples,
+    eval: &npu_core::pipeline::Samples,
+    recipe: npu_core::quant::recipe::Recipe,
+) -> (npu_core::pipeline::Planned, npu_core::quant::Report) {
+    use npu_core::pipeline::{BiasCorrection, PlanRequest};
+    let label = recipe.preset.clone();
+    let request = PlanRequest {
+        bias_correction: BiasCorrection::Off,
+        ..PlanRequest::recipe(recipe, label)
+    };
+    let planned = npu_core::pipeline::plan(q, stats, calib, &request, &Silent).expect("plans");
+    let report = q
+        .simulate(&planned.plan, &mut eval.iter(q.model), eval.len(), &Silent)
+        .expect("simulates");
+    (planned, report)
+}
+
 #[test]
 fn rec_w8a16_runs_its_6625_class_softmax_in_int8() {
-    use npu_core::pipeline::{BiasCorrection, PlanRequest, Samples};
+    use npu_core::pipeline::Samples;
     use npu_core::quant::recipe::Recipe;
     let model = npu_tests::optimized(&data_dir().join("models").join("ppocr_rec.onnx"));
     let q = Quantizer::new(&model, 2).expect("quantizer");
@@ -199,14 +221,7 @@ fn rec_w8a16_runs_its_6625_class_softmax_in_int8() {
     let eval = Samples::open(eval_dir.to_str().expect("path"), "").expect("evaluation set");
     let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
     let score = |recipe: Recipe| {
-        let request = PlanRequest {
-            bias_correction: BiasCorrection::Off,
-            ..PlanRequest::recipe(recipe, "w8a16".into())
-        };
-        let planned = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent).expect("plans");
-        let report = q
-            .simulate(&planned.plan, &mut eval.iter(&model), eval.len(), &Silent)
-            .expect("simulates");
+        let (planned, report) = plan_and_simulate(&q, &stats, &calib, &eval, recipe);
         let o = &report.outputs[0];
         (
             planned,
@@ -309,19 +324,11 @@ fn w4a16_gain(
     eval: &npu_core::pipeline::Samples,
     step: fn(&mut npu_core::quant::recipe::Recipe),
 ) -> (f64, npu_core::pipeline::Planned, f64) {
-    use npu_core::pipeline::{BiasCorrection, PlanRequest};
     use npu_core::quant::recipe::Recipe;
     let q = Quantizer::new(model, 2).expect("quantizer");
     let stats = npu_core::pipeline::calibrate(&q, calib, &Silent).expect("calibrates");
     let score = |recipe: Recipe| {
-        let request = PlanRequest {
-            bias_correction: BiasCorrection::Off,
-            ..PlanRequest::recipe(recipe, "w4a16".into())
-        };
-        let planned = npu_core::pipeline::plan(&q, &stats, calib, &request, &Silent).expect("plans");
-        let r = q
-            .simulate(&planned.plan, &mut eval.iter(model), eval.len(), &Silent)
-            .expect("simulates");
+        let (planned, r) = plan_and_simulate(&q, &stats, calib, eval, recipe);
         (planned, r.outputs[0].integer_sqnr_db.expect("integer"))
     };
     let (_, before) = score(Recipe::from_preset("w4a16"));
@@ -456,7 +463,6 @@ fn magika_gptq_raises_w4a16_held_out_sqnr() {
 /// Add reads it), and the integer reference's output SQNR on three held-out batches rises.
 #[test]
 fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
-    use npu_core::pipeline::{BiasCorrection, PlanRequest};
     use npu_core::quant::legalize::{FloatOp, OpKind, UnaryFn};
     use npu_core::quant::params::IntType;
     use npu_core::quant::recipe::Recipe;
@@ -470,14 +476,7 @@ fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
     let q = Quantizer::new(&model, 2).expect("quantizer");
     let stats = npu_core::pipeline::calibrate(&q, &calib, &Silent).expect("calibrates");
     let score = |recipe: Recipe| {
-        let request = PlanRequest {
-            bias_correction: BiasCorrection::Off,
-            ..PlanRequest::recipe(recipe, "w8a16".into())
-        };
-        let planned = npu_core::pipeline::plan(&q, &stats, &calib, &request, &Silent).expect("plans");
-        let r = q
-            .simulate(&planned.plan, &mut eval.iter(&model), eval.len(), &Silent)
-            .expect("simulates");
+        let (planned, r) = plan_and_simulate(&q, &stats, &calib, &eval, recipe);
         (planned.plan, r.outputs[0].integer_sqnr_db.expect("integer"))
     };
     let (_, before) = score(Recipe::from_preset("w8a16"));
@@ -487,34 +486,26 @@ fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
     );
     assert!(after > before + 8.0, "{after} dB vs {before} dB");
     let p = legalize(&model, &plan, &HashMap::new()).expect("legalizes");
-    let op = |kind: &OpKind| {
+    let unary = |f: UnaryFn| {
+        let kind = OpKind::Float {
+            op: FloatOp::Unary { f },
+        };
         p.ops
             .iter()
-            .find(|o| &o.kind == kind)
+            .find(|o| o.kind == kind)
             .unwrap_or_else(|| panic!("no {kind:?}"))
     };
-    let exp = op(&OpKind::Float {
-        op: FloatOp::Unary { f: UnaryFn::Exp },
-    });
-    assert_eq!(
-        p.tensors[exp.inputs[0]].q.ty,
-        IntType::F32,
-        "the Sub before Exp writes float32"
-    );
-    assert_eq!(p.tensors[exp.outputs[0]].q.ty, IntType::F32);
-    assert_eq!(
-        p.tensors[p.outputs[0]].q.ty,
-        IntType::F32,
-        "the softmax's Div is the output"
-    );
-    let tanh = op(&OpKind::Float {
-        op: FloatOp::Unary { f: UnaryFn::Tanh },
-    });
-    assert_eq!(
-        p.tensors[tanh.outputs[0]].q.ty,
-        IntType::I16,
-        "an int16 Add reads the Tanh"
-    );
+    let ty = |t: usize| p.tensors[t].q.ty;
+    let (exp, tanh) = (unary(UnaryFn::Exp), unary(UnaryFn::Tanh));
+    // The Sub before Exp writes float32, Exp too, and the softmax's Div is the output; an
+    // int16 Add reads the Tanh.
+    let types = [
+        ty(exp.inputs[0]),
+        ty(exp.outputs[0]),
+        ty(p.outputs[0]),
+        ty(tanh.outputs[0]),
+    ];
+    assert_eq!(types, [IntType::F32, IntType::F32, IntType::F32, IntType::I16]);
 }
 
 /// Magika (tf2onnx from a Flax model) writes LayerNorm with moments, `E[x²] − E[x]²`, over

@@ -2591,6 +2591,13 @@ mod tests {
     use crate::quant::data::{Preprocess, Source};
     use crate::quant::equalize::tests::{sequential, uniform, weights};
 
+    /// `m` calibrated `w8a8` with `method` on `n` synthetic samples.
+    fn w8a8_on_synthetic(q: &Quantizer, m: &Model, n: usize, method: Calibration) -> QuantPlan {
+        let src = Source::Synthetic(n);
+        q.calibrate(&mut src.samples(m, &Preprocess::default()), n, "w8a8", method, &Silent)
+            .expect("calibrates")
+    }
+
     /// A 1×1 conv whose third output channel is dead (weights of 1e-9, which the weight
     /// grid floors at 1e-5 of the largest channel's scale) but biased by 8, under a Relu:
     /// on that channel's weight scale the bias is beyond int32. The program widens the
@@ -2607,17 +2614,7 @@ mod tests {
         );
         assert_eq!(m.graph.nodes.len(), 1, "one fused conv: {:?}", m.graph.nodes);
         let q = Quantizer::new(&m, 1).expect("quantizer");
-        let src = Source::Synthetic(3);
-        let pre = Preprocess::default();
-        let plan = q
-            .calibrate(
-                &mut src.samples(&m, &pre),
-                src.len(),
-                "w8a8",
-                Calibration::MinMax,
-                &Silent,
-            )
-            .expect("calibrates");
+        let plan = w8a8_on_synthetic(&q, &m, 3, Calibration::MinMax);
         let p = legalize(&m, &plan, &HashMap::new()).expect("legalizes");
         let c = p
             .constraints
@@ -2634,7 +2631,12 @@ mod tests {
                 .all(|&x| x.abs() < i64::from(i32::MAX))
         );
         let r = q
-            .simulate(&plan, &mut src.samples(&m, &pre), src.len(), &Silent)
+            .simulate(
+                &plan,
+                &mut Source::Synthetic(3).samples(&m, &Preprocess::default()),
+                3,
+                &Silent,
+            )
             .expect("simulates");
         let db = r.outputs[0].integer_sqnr_db.expect("an integer reference");
         assert!(db > 30.0, "integer-reference output SQNR {db:.2} dB");
@@ -2656,11 +2658,7 @@ mod tests {
             vec![("Conv", vec![w, b], vec![]), ("Sigmoid", vec![], vec![])],
         );
         let q = Quantizer::new(&m, 1).expect("quantizer");
-        let src = Source::Synthetic(3);
-        let pre = Preprocess::default();
-        let plan = q
-            .calibrate(&mut src.samples(&m, &pre), src.len(), "w8a8", Calibration::Mse, &Silent)
-            .expect("calibrates");
+        let plan = w8a8_on_synthetic(&q, &m, 3, Calibration::Mse);
         let out = m.graph.outputs[0];
         let r = plan.ranges[&m.graph.values[out].name];
         let g8 = QParams::activation(ActFormat::Int8, r.int8).expect("grid");
@@ -2706,17 +2704,7 @@ mod tests {
             ],
         );
         let q = Quantizer::new(&m, 1).expect("quantizer");
-        let src = Source::Synthetic(4);
-        let pre = Preprocess::default();
-        let mut int8 = q
-            .calibrate(
-                &mut src.samples(&m, &pre),
-                src.len(),
-                "w8a8",
-                Calibration::MinMax,
-                &Silent,
-            )
-            .expect("calibrates");
+        let mut int8 = w8a8_on_synthetic(&q, &m, 4, Calibration::MinMax);
         let node = |op: &str| m.graph.nodes.iter().find(|n| n.op == op).expect(op).name.clone();
         // The conv and the Mul in int16 in both plans, so that their grids do not hide the rest.
         for op in ["Conv", "Mul"] {
@@ -2749,7 +2737,7 @@ mod tests {
         assert!(p.constraints.iter().any(|c| c.rule == "float-layer-output"));
 
         let samples: Vec<_> = Source::Synthetic(6)
-            .samples(&m, &pre)
+            .samples(&m, &Preprocess::default())
             .skip(4)
             .map(|s| s.expect("sample").1)
             .collect();
