@@ -433,6 +433,31 @@ fn pipeline_stages_run_export_and_go_stale() {
     );
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
     assert!(matches!(h.state().stage_status(Stage::Simulate), Status::Done(_)));
+    // Back to int8, and the Softmax kept in float: the compile follows, and the Softmax
+    // runs in float32 on the host, saying why.
+    h.state_mut().send(Command::SetPrecision(vec![n], LayerPrecision::INT8));
+    let soft = {
+        let st = h.state();
+        let model = &st.loaded.as_ref().expect("l").model;
+        let rows = &st.quant.session.as_ref().expect("s").rows;
+        *rows
+            .keys()
+            .find(|&&k| model.graph.nodes[k].op == "Softmax")
+            .expect("a Softmax row")
+    };
+    h.state_mut()
+        .send(Command::SetPrecision(vec![soft], LayerPrecision::FLOAT));
+    settle(&mut h);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    assert!(matches!(h.state().stage_status(Stage::Compile), Status::Done(_)));
+    let marks = h.state().compile.card_marks(&h.state().theme.quant);
+    assert!(marks[&soft].1.starts_with("CPU"), "{:?}", marks[&soft]);
+    let (_, line) = h
+        .state()
+        .compile
+        .placement_line(Some(Selection::Node(soft)), &h.state().theme.quant)
+        .expect("placed");
+    assert!(line.contains("a layer the plan keeps in float"), "{line}");
     // A full re-simulation gives the numbers the incremental one gave.
     let incremental = h
         .state()
