@@ -2577,6 +2577,10 @@ fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
 
 /// TFLite's QUANTIZE of one float: `round(x / s) + zp` in float32, saturated.
 pub fn quantize_code(x: f32, q: &QParams) -> i32 {
+    if q.ty == IntType::F32 {
+        // A float32 tensor's codes are its bits.
+        return x.to_bits() as i32;
+    }
     let (lo, hi) = q.ty.range();
     ((x / q.s()).round() as i32).saturating_add(q.zp()).clamp(lo, hi)
 }
