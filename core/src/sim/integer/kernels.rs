@@ -711,6 +711,10 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
     let arg = |k: usize| ins.get(k).ok_or_else(|| format!("{} needs input {k}", op.name()));
     let spread = |k: usize| -> Result<Vec<f32>, String> {
         let (data, shape) = arg(k)?;
+        if *shape == out && data.len() == out.iter().product::<usize>() {
+            // Nothing to broadcast: no index map.
+            return Ok(data.clone());
+        }
         Ok(broadcast_map(shape, out)?.into_iter().map(|i| data[i]).collect())
     };
     Ok(match op {
