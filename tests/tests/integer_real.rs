@@ -512,6 +512,53 @@ fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
         ty(tanh.outputs[0]),
     ];
     assert_eq!(types, [IntType::F32, IntType::F32, IntType::F32, IntType::I16]);
+    // Exported, the file is its own program again: the float32 chains, the one-hot EQUAL on
+    // the int32 byte values and the LayerNorm islands (RSQRT, SQUARED_DIFFERENCE, ...) read
+    // back as float ops, with the plan's output bit for bit.
+    let back = reads_back(
+        &p,
+        "magika_float.tflite",
+        &data_dir().join("inputs").join("magika_3.npy"),
+    );
+    let float_ops: Vec<&str> = back
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Float { op } => Some(op.name()),
+            _ => None,
+        })
+        .collect();
+    for want in ["Equal", "Cast", "Exp", "Sum", "Rsqrt", "SquaredDifference", "Tanh"] {
+        assert!(float_ops.contains(&want), "no float {want} in {float_ops:?}");
+    }
+}
+
+/// `p` exported as a TFLite file and read back as the file's own integer program, which
+/// must give `p`'s output values bit for bit on the int32 batch in `npy`; the program.
+fn reads_back(
+    p: &npu_core::quant::legalize::Program,
+    name: &str,
+    npy: &std::path::Path,
+) -> npu_core::quant::legalize::Program {
+    let w = npu_core::export::tflite::write(p, npu_core::export::tflite::Io::Int8).expect("writes");
+    let back = npu_core::import::tflite::program::from_bytes(&w.bytes, std::path::Path::new(name))
+        .expect("reads")
+        .expect("an integer program");
+    let x = npu_core::ir::npy::read(npy).expect("npy");
+    let codes: Vec<i32> = x
+        .as_i64_vec()
+        .expect("integers")
+        .iter()
+        .map(|&v| i32::try_from(v).expect("int32"))
+        .collect();
+    let a = npu_core::sim::integer::run(p, vec![Input::Codes(codes.clone())]).expect("plan runs");
+    let b = npu_core::sim::integer::run(&back, vec![Input::Codes(codes)]).expect("file runs");
+    assert!(a.values[p.outputs[0]].is_some());
+    assert_eq!(
+        a.values[p.outputs[0]], b.values[back.outputs[0]],
+        "{name}: the file's program and the plan's give other values"
+    );
+    back
 }
 
 /// Magika (tf2onnx from a Flax model) writes LayerNorm with moments, `E[x²] − E[x]²`, over

@@ -310,7 +310,7 @@ fn act_of(c: i32) -> Option<Act> {
 }
 
 /// The op codes of `docs/binary-format.md`, in order.
-pub const OP_CODES: [&str; 55] = [
+pub const OP_CODES: [&str; 57] = [
     "Conv",
     "TransposeConv",
     "ResizeNearest",
@@ -366,6 +366,8 @@ pub const OP_CODES: [&str; 55] = [
     "FloatReduceMin",
     "FloatMean",
     "FloatSoftmax",
+    "FloatRsqrt",
+    "FloatSquaredDifference",
 ];
 
 fn usizes(w: &mut Vec<i32>, v: &[usize]) {
@@ -492,6 +494,10 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
             FloatOp::Reciprocal => 33,
             FloatOp::Cast => 34,
             FloatOp::HardSwish => 35,
+            FloatOp::Unary { f: UnaryFn::Rsqrt } => 55,
+            FloatOp::Binary {
+                f: BinaryFn::SquaredDifference,
+            } => 56,
             FloatOp::Unary { f } => 37 + UnaryFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8,
             FloatOp::Binary { f } => 45 + BinaryFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8,
             FloatOp::Reduce { f, axes } => {
@@ -678,6 +684,14 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
             },
         },
         54 => OpKind::Float { op: FloatOp::Softmax },
+        55 => OpKind::Float {
+            op: FloatOp::Unary { f: UnaryFn::Rsqrt },
+        },
+        56 => OpKind::Float {
+            op: FloatOp::Binary {
+                f: BinaryFn::SquaredDifference,
+            },
+        },
         _ => return None,
     };
     (r.at == w.len()).then_some(k)
@@ -1396,6 +1410,14 @@ mod tests {
                 },
             },
             OpKind::Float { op: FloatOp::Softmax },
+            OpKind::Float {
+                op: FloatOp::Unary { f: UnaryFn::Rsqrt },
+            },
+            OpKind::Float {
+                op: FloatOp::Binary {
+                    f: BinaryFn::SquaredDifference,
+                },
+            },
             OpKind::Transpose { perm: vec![0, 2, 1] },
             OpKind::AvgPool {
                 kernel: [3, 3],

@@ -621,6 +621,7 @@ impl Writer<'_> {
                     UnaryFn::Neg => (B::NEG, tfl::BuiltinOptionsT::NegOptions(Box::default())),
                     UnaryFn::Abs => (B::ABS, tfl::BuiltinOptionsT::AbsOptions(Box::default())),
                     UnaryFn::Relu => (B::RELU, tfl::BuiltinOptionsT::NONE),
+                    UnaryFn::Rsqrt => (B::RSQRT, tfl::BuiltinOptionsT::NONE),
                 };
                 self.emit(code, 1, ins, vec![y], options);
             }
@@ -631,6 +632,10 @@ impl Writer<'_> {
                     BinaryFn::Mul => (B::MUL, tfl::BuiltinOptionsT::MulOptions(Box::default())),
                     BinaryFn::Maximum => (B::MAXIMUM, tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default())),
                     BinaryFn::Minimum => (B::MINIMUM, tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default())),
+                    BinaryFn::SquaredDifference => (
+                        B::SQUARED_DIFFERENCE,
+                        tfl::BuiltinOptionsT::SquaredDifferenceOptions(Box::default()),
+                    ),
                 };
                 self.emit(code, 1, ins, vec![y], options);
             }

@@ -238,6 +238,8 @@ pub enum UnaryFn {
     Neg,
     Abs,
     Relu,
+    /// `1 / sqrt(x)` (RSQRT; from a TFLite file's float ops, e.g. a LayerNorm island).
+    Rsqrt,
 }
 
 /// The element-wise functions of [`FloatOp::Binary`].
@@ -248,6 +250,8 @@ pub enum BinaryFn {
     Mul,
     Maximum,
     Minimum,
+    /// `(a − b)·(a − b)` (SQUARED_DIFFERENCE; from a TFLite file's float ops).
+    SquaredDifference,
 }
 
 /// The reductions of [`FloatOp::Reduce`]: TFLite's SUM, REDUCE_MAX, REDUCE_MIN and MEAN.
@@ -260,6 +264,8 @@ pub enum ReduceFn {
 }
 
 impl UnaryFn {
+    /// The functions of the binary format's op codes 37–44 (in order); [`Self::Rsqrt`] has
+    /// its own code.
     pub const ALL: [Self; 8] = [
         Self::Exp,
         Self::Log,
@@ -273,6 +279,8 @@ impl UnaryFn {
 }
 
 impl BinaryFn {
+    /// The functions of the binary format's op codes 45–49 (in order);
+    /// [`Self::SquaredDifference`] has its own code.
     pub const ALL: [Self; 5] = [Self::Add, Self::Sub, Self::Mul, Self::Maximum, Self::Minimum];
 }
 
@@ -299,6 +307,7 @@ impl FloatOp {
                 UnaryFn::Neg => "Neg",
                 UnaryFn::Abs => "Abs",
                 UnaryFn::Relu => "Relu",
+                UnaryFn::Rsqrt => "Rsqrt",
             },
             Self::Binary { f } => match f {
                 BinaryFn::Add => "Add",
@@ -306,6 +315,7 @@ impl FloatOp {
                 BinaryFn::Mul => "Mul",
                 BinaryFn::Maximum => "Maximum",
                 BinaryFn::Minimum => "Minimum",
+                BinaryFn::SquaredDifference => "SquaredDifference",
             },
             Self::Reduce { f, .. } => match f {
                 ReduceFn::Sum => "Sum",

@@ -98,9 +98,11 @@ struct Lower<'f> {
     outputs: Vec<usize>,
     /// Float tensors that are a DEQUANTIZE of an integer activation: the integer tensor.
     dequantized: Vec<Option<usize>>,
-    /// Float tensors a float op makes from dequantized inputs, waiting for their QUANTIZE:
-    /// the op and its inputs (integer tensors, or float constants).
+    /// Float tensors a float op makes, waiting for their QUANTIZE (the only reader): the op
+    /// and its operands (file tensors, see [`Lower::float_operands`]).
     pending: Vec<Option<(FloatOp, Vec<usize>)>>,
+    /// Tensors whose only reader is one QUANTIZE (and that are no graph output).
+    quantize_only: Vec<bool>,
     /// Tensors downstream of an op that could not be read.
     poisoned: Vec<bool>,
     downstream: usize,
@@ -154,10 +156,26 @@ impl<'f> Lower<'f> {
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let codes = file.model.operator_codes.as_deref().unwrap_or_default();
+        let mut readers: Vec<Vec<B>> = vec![Vec::new(); tensors.len()];
+        for op in sg.operators.iter().flatten() {
+            let code = codes.get(op.opcode_index as usize).map_or(B::CUSTOM, builtin);
+            for &t in op.inputs.iter().flatten() {
+                if let Some(r) = usize::try_from(t).ok().and_then(|t| readers.get_mut(t)) {
+                    r.push(code);
+                }
+            }
+        }
+        let outputs: Vec<usize> = sg.outputs.iter().flatten().map(|&t| t as usize).collect();
+        let quantize_only = readers
+            .iter()
+            .enumerate()
+            .map(|(t, r)| r.as_slice() == [B::QUANTIZE] && !outputs.contains(&t))
+            .collect();
         Self {
             file,
             tensors,
-            codes: file.model.operator_codes.as_deref().unwrap_or_default(),
+            codes,
             prog: Program {
                 graph: format!("tflite:{name}"),
                 tensors: Vec::new(),
@@ -168,9 +186,10 @@ impl<'f> Lower<'f> {
             },
             nhwc: vec![None; tensors.len()],
             nchw: vec![None; tensors.len()],
-            outputs: sg.outputs.iter().flatten().map(|&t| t as usize).collect(),
+            outputs,
             dequantized: vec![None; tensors.len()],
             pending: vec![None; tensors.len()],
+            quantize_only,
             poisoned: vec![false; tensors.len()],
             downstream: 0,
             unsupported: Vec::new(),
@@ -355,7 +374,7 @@ impl<'f> Lower<'f> {
         let Some(src) = other else {
             if self.dequantized[t].is_some() || self.pending[t].is_some() {
                 return unsupported(format!(
-                    "float32 '{}' between a DEQUANTIZE and a QUANTIZE (only one float op there is read)",
+                    "float32 '{}' read by an op that has no float32 form here",
                     self.name(t)
                 ));
             }
@@ -474,24 +493,135 @@ impl<'f> Lower<'f> {
         }
     }
 
-    /// The operands of a float op in an island: each a DEQUANTIZE of an integer activation
-    /// (the integer tensor) or a float constant (itself); `None` otherwise.
+    /// The operands of a float op: each a DEQUANTIZE of an integer activation (the integer
+    /// tensor), a float32, boolean or plain int32 tensor computed before (itself), or a
+    /// float32 or int32 constant (itself); `None` otherwise.
     fn float_operands(&self, ins: &[Option<usize>]) -> Option<Vec<usize>> {
         ins.iter()
             .map(|&t| {
                 let t = t?;
+                let ty = self.tensors[t].type_;
+                let plain = matches!(ty, fb::TensorType::FLOAT32 | fb::TensorType::BOOL)
+                    || ty == fb::TensorType::INT32 && quant_of(&self.tensors[t]).is_none();
                 if let Some(x) = self.dequantized[t] {
                     Some(x)
-                } else if self.tensors[t].type_ == fb::TensorType::BOOL && self.nhwc[t].is_some() {
-                    // A condition computed by a float EQUAL.
-                    Some(t)
-                } else if self.is_const(t) && self.tensors[t].type_ == fb::TensorType::FLOAT32 {
+                } else if plain && (self.nhwc[t].is_some() || self.is_const(t) && ty != fb::TensorType::BOOL) {
                     Some(t)
                 } else {
                     None
                 }
             })
             .collect()
+    }
+
+    /// A TFLite float op as one of ours: the op and the inputs that are its operands (a
+    /// reduction's axes become the op's); `None` when `code` has no float32 form here.
+    fn float_op(
+        &self,
+        code: B,
+        op: &fb::OperatorT,
+        ins: &[Option<usize>],
+        o: usize,
+    ) -> R<Option<(FloatOp, Vec<Option<usize>>)>> {
+        use crate::quant::legalize::{BinaryFn as Bf, ReduceFn as Rf, UnaryFn as Uf};
+        let opts = &op.builtin_options;
+        let fused = match code {
+            B::ADD => opts.as_add_options().map(|a| a.fused_activation_function),
+            B::SUB => opts.as_sub_options().map(|a| a.fused_activation_function),
+            B::MUL => opts.as_mul_options().map(|a| a.fused_activation_function),
+            B::DIV => opts.as_div_options().map(|a| a.fused_activation_function),
+            _ => None,
+        };
+        if fused.is_some_and(|f| f != fb::ActivationFunctionType::NONE) {
+            return unsupported("a fused activation on a float32 op");
+        }
+        let unary = |f| Some((FloatOp::Unary { f }, ins.get(..1).unwrap_or_default().to_vec()));
+        let binary = |f| Some((FloatOp::Binary { f }, ins.to_vec()));
+        Ok(match code {
+            B::EXP => unary(Uf::Exp),
+            B::LOG => unary(Uf::Log),
+            B::SQRT => unary(Uf::Sqrt),
+            B::RSQRT => unary(Uf::Rsqrt),
+            B::TANH => unary(Uf::Tanh),
+            B::LOGISTIC => unary(Uf::Logistic),
+            B::NEG => unary(Uf::Neg),
+            B::ABS => unary(Uf::Abs),
+            B::RELU => unary(Uf::Relu),
+            B::ADD => binary(Bf::Add),
+            B::SUB => binary(Bf::Sub),
+            B::MUL => binary(Bf::Mul),
+            B::MAXIMUM => binary(Bf::Maximum),
+            B::MINIMUM => binary(Bf::Minimum),
+            B::SQUARED_DIFFERENCE => binary(Bf::SquaredDifference),
+            B::HARD_SWISH => Some((FloatOp::HardSwish, ins.to_vec())),
+            B::EQUAL => Some((FloatOp::Equal, ins.to_vec())),
+            B::SELECT_V2 => Some((FloatOp::Where, ins.to_vec())),
+            B::CAST => Some((FloatOp::Cast, ins.to_vec())),
+            B::DIV => {
+                let one = |t: Option<usize>| {
+                    t.is_some_and(|t| {
+                        self.is_const(t)
+                            && self.tensors[t].type_ == fb::TensorType::FLOAT32
+                            && self
+                                .codes_of(t)
+                                .is_ok_and(|c| c.iter().all(|&v| v == i64::from(1.0f32.to_bits())))
+                    })
+                };
+                if one(ins.first().copied().flatten()) {
+                    Some((FloatOp::Reciprocal, ins.get(1..2).unwrap_or_default().to_vec()))
+                } else {
+                    Some((FloatOp::Div, ins.to_vec()))
+                }
+            }
+            B::SOFTMAX => {
+                if opts.as_softmax_options().is_some_and(|s| s.beta != 1.0) {
+                    return unsupported("a float32 SOFTMAX with beta other than 1");
+                }
+                Some((FloatOp::Softmax, ins.get(..1).unwrap_or_default().to_vec()))
+            }
+            B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::MEAN => {
+                let f = match code {
+                    B::SUM => Rf::Sum,
+                    B::REDUCE_MAX => Rf::Max,
+                    B::REDUCE_MIN => Rf::Min,
+                    _ => Rf::Mean,
+                };
+                let (Some(Some(x)), Some(Some(a))) = (ins.first(), ins.get(1)) else {
+                    return invalid("a reduction needs its input and axes");
+                };
+                let rank = self.shape(*x).len();
+                let mut axes = self.axes_of(*x, *a)?;
+                if axes.iter().any(|&d| d >= rank) {
+                    return invalid(format!("reduction axes {axes:?} of a rank-{rank} tensor"));
+                }
+                axes.sort_unstable();
+                axes.dedup();
+                let kept = self.shape(o).len() == rank;
+                if !kept && self.shape(o).len() + axes.len() != rank {
+                    return invalid("the reduced shape does not match the axes");
+                }
+                Some((FloatOp::Reduce { f, axes }, vec![Some(*x)]))
+            }
+            _ => None,
+        })
+    }
+
+    /// Whether an operator is a float op here: one [`Self::float_op`] knows, every operand a
+    /// [`Self::float_operands`] one, and its output float32 (boolean for EQUAL).
+    fn float_arm(&self, code: B, op: &fb::OperatorT, ins: &[Option<usize>], o: usize) -> R<bool> {
+        let out_ty = self.tensors[o].type_;
+        let out_ok = if code == B::EQUAL {
+            out_ty == fb::TensorType::BOOL
+        } else {
+            out_ty == fb::TensorType::FLOAT32
+        };
+        if !out_ok {
+            return Ok(false);
+        }
+        let Some((_, list)) = self.float_op(code, op, ins, o)? else {
+            return Ok(false);
+        };
+        Ok(self.float_operands(&list).is_some())
     }
 
     /// Weights (OIHW codes, per-output-channel scales on axis 0) and an int32 bias.
@@ -569,7 +699,8 @@ impl<'f> Lower<'f> {
         let code = builtin(code);
         match code {
             B::QUANTIZE if self.pending[req(0)?].is_some() => {
-                // The end of a float island: DEQUANTIZE, one float op, QUANTIZE.
+                // The end of a float island: the float op that makes its only input writes
+                // the codes.
                 let (fop, list) = self.pending[req(0)?].clone().unwrap_or_else(|| unreachable!());
                 let mut xs = Vec::new();
                 for t in list {
@@ -578,31 +709,20 @@ impl<'f> Lower<'f> {
                 let y = self.out(o, Layout::Nhwc)?;
                 self.op(node, OpKind::Float { op: fop }, xs, vec![y]);
             }
-            B::HARD_SWISH | B::DIV if self.float_operands(&ins).is_some() => {
-                let list = self.float_operands(&ins).unwrap_or_default();
-                let one = |b: &Self, t: usize| {
-                    b.tensors[t].type_ == fb::TensorType::FLOAT32
-                        && b.codes_of(t)
-                            .is_ok_and(|c| c.iter().all(|&v| v == i64::from(1.0f32.to_bits())))
-                };
-                let (fop, list) = match code {
-                    B::HARD_SWISH => (FloatOp::HardSwish, list),
-                    _ if self.is_const(list[0]) && one(self, list[0]) => (FloatOp::Reciprocal, vec![list[1]]),
-                    _ => (FloatOp::Div, list),
-                };
-                self.pending[o] = Some((fop, list));
-            }
-            B::EQUAL if self.float_operands(&ins).is_some() => {
-                let mut xs = Vec::new();
-                for t in self.float_operands(&ins).unwrap_or_default() {
-                    xs.push(self.get(t, Layout::Nhwc)?);
+            _ if self.float_arm(code, op, &ins, o)? => {
+                let (fop, list) = self.float_op(code, op, &ins, o)?.unwrap_or_else(|| unreachable!());
+                let list = self.float_operands(&list).unwrap_or_default();
+                if self.quantize_only[o] {
+                    self.pending[o] = Some((fop, list));
+                } else {
+                    // Read by float ops (or a graph output): a float32 (boolean) tensor.
+                    let mut xs = Vec::new();
+                    for t in list {
+                        xs.push(self.get(t, Layout::Nhwc)?);
+                    }
+                    let y = self.out(o, Layout::Nhwc)?;
+                    self.op(node, OpKind::Float { op: fop }, xs, vec![y]);
                 }
-                let y = self.out(o, Layout::Nhwc)?;
-                self.op(node, OpKind::Float { op: FloatOp::Equal }, xs, vec![y]);
-            }
-            B::SELECT_V2 if self.float_operands(&ins).is_some() => {
-                let list = self.float_operands(&ins).unwrap_or_default();
-                self.pending[o] = Some((FloatOp::Where, list));
             }
             B::CONV_2D | B::DEPTHWISE_CONV_2D => {
                 let (x, w) = (req(0)?, req(1)?);
@@ -904,7 +1024,12 @@ impl<'f> Lower<'f> {
                     // floats, quantized as QUANTIZE does) at the quantized tensor.
                     let pos = self.prog.inputs.iter().position(|&i| Some(i) == self.nhwc[x]);
                     let Some(pos) = pos else {
-                        return unsupported("QUANTIZE of a computed float tensor");
+                        // A float32 tensor other float ops read too: its codes by a float
+                        // copy whose output is quantized as QUANTIZE does.
+                        let xi = self.get(x, Layout::Nhwc)?;
+                        let y = self.out(o, Layout::Nhwc)?;
+                        self.op(node, OpKind::Float { op: FloatOp::Cast }, vec![xi], vec![y]);
+                        return Ok(());
                     };
                     let y = self.out(o, Layout::Nhwc)?;
                     let float = std::mem::replace(&mut self.prog.inputs[pos], y);

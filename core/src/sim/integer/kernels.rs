@@ -772,6 +772,11 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
                             y
                         }
                     }
+                    // SquaredDifference: `d = a − b; d · d`.
+                    BinaryFn::SquaredDifference => {
+                        let d = x - y;
+                        d * d
+                    }
                 })
                 .collect()
         }
@@ -786,7 +791,7 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
     })
 }
 
-/// The float reference kernels of EXP, LOG, SQRT, TANH, LOGISTIC, NEG, ABS and RELU.
+/// The float reference kernels of EXP, LOG, SQRT, TANH, LOGISTIC, NEG, ABS, RELU and RSQRT.
 fn unary_f32(f: UnaryFn, x: f32) -> f32 {
     match f {
         UnaryFn::Exp => x.exp(),
@@ -812,6 +817,8 @@ fn unary_f32(f: UnaryFn, x: f32) -> f32 {
                 x
             }
         }
+        // elementwise.cc's Rsqrt: `1.f / std::sqrt(f)`.
+        UnaryFn::Rsqrt => 1.0 / x.sqrt(),
     }
 }
 
