@@ -5,6 +5,9 @@ with calibration and evaluation on disjoint samples.
 Usage: python3 bench/compare_quant_ort.py [--models cls,det,rec,yolox,pitch,magika]
        [--binary target/release/npu-studio] [--a16w8]
 
+`--models cls-crops` measures PP-OCR cls on 60 held-out crops instead of the six photos
+(`python3 bench/make_crops.py 60 data/crops60_eval 1` writes them first).
+
 Models and splits are scripts/model_sets.py's (fetch_models.py fetches them): PP-OCR cls
 (calibrated on eight crops, evaluated on the six photos), det and rec (three photos / the
 other three), the YOLOX detector (same), Basic Pitch (audio windows), Magika (int32 byte
@@ -179,7 +182,7 @@ def main():
         ev = linked_folder(tmp, "eval", eval_files)
         calib_files = sorted(os.path.join(calib_dir, f) for f in os.listdir(calib_dir))
         calib = [load_sample(f, PREPROCESS.get(m, "")) for f in calib_files]
-        evals = [np.load(os.path.join(ROOT, f)) for f in eval_files]
+        evals = [load_sample(os.path.join(ROOT, f), PREPROCESS.get(m, "")) for f in eval_files]
         model = os.path.join(ROOT, model_path(m))
         fp = session(model)
         name = fp.get_inputs()[0].name

@@ -4,6 +4,9 @@ scripts/fetch_models.py) as PNG files: a larger calibration/evaluation set of re
 content, e.g. for timing `npu-studio analyze` with 32 images.
 
     python3 bench/make_crops.py 32 data/crops
+    python3 bench/make_crops.py 60 data/crops60_eval 1   # another seed: other crops
+
+The optional third argument seeds the crop positions (default 0, which `data/crops8` uses).
 """
 
 import random
@@ -22,7 +25,7 @@ def main():
     if not photos:
         sys.exit("no photos in data/images: run scripts/fetch_models.py first")
     out.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(0)
+    rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
     for k in range(n):
         src = photos[k % len(photos)]
         img = Image.open(src).convert("RGB")

@@ -161,7 +161,7 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
             let new = if is_bias(node, k) {
                 let x_grid = node
                     .input(0)
-                    .and_then(|x| q.grid(plan, x))
+                    .and_then(|x| q.sim_grid(plan, x))
                     .and_then(|(f, r)| QParams::activation(f, r));
                 let Some(wv) = node.input(1) else { continue };
                 let (Some(xq), Some(axis), Some(wc)) = (
@@ -238,7 +238,7 @@ pub fn qdq_model(q: &Quantizer<'_>, plan: &QuantPlan) -> (Model, QdqSummary) {
     }
     let mut rename = Vec::new();
     for &v in &q.quant_points {
-        let Some((format, range)) = q.grid(plan, v) else {
+        let Some((format, range)) = q.sim_grid(plan, v) else {
             continue;
         };
         let (codes_dtype, scale, zp, domain) = match format {

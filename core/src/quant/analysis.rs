@@ -165,6 +165,7 @@ impl Quantizer<'_> {
         let full = self.output_sqnr(plan, cached)?;
         step("weights only")?;
         let mut w = plan.clone();
+        w.exact_float = true;
         w.inputs = ActFormat::Float;
         w.default.activations = ActFormat::Float;
         w.layers.values_mut().for_each(|p| p.activations = ActFormat::Float);
@@ -182,6 +183,8 @@ impl Quantizer<'_> {
         float.inputs = ActFormat::Float;
         float.default = LayerPrecision::FLOAT;
         float.layers.clear();
+        // What-if plans: a layer at float is unquantized, whoever reads it.
+        float.exact_float = true;
         let live_full = self.live(plan.clone(), cached.samples.clone(), Keep::Outputs, &Silent)?;
         let live_float = self.live(float.clone(), cached.samples.clone(), Keep::Outputs, &Silent)?;
         // The ranking is made on the fitting samples and checked on the held-back ones (the
@@ -210,6 +213,7 @@ impl Quantizer<'_> {
             step(&format!("sweep {}", node.label()))?;
             let mut but = plan.clone();
             but.layers.insert(node.name.clone(), LayerPrecision::FLOAT);
+            but.exact_float = true;
             let ch = self.live_try(&live_full, &but, progress)?;
             let all_but_this_db = self.live_output_sqnr(&live_full, Some(&ch));
             let (all_but_this_fit_db, all_but_this_held_db) = parts(&live_full, &ch);

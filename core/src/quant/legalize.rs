@@ -60,7 +60,7 @@ pub const FLOAT_LAYER_OPS: &[&str] = &[
 ];
 
 /// Data movement that carries a float32 tensor as it is (its codes are the float's bits).
-const FLOAT_CARRIERS: &[&str] = &[
+pub(crate) const FLOAT_CARRIERS: &[&str] = &[
     "Reshape",
     "Flatten",
     "Squeeze",
@@ -2755,6 +2755,20 @@ mod tests {
             .skip(4)
             .map(|s| s.expect("sample").1)
             .collect();
+        // The fake-quant simulation quantizes the mean where the int16 Mul reads it, as the
+        // integer program does (on the simulation's 16-bit grid of the same range).
+        let mean_name = {
+            let n = m.graph.nodes.iter().find(|n| n.op == "ReduceMean").expect("mean");
+            m.graph.values[n.output(0).expect("output")].name.clone()
+        };
+        let range = plan.hidden.get(&mean_name).expect("the mean's range").int16;
+        let grid = crate::quant::scheme::Affine::from_range(range.0, range.1, 65535.0);
+        for s in &samples {
+            let sim = q.values(Some(&plan), s).expect("simulates");
+            for &v in &sim[&mean_name] {
+                assert_eq!(grid.qdq(v), v, "mean {v} is off its 16-bit grid");
+            }
+        }
         let int8_program = legalize(&m, &int8, &HashMap::new()).expect("legalizes");
         let sqnr = |p: &Program| {
             let (mut sig, mut err) = (0f64, 0f64);

@@ -206,7 +206,7 @@ impl Quantizer<'_> {
         // Values whose grid moved: a node reading one runs again even when the value came out
         // the same (its bias lies on a grid made from its input's scale).
         let regridded: HashSet<ValueId> = (0..g.values.len())
-            .filter(|&v| self.source[v].is_some() && self.grid(old, v) != self.grid(plan, v))
+            .filter(|&v| self.sim_grid(old, v) != self.sim_grid(plan, v))
             .collect();
         let mut local_nodes = Vec::new();
         for &n in &self.order {

@@ -259,6 +259,11 @@ pub struct QuantPlan {
     /// that width.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gptq: BTreeMap<String, String>,
+    /// For the analysis' what-if plans only (never written): a `float` layer's output stays
+    /// unquantized even where an integer layer reads it, which the integer program cannot do
+    /// ([`Quantizer::sim_grid`]), so that a sweep measures one tensor's quantization alone.
+    #[serde(skip)]
+    pub exact_float: bool,
 }
 
 impl QuantPlan {
@@ -349,6 +354,8 @@ pub struct Quantizer<'m> {
     /// For every float value, the quantizer whose grid it lies on (itself, or the input of
     /// a pass-through chain).
     source: Vec<Option<ValueId>>,
+    /// The nodes reading each value.
+    consumers: Vec<Vec<NodeId>>,
     ctx: OpCtx,
     pool: rayon::ThreadPool,
 }
@@ -487,6 +494,7 @@ impl<'m> Quantizer<'m> {
             last_use,
             quant_points,
             source,
+            consumers,
             ctx: OpCtx {
                 opset: model.opset(),
                 threads: threads.max(1),
@@ -718,6 +726,7 @@ impl<'m> Quantizer<'m> {
             weight_clip: BTreeMap::new(),
             gptq: BTreeMap::new(),
             smoothing: BTreeMap::new(),
+            exact_float: false,
         })
     }
 
@@ -841,9 +850,56 @@ impl<'m> Quantizer<'m> {
             .collect())
     }
 
+    /// The grid the simulation puts `v` on: [`Self::grid`], except that the output of a layer
+    /// the plan keeps in float is quantized where an integer layer reads it, as the integer
+    /// program quantizes it (`float-layer-output`): on the plan's range at the widest format
+    /// of the integer layers reading it, also when an epilogue is fused behind it (not in
+    /// the analysis' what-if plans, [`QuantPlan::exact_float`]).
+    pub fn sim_grid(&self, plan: &QuantPlan, v: ValueId) -> Option<(ActFormat, (f64, f64))> {
+        let grid = self.grid(plan, v);
+        if plan.exact_float || grid.is_some_and(|x| x.0 != ActFormat::Float) {
+            return grid;
+        }
+        let g = self.graph();
+        let src = self.source[v].unwrap_or(v);
+        let producer = &g.nodes[g.values[src].producer?];
+        let float_layer = plan.precision(producer).activations == ActFormat::Float
+            && legalize::FLOAT_LAYER_OPS.contains(&producer.op.as_str());
+        if !float_layer || self.read_in_float(plan, src) {
+            return grid;
+        }
+        let readers: Vec<ActFormat> = self.consumers[src]
+            .iter()
+            .map(|&c| plan.precision(&g.nodes[c]).activations)
+            .collect();
+        let format = if readers.contains(&ActFormat::Int16) {
+            ActFormat::Int16
+        } else if readers.contains(&ActFormat::Int8) {
+            ActFormat::Int8
+        } else {
+            return grid;
+        };
+        let name = &g.values[src].name;
+        let range = plan.ranges.get(name).or_else(|| plan.hidden.get(name))?;
+        Some((format, range.for_format(format)))
+    }
+
+    /// Whether the integer program reads `v` only in float32: by layers the plan keeps in
+    /// float, or through data movement carrying float32 to them (legalize's rule).
+    fn read_in_float(&self, plan: &QuantPlan, v: ValueId) -> bool {
+        let g = self.graph();
+        self.consumers[v].iter().all(|&c| {
+            let c = &g.nodes[c];
+            plan.precision(c).activations == ActFormat::Float && legalize::FLOAT_LAYER_OPS.contains(&c.op.as_str())
+                || legalize::FLOAT_CARRIERS.contains(&c.op.as_str())
+                    && c.input(0) == Some(v)
+                    && c.outputs.iter().flatten().all(|&o| self.read_in_float(plan, o))
+        })
+    }
+
     fn fake_quant(&self, plan: &QuantPlan, v: ValueId, t: &mut Tensor) {
-        if self.source[v] == Some(v)
-            && let Some((f, r)) = self.grid(plan, v)
+        if self.source[v].is_none_or(|s| s == v)
+            && let Some((f, r)) = self.sim_grid(plan, v)
         {
             qdq_tensor(t, f, r);
         }
@@ -864,7 +920,7 @@ impl<'m> Quantizer<'m> {
         }
         if let Some(t) = reference.get(&v) {
             let mut t = t.clone();
-            if quant && let Some((f, r)) = self.grid(plan, v) {
+            if quant && let Some((f, r)) = self.sim_grid(plan, v) {
                 qdq_tensor(&mut t, f, r);
             }
             return Some(t);
@@ -1200,7 +1256,7 @@ fn qdq_tensor(t: &mut Tensor, f: ActFormat, r: (f64, f64)) {
 /// its channel).
 fn bias_qdq(q: &Quantizer<'_>, plan: &QuantPlan, node: &Node, bias: &[f32], prec: LayerPrecision) -> Vec<f32> {
     let g = q.graph();
-    let x_grid = node.input(0).and_then(|x| q.grid(plan, x));
+    let x_grid = node.input(0).and_then(|x| q.sim_grid(plan, x));
     let x_scale = x_grid.and_then(|(f, r)| f.levels().map(|l| Affine::from_range(r.0, r.1, l).scale));
     // Under 16-bit inputs the bias is int64, as in TFLite's 16x8 scheme: on the 256× finer
     // grid, int32 would clip the bias of channels with small weights.
