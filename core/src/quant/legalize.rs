@@ -13,7 +13,7 @@ use super::params::{IntType, QParams, bias_codes, check_graph, int8_weight_codes
 use super::scheme::ActFormat;
 use super::scheme::WeightFormat;
 use super::{QuantError, QuantPlan, Quantizer};
-use crate::ir::{Model, Node, NodeId, Tensor, ValueId, concrete};
+use crate::ir::{Graph, Model, Node, NodeId, Tensor, ValueId, concrete};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -60,7 +60,7 @@ pub const FLOAT_LAYER_OPS: &[&str] = &[
 ];
 
 /// Data movement that carries a float32 tensor as it is (its codes are the float's bits).
-pub(crate) const FLOAT_CARRIERS: &[&str] = &[
+const FLOAT_CARRIERS: &[&str] = &[
     "Reshape",
     "Flatten",
     "Squeeze",
@@ -69,6 +69,26 @@ pub(crate) const FLOAT_CARRIERS: &[&str] = &[
     "Dropout",
     "Expand",
 ];
+
+/// A node `plan` keeps in float that has a float32 form (one of [`FLOAT_LAYER_OPS`]).
+pub(crate) fn is_float_layer(plan: &QuantPlan, node: &Node) -> bool {
+    plan.precision(node).activations == ActFormat::Float && FLOAT_LAYER_OPS.contains(&node.op.as_str())
+}
+
+/// Whether the integer program reads `v` only in float32: by float layers, through data
+/// movement that carries float32, or as a graph output (no reader).
+pub(crate) fn read_in_float(g: &Graph, consumers: &[Vec<NodeId>], plan: &QuantPlan, v: ValueId) -> bool {
+    consumers[v].iter().all(|&c| {
+        let c = &g.nodes[c];
+        is_float_layer(plan, c)
+            || FLOAT_CARRIERS.contains(&c.op.as_str())
+                && c.input(0) == Some(v)
+                && c.outputs
+                    .iter()
+                    .flatten()
+                    .all(|&o| read_in_float(g, consumers, plan, o))
+    })
+}
 
 /// A fused activation, applied as TFLite's `CalculateActivationRangeQuantized` clamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -747,22 +767,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         Ok(p)
     }
 
-    /// A node the plan keeps in float that has a float32 form.
     fn is_float_layer(&self, node: &Node) -> bool {
-        self.plan.precision(node).activations == ActFormat::Float && FLOAT_LAYER_OPS.contains(&node.op.as_str())
+        is_float_layer(self.plan, node)
     }
 
-    /// Whether `v` is read only in float32: by float layers, through data movement that
-    /// carries float32, or as a graph output.
     fn read_in_float(&self, v: ValueId) -> bool {
-        let g = self.g();
-        self.consumers[v].iter().all(|&c| {
-            let c = &g.nodes[c];
-            self.is_float_layer(c)
-                || FLOAT_CARRIERS.contains(&c.op.as_str())
-                    && c.input(0) == Some(v)
-                    && c.outputs.iter().flatten().all(|&o| self.read_in_float(o))
-        })
+        read_in_float(self.g(), &self.consumers, self.plan, v)
     }
 
     /// The output of a float layer: float32 where only float32 reads it, else the grid of

@@ -863,9 +863,7 @@ impl<'m> Quantizer<'m> {
         let g = self.graph();
         let src = self.source[v].unwrap_or(v);
         let producer = &g.nodes[g.values[src].producer?];
-        let float_layer = plan.precision(producer).activations == ActFormat::Float
-            && legalize::FLOAT_LAYER_OPS.contains(&producer.op.as_str());
-        if !float_layer || self.read_in_float(plan, src) {
+        if !legalize::is_float_layer(plan, producer) || legalize::read_in_float(g, &self.consumers, plan, src) {
             return grid;
         }
         let readers: Vec<ActFormat> = self.consumers[src]
@@ -882,19 +880,6 @@ impl<'m> Quantizer<'m> {
         let name = &g.values[src].name;
         let range = plan.ranges.get(name).or_else(|| plan.hidden.get(name))?;
         Some((format, range.for_format(format)))
-    }
-
-    /// Whether the integer program reads `v` only in float32: by layers the plan keeps in
-    /// float, or through data movement carrying float32 to them (legalize's rule).
-    fn read_in_float(&self, plan: &QuantPlan, v: ValueId) -> bool {
-        let g = self.graph();
-        self.consumers[v].iter().all(|&c| {
-            let c = &g.nodes[c];
-            plan.precision(c).activations == ActFormat::Float && legalize::FLOAT_LAYER_OPS.contains(&c.op.as_str())
-                || legalize::FLOAT_CARRIERS.contains(&c.op.as_str())
-                    && c.input(0) == Some(v)
-                    && c.outputs.iter().flatten().all(|&o| self.read_in_float(plan, o))
-        })
     }
 
     fn fake_quant(&self, plan: &QuantPlan, v: ValueId, t: &mut Tensor) {

@@ -606,9 +606,16 @@ impl<'f> Lower<'f> {
         })
     }
 
-    /// Whether an operator is a float op here: one [`Self::float_op`] knows, every operand a
-    /// [`Self::float_operands`] one, and its output float32 (boolean for EQUAL).
-    fn float_arm(&self, code: B, op: &fb::OperatorT, ins: &[Option<usize>], o: usize) -> R<bool> {
+    /// An operator as a float op with its operands: one [`Self::float_op`] knows, every
+    /// operand a [`Self::float_operands`] one, its output float32 (boolean for EQUAL);
+    /// `None` otherwise.
+    fn float_form(
+        &self,
+        code: B,
+        op: &fb::OperatorT,
+        ins: &[Option<usize>],
+        o: usize,
+    ) -> R<Option<(FloatOp, Vec<usize>)>> {
         let out_ty = self.tensors[o].type_;
         let out_ok = if code == B::EQUAL {
             out_ty == fb::TensorType::BOOL
@@ -616,12 +623,12 @@ impl<'f> Lower<'f> {
             out_ty == fb::TensorType::FLOAT32
         };
         if !out_ok {
-            return Ok(false);
+            return Ok(None);
         }
-        let Some((_, list)) = self.float_op(code, op, ins, o)? else {
-            return Ok(false);
+        let Some((fop, list)) = self.float_op(code, op, ins, o)? else {
+            return Ok(None);
         };
-        Ok(self.float_operands(&list).is_some())
+        Ok(self.float_operands(&list).map(|list| (fop, list)))
     }
 
     /// Weights (OIHW codes, per-output-channel scales on axis 0) and an int32 bias.
@@ -697,6 +704,7 @@ impl<'f> Lower<'f> {
         let o = *outs.first().ok_or_else(|| Why::Invalid("no output".into()))?;
         let opts = &op.builtin_options;
         let code = builtin(code);
+        let float = self.float_form(code, op, &ins, o)?;
         match code {
             B::QUANTIZE if self.pending[req(0)?].is_some() => {
                 // The end of a float island: the float op that makes its only input writes
@@ -709,9 +717,8 @@ impl<'f> Lower<'f> {
                 let y = self.out(o, Layout::Nhwc)?;
                 self.op(node, OpKind::Float { op: fop }, xs, vec![y]);
             }
-            _ if self.float_arm(code, op, &ins, o)? => {
-                let (fop, list) = self.float_op(code, op, &ins, o)?.unwrap_or_else(|| unreachable!());
-                let list = self.float_operands(&list).unwrap_or_default();
+            _ if float.is_some() => {
+                let (fop, list) = float.unwrap_or_else(|| unreachable!());
                 if self.quantize_only[o] {
                     self.pending[o] = Some((fop, list));
                 } else {
