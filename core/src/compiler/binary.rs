@@ -310,7 +310,7 @@ fn act_of(c: i32) -> Option<Act> {
 }
 
 /// The op codes of `docs/binary-format.md`, in order.
-pub const OP_CODES: [&str; 57] = [
+pub const OP_CODES: [&str; 58] = [
     "Conv",
     "TransposeConv",
     "ResizeNearest",
@@ -368,6 +368,7 @@ pub const OP_CODES: [&str; 57] = [
     "FloatSoftmax",
     "FloatRsqrt",
     "FloatSquaredDifference",
+    "FloatNode",
 ];
 
 fn usizes(w: &mut Vec<i32>, v: &[usize]) {
@@ -506,6 +507,12 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
                 50 + ReduceFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8
             }
             FloatOp::Softmax => 54,
+            FloatOp::Node(n) => {
+                bytes_words(&mut w, n.op.as_bytes());
+                bytes_words(&mut w, n.domain.as_bytes());
+                bytes_words(&mut w, &n.onnx);
+                57
+            }
         },
         OpKind::Relu { act } => {
             w.push(act_code(*act));
@@ -513,6 +520,17 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
         }
     };
     (code, w)
+}
+
+/// A byte string as parameter words: its length, then four bytes per word (little-endian,
+/// the last word zero-padded).
+fn bytes_words(w: &mut Vec<i32>, b: &[u8]) {
+    w.push(i32::try_from(b.len()).unwrap_or(i32::MAX));
+    w.extend(b.chunks(4).map(|c| {
+        let mut q = [0u8; 4];
+        q[..c.len()].copy_from_slice(c);
+        i32::from_le_bytes(q)
+    }));
 }
 
 struct Words<'a> {
@@ -542,6 +560,19 @@ impl Words<'_> {
     fn list(&mut self) -> Option<Vec<usize>> {
         let n = self.un()?;
         (0..n).map(|_| self.un()).collect()
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.un()?;
+        let words = n.div_ceil(4);
+        let mut out = Vec::with_capacity(words * 4);
+        for _ in 0..words {
+            out.extend(self.next()?.to_le_bytes());
+        }
+        if out[n..].iter().any(|&b| b != 0) {
+            return None;
+        }
+        out.truncate(n);
+        Some(out)
     }
     fn floats(&mut self) -> Option<Vec<f32>> {
         let n = self.un()?;
@@ -692,6 +723,14 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
                 f: BinaryFn::SquaredDifference,
             },
         },
+        57 => {
+            let op = String::from_utf8(r.bytes()?).ok()?;
+            let domain = String::from_utf8(r.bytes()?).ok()?;
+            let onnx = r.bytes()?;
+            OpKind::Float {
+                op: FloatOp::Node(Box::new(crate::quant::legalize::FloatNode { op, domain, onnx })),
+            }
+        }
         _ => return None,
     };
     (r.at == w.len()).then_some(k)
@@ -1417,6 +1456,13 @@ mod tests {
                 op: FloatOp::Binary {
                     f: BinaryFn::SquaredDifference,
                 },
+            },
+            OpKind::Float {
+                op: FloatOp::Node(Box::new(crate::quant::legalize::FloatNode {
+                    op: "LeakyRelu".into(),
+                    domain: String::new(),
+                    onnx: vec![8, 7, 0x12, 1, 2, 3, 4, 5, 6],
+                })),
             },
             OpKind::Transpose { perm: vec![0, 2, 1] },
             OpKind::AvgPool {

@@ -68,6 +68,17 @@ pub fn place(p: &Program, i: usize, target: &Target, opts: &Options) -> (Place, 
                 op: FloatOp::Unary { .. } | FloatOp::Binary { .. } | FloatOp::Reduce { .. } | FloatOp::Softmax
             }
         ) || op.outputs.iter().any(|&t| p.tensors[t].q.ty == IntType::F32);
+        if let OpKind::Float { op: FloatOp::Node(n) } = &op.kind {
+            let why = p
+                .constraints
+                .iter()
+                .find(|c| c.rule == crate::quant::legalize::FALLBACK_RULE && c.node == op.node)
+                .map_or_else(
+                    || format!("{} has no integer form: runs in float on the host", n.op),
+                    |c| format!("{}: {}", n.op, c.detail),
+                );
+            return (Place::Cpu, why, v);
+        }
         let why = if kept {
             "a layer the plan keeps in float: runs in float32 on the host, its integer inputs dequantized"
         } else {

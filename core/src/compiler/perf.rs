@@ -124,6 +124,10 @@ fn host_ops(p: &Program, i: usize, v: &OpView, m: u64) -> (f64, bool) {
                     f: UnaryFn::Exp | UnaryFn::Log | UnaryFn::Tanh | UnaryFn::Logistic,
                 } => 6.0,
                 FloatOp::HardSwish => 4.0,
+                // An ONNX node in the float fallback: its weights (the one-node model's
+                // bytes, four per value) are read once, the output computed at a few
+                // operations per value.
+                FloatOp::Node(n) => return (ins * 2.0 + out * 6.0 + n.onnx.len() as f64 / 4.0, true),
                 _ => 1.0,
             };
             // Dequantize every input, compute, quantize the output.

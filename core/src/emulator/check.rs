@@ -168,14 +168,15 @@ pub fn binary(b: &Binary) -> Result<(), String> {
                     ));
                 }
             }
-            let y = o.outputs[0];
-            if ts[y].data.is_some() || b.inputs.contains(&y) || written[y] {
-                return Err(format!(
-                    "step {i} (node {}): output {} is written twice",
-                    o.node, ts[y].name
-                ));
+            for &y in &o.outputs {
+                if ts[y].data.is_some() || b.inputs.contains(&y) || written[y] {
+                    return Err(format!(
+                        "step {i} (node {}): output {} is written twice",
+                        o.node, ts[y].name
+                    ));
+                }
+                written[y] = true;
             }
-            written[y] = true;
         }
     }
     for &o in &b.outputs {
@@ -261,9 +262,15 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
             op: FloatOp::Div | FloatOp::Equal | FloatOp::Binary { .. },
         } => 2..=2,
         OpKind::Concat { .. } => 1..=usize::MAX,
+        OpKind::Float { op: FloatOp::Node(_) } => 0..=usize::MAX,
         _ => 1..=1,
     };
-    if !want.contains(&op.inputs.len()) || op.outputs.len() != 1 {
+    let outputs = if matches!(op.kind, OpKind::Float { op: FloatOp::Node(_) }) {
+        1..=usize::MAX
+    } else {
+        1..=1
+    };
+    if !want.contains(&op.inputs.len()) || !outputs.contains(&op.outputs.len()) {
         return Err(format!(
             "{} with {} inputs and {} outputs",
             op.kind.name(),

@@ -20,7 +20,7 @@ use crate::compiler::lower::{Step, Unit};
 use crate::quant::legalize::{IOp, OpKind, Program};
 use crate::quant::params::IntType;
 use crate::sim::integer::kernels::{ConvGeom, act_range, broadcast2};
-use crate::sim::integer::{Input, RunError, eval_op, mul_multiplier, prepare};
+use crate::sim::integer::{Input, RunError, eval_op, eval_op_all, mul_multiplier, prepare};
 
 /// Why an emulation stopped; names the command or host op.
 #[derive(Debug, thiserror::Error)]
@@ -228,6 +228,23 @@ impl Emulator {
         }
         let out = match s {
             Step::Npu(k) => self.command(k, values),
+            Step::Host(_) if op.outputs.len() > 1 => {
+                // The float fallback's multi-output nodes run on the host only.
+                let outs = eval_op_all(p, op, values).map_err(fail)?;
+                for (&t, out) in op.outputs.iter().zip(outs) {
+                    let y = &p.tensors[t];
+                    if out.len() != y.shape.iter().product::<usize>() {
+                        return Err(fail(format!(
+                            "{} values for output {} of shape {:?}",
+                            out.len(),
+                            y.name,
+                            y.shape
+                        )));
+                    }
+                    values[t] = Some(out);
+                }
+                return Ok(());
+            }
             Step::Host(_) => eval_op(p, op, values),
         }
         .map_err(fail)?;

@@ -141,9 +141,10 @@ pub fn compare(e: &Emulator, emulated: &[Option<Vec<i32>>], r: &References) -> V
             "CPU"
         };
         for op in &ops {
-            let y = op.outputs[0];
-            let local = loc[y].as_deref().filter(|_| local_ok);
-            rows.extend(row(y, &op.node, op.kind.name(), device, local));
+            for &y in &op.outputs {
+                let local = loc[y].as_deref().filter(|_| local_ok);
+                rows.extend(row(y, &op.node, op.kind.name(), device, local));
+            }
         }
         for op in &ops {
             for &y in &op.outputs {

@@ -665,11 +665,23 @@ impl Writer<'_> {
                 vec![y],
                 tfl::BuiltinOptionsT::SoftmaxOptions(Box::new(tfl::SoftmaxOptionsT { beta: 1.0 })),
             ),
+            // Lowered before the float ops (see `float_node`).
+            FloatOp::Node(_) => {}
         }
         self.finish_float(after);
         if !self.float_nodes.contains(&op.node) {
             self.float_nodes.push(op.node.clone());
         }
+    }
+
+    /// The float fallback's ONNX node as TFLite float ops, where the node has a TFLite
+    /// float builtin.
+    fn float_node(&mut self, op: &IOp, n: &crate::quant::legalize::FloatNode) -> Result<(), String> {
+        Err(format!(
+            "{} runs in the float fallback and has no TFLite float op in this exporter yet",
+            n.op
+        ))
+        .map(|()| self.float_nodes.push(op.node.clone()))
     }
 
     /// LayerNormalization over the last axis in float32 (`xf` → `yf`): MEAN,
@@ -773,6 +785,9 @@ impl Writer<'_> {
     }
 
     fn lower(&mut self, op: &IOp) -> Result<(), String> {
+        if let OpKind::Float { op: FloatOp::Node(n) } = &op.kind {
+            return self.float_node(op, n);
+        }
         let p = self.p;
         let xt = &p.tensors[op.inputs[0]];
         let yt = &p.tensors[op.outputs[0]];

@@ -9,7 +9,7 @@ use super::legalize::{Constraint, Program, legalize, quantize_code};
 use super::scheme::ErrorStats;
 use super::{QuantPlan, Quantizer};
 use crate::ir::{Tensor, ValueId};
-use crate::sim::integer::{Input, eval_op, run};
+use crate::sim::integer::{Input, eval_op_all, run};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -127,8 +127,12 @@ impl IntegerCheck {
                 if !ok {
                     break;
                 }
-                match eval_op(p, op, &vals) {
-                    Ok(v) => vals[op.outputs[0]] = Some(v),
+                match eval_op_all(p, op, &vals) {
+                    Ok(outs) => {
+                        for (&t, v) in op.outputs.iter().zip(outs) {
+                            vals[t] = Some(v);
+                        }
+                    }
                     Err(_) => ok = false,
                 }
             }

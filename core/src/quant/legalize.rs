@@ -59,6 +59,9 @@ pub const FLOAT_LAYER_OPS: &[&str] = &[
     "LayerNormalization",
 ];
 
+/// The constraint rule that records why a node runs in the float fallback.
+pub const FALLBACK_RULE: &str = "float-fallback";
+
 /// Data movement that carries a float32 tensor as it is (its codes are the float's bits).
 const FLOAT_CARRIERS: &[&str] = &[
     "Reshape",
@@ -245,6 +248,22 @@ pub enum FloatOp {
     Reduce { f: ReduceFn, axes: Vec<usize> },
     /// SOFTMAX over the last axis (beta 1).
     Softmax,
+    /// A node with no integer form, kept as the ONNX op it is and run in float32 on the
+    /// host by the simulator's kernel (the float fallback).
+    Node(Box<FloatNode>),
+}
+
+/// The float fallback's op: one ONNX node as a one-node ONNX model whose graph inputs are
+/// the program op's inputs in order (constants are initializers) and whose graph outputs
+/// are the program op's outputs in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FloatNode {
+    /// The ONNX op type.
+    pub op: String,
+    /// Its domain (`""` for the default ONNX domain).
+    pub domain: String,
+    /// The one-node model, as ONNX protobuf bytes.
+    pub onnx: Vec<u8>,
 }
 
 /// The element-wise functions of [`FloatOp::Unary`], each as LiteRT's float reference kernel.
@@ -344,6 +363,15 @@ impl FloatOp {
                 ReduceFn::Mean => "Mean",
             },
             Self::Softmax => "Softmax",
+            Self::Node(_) => "Node",
+        }
+    }
+
+    /// The op's name as a user knows it: the ONNX op type for the float fallback.
+    pub fn display_name(&self) -> String {
+        match self {
+            Self::Node(n) => n.op.clone(),
+            other => other.name().to_string(),
         }
     }
 }
@@ -446,6 +474,26 @@ pub struct Program {
 }
 
 impl Program {
+    /// The nodes the float fallback runs in float on the host: (node, ONNX op, why it has
+    /// no integer form).
+    pub fn fallbacks(&self) -> Vec<(String, String, String)> {
+        self.ops
+            .iter()
+            .filter_map(|op| match &op.kind {
+                OpKind::Float { op: FloatOp::Node(n) } => {
+                    let why = self
+                        .constraints
+                        .iter()
+                        .find(|c| c.rule == FALLBACK_RULE && c.node == op.node)
+                        .map(|c| c.detail.clone())
+                        .unwrap_or_default();
+                    Some((op.node.clone(), n.op.clone(), why))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn tensor_id(&self, name: &str) -> Option<usize> {
         self.tensors.iter().position(|t| t.name == name)
     }
@@ -487,6 +535,14 @@ pub fn legalize(
     all.extend(shapes.clone());
     if !all.is_empty() {
         crate::import::shapes::fix_inputs(&mut fixed, &all).map_err(|e| LegalizeError::NoSuchInput(e.0))?;
+    }
+    // What shape inference leaves open (control flow's outputs): the calibration's shapes.
+    for v in &mut fixed.graph.values {
+        if v.shape.as_deref().and_then(concrete).is_none()
+            && let Some(s) = plan.value_shapes.get(&v.name)
+        {
+            v.shape = Some(s.iter().map(|&d| crate::ir::Dim::Fixed(d)).collect());
+        }
     }
     let q = Quantizer::new(&fixed, 1)?;
     let mut l = Lower {
@@ -555,6 +611,15 @@ struct Lower<'a, 'm> {
 }
 
 type R<T> = Result<T, LegalizeError>;
+
+/// How far the program had got before a lowering was tried.
+#[derive(Clone)]
+struct Mark {
+    ops: usize,
+    tensors: usize,
+    constraints: usize,
+    done: Vec<bool>,
+}
 
 fn attr2(node: &Node, name: &str, default: usize) -> [usize; 2] {
     match node.attr_ints(name) {
@@ -658,6 +723,17 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         match g.values[v].dtype {
             Some(crate::ir::DType::I32) => return Ok(QParams::index()),
             Some(crate::ir::DType::Bool) => return Ok(QParams::boolean()),
+            Some(crate::ir::DType::I64) => {
+                let (name, node) = (g.values[v].name.clone(), self.producer_name(v));
+                self.constraint(
+                    &name,
+                    &node,
+                    "int64-as-int32",
+                    "int64 values carried as int32 (checked at run time: a value outside the int32 range is an error)"
+                        .into(),
+                );
+                return Ok(QParams::index());
+            }
             Some(d) if !d.is_float() => {
                 return Err(format!(
                     "{d} tensor {}: only int32 integer tensors have an integer form",
@@ -1185,10 +1261,17 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 }
                 continue;
             }
+            let mark = self.mark();
             if let Err(e) = self.lower(&node) {
-                self.unsupported(&node, &e);
-                for &o in node.outputs.iter().flatten() {
-                    failed[o] = true;
+                // No integer form: undo what the attempt made and run the node in float
+                // on the host as the ONNX op it is.
+                self.rewind(mark.clone());
+                if let Err(e2) = self.lower_host(n, &node, &e) {
+                    self.rewind(mark);
+                    self.unsupported(&node, &format!("{e}; and in float on the host: {e2}"));
+                    for &o in node.outputs.iter().flatten() {
+                        failed[o] = true;
+                    }
                 }
             }
         }
@@ -1202,6 +1285,168 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     .push(format!("output {}: not computed by an integer op", self.name(o))),
             }
         }
+        Ok(())
+    }
+
+    /// Where the program stands, to undo a failed lowering.
+    fn mark(&self) -> Mark {
+        Mark {
+            ops: self.program.ops.len(),
+            tensors: self.program.tensors.len(),
+            constraints: self.program.constraints.len(),
+            done: self.done.clone(),
+        }
+    }
+
+    /// Undoes the ops, tensors and constraints made since `m`.
+    fn rewind(&mut self, m: Mark) {
+        self.program.ops.truncate(m.ops);
+        self.program.tensors.truncate(m.tensors);
+        self.program.constraints.truncate(m.constraints);
+        self.done = m.done;
+        let n = m.tensors;
+        self.ids.retain(|_, t| *t < n);
+        self.retyped.retain(|&(t, _), r| t < n && *r < n);
+    }
+
+    /// The float fallback: node `n` as a one-node ONNX model run in float32 on the host,
+    /// its integer inputs dequantized and its outputs quantized onto the plan's grids (left
+    /// in float32 where the plan has none); `why` is why it has no integer form.
+    fn lower_host(&mut self, n: NodeId, node: &Node, why: &str) -> Result<(), String> {
+        use crate::ir::{Constant, DType, Graph, Metadata, Model, Value};
+        let g = self.g();
+        let mut sub = Graph {
+            name: node.name.clone(),
+            nodes: Vec::new(),
+            values: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+        let mut ins = Vec::new();
+        let captures = if node.has_subgraphs() {
+            g.implicit_inputs(n)
+        } else {
+            Vec::new()
+        };
+        let reads: Vec<ValueId> = node.inputs.iter().flatten().copied().chain(captures).collect();
+        for v in reads {
+            if map.contains_key(&v) {
+                continue;
+            }
+            let src = &g.values[v];
+            let mut val = Value {
+                name: src.name.clone(),
+                dtype: src.dtype,
+                shape: src.shape.clone(),
+                constant: None,
+                producer: None,
+                outer: false,
+                kind: src.kind,
+            };
+            if let Some(c) = self.known(v) {
+                val.dtype = Some(c.dtype());
+                val.constant = Some(Constant::from_tensor(c));
+            } else {
+                if src.kind != crate::ir::ValueKind::Tensor {
+                    return Err(format!("input {} is not a tensor", src.name));
+                }
+                let t = self.act(v)?;
+                let shape = self.program.tensors[t].shape.clone();
+                val.shape = Some(shape.iter().map(|&d| crate::ir::Dim::Fixed(d)).collect());
+                ins.push(t);
+                sub.inputs.push(sub.values.len());
+            }
+            map.insert(v, sub.values.len());
+            sub.values.push(val);
+        }
+        let mut outs = Vec::new();
+        let mut out_ids = Vec::new();
+        for &o in node.outputs.iter() {
+            let Some(o) = o else {
+                out_ids.push(None);
+                continue;
+            };
+            let src = &g.values[o];
+            if src.kind != crate::ir::ValueKind::Tensor {
+                return Err(format!("output {} is not a tensor", src.name));
+            }
+            let shape = self.shape(o).map_err(|e| e.to_string())?;
+            let q = match src.dtype {
+                Some(DType::Bool) => QParams::boolean(),
+                Some(DType::I32 | DType::I64) => QParams::index(),
+                Some(d) if !d.is_float() => return Err(format!("its {d} output {} has no program type", src.name)),
+                _ => match self.act_params(o) {
+                    Ok(q) if q.ty.is_quantized() => q,
+                    _ => QParams::float32(),
+                },
+            };
+            let t = match self.ids.get(&o) {
+                Some(&t) => t,
+                None => {
+                    let t = self.push(ITensor {
+                        name: src.name.clone(),
+                        shape: shape.clone(),
+                        q: q.clone(),
+                        data: None,
+                    });
+                    self.ids.insert(o, t);
+                    self.params.insert(o, q);
+                    t
+                }
+            };
+            outs.push(t);
+            let id = sub.values.len();
+            sub.values.push(Value {
+                name: src.name.clone(),
+                dtype: src.dtype,
+                shape: Some(shape.iter().map(|&d| crate::ir::Dim::Fixed(d)).collect()),
+                constant: None,
+                producer: Some(0),
+                outer: false,
+                kind: src.kind,
+            });
+            sub.outputs.push(id);
+            out_ids.push(Some(id));
+        }
+        if outs.is_empty() {
+            return Err("no output is used".into());
+        }
+        let mut one = node.clone();
+        one.inputs = node.inputs.iter().map(|v| v.map(|v| map[&v])).collect();
+        one.outputs = out_ids;
+        one.origin = Vec::new();
+        sub.nodes.push(one);
+        sub.validate().map_err(|e| format!("as a one-node model: {e}"))?;
+        let src = &self.q.model.meta;
+        let model = Model {
+            graph: sub,
+            meta: Metadata {
+                ir_version: src.ir_version.max(7),
+                opsets: src.opsets.clone(),
+                producer_name: "npu-studio float fallback".into(),
+                ..Metadata::default()
+            },
+        };
+        let onnx = crate::export::onnx::to_bytes(&model);
+        self.constraint(
+            &self.name(node.output(0).unwrap_or_default()),
+            &node.name,
+            FALLBACK_RULE,
+            format!("no integer form ({why}): runs in float on the host"),
+        );
+        self.op(
+            node,
+            OpKind::Float {
+                op: FloatOp::Node(Box::new(FloatNode {
+                    op: node.op.clone(),
+                    domain: node.domain.clone(),
+                    onnx,
+                })),
+            },
+            ins,
+            outs,
+        );
         Ok(())
     }
 

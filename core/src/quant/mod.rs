@@ -22,7 +22,7 @@ pub mod scheme;
 pub mod seqmse;
 pub mod smooth;
 
-use crate::ir::{DType, Graph, Model, Node, NodeId, Tensor, ValueId};
+use crate::ir::{DType, Graph, Model, Node, NodeId, Tensor, Val, ValueId};
 use crate::progress::Progress;
 use crate::sim::OpCtx;
 use observer::{Calibration, Observer};
@@ -231,6 +231,10 @@ pub struct QuantPlan {
     /// dims to unless told otherwise).
     #[serde(default)]
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// The first calibration sample's shapes of the values shape inference cannot work
+    /// out from the input shapes (the outputs of control flow and what they feed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub value_shapes: BTreeMap<String, Vec<usize>>,
     /// Calibrated ranges of the tensors the simulator fuses into their consumer (an
     /// element-wise chain before a look-up table): no quantizer in the simulation, but an
     /// integer device needs a grid there, and legalization takes it from here.
@@ -340,6 +344,8 @@ pub struct Stats {
     pub samples: usize,
     /// The first sample's input shapes, by input name.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// The first sample's shapes of the values downstream of control flow.
+    pub value_shapes: BTreeMap<String, Vec<usize>>,
 }
 
 /// A model prepared for calibration and fake-quant simulation: node order, last uses,
@@ -356,6 +362,9 @@ pub struct Quantizer<'m> {
     source: Vec<Option<ValueId>>,
     /// The nodes reading each value.
     consumers: Vec<Vec<NodeId>>,
+    /// For each node with subgraphs (If, Loop, Scan), the values of this graph its
+    /// branches read by name.
+    outer: HashMap<String, Vec<ValueId>>,
     ctx: OpCtx,
     pool: rayon::ThreadPool,
 }
@@ -425,16 +434,16 @@ impl<'m> Quantizer<'m> {
         let g = &model.graph;
         let order = g.topo_order().map_err(|e| QuantError::Data(e.to_string()))?;
         let mut last_use = vec![0usize; g.values.len()];
+        let reads = g.reads();
+        let mut outer = HashMap::new();
         for (step, &n) in order.iter().enumerate() {
             let node = &g.nodes[n];
-            if crate::sim::ops::containers::CONTAINER_OPS.contains(&node.op.as_str()) {
-                return Err(QuantError::Node {
-                    node: node.label(),
-                    op: node.op.clone(),
-                    message: "control flow is not quantized yet".into(),
-                });
+            if node.has_subgraphs() {
+                // Control flow runs in float; the values its branches read from this
+                // graph are kept until it has run.
+                outer.insert(node.name.clone(), g.implicit_inputs(n));
             }
-            for v in node.inputs.iter().flatten() {
+            for v in &reads[n] {
                 last_use[*v] = step;
             }
         }
@@ -495,6 +504,7 @@ impl<'m> Quantizer<'m> {
             quant_points,
             source,
             consumers,
+            outer,
             ctx: OpCtx {
                 opset: model.opset(),
                 threads: threads.max(1),
@@ -541,23 +551,49 @@ impl<'m> Quantizer<'m> {
         lookup: impl Fn(ValueId) -> Option<&'t Tensor>,
     ) -> Result<Vec<Tensor>, QuantError> {
         let g = self.graph();
-        let ins: Vec<Option<&Tensor>> = node
-            .inputs
-            .iter()
-            .map(|v| {
-                v.and_then(|v| lookup(v).or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor)))
-            })
-            .collect();
-        self.eval_node(node, &ins)
+        let get = |v: ValueId| lookup(v).or_else(|| g.values[v].constant.as_ref().map(crate::ir::Constant::tensor));
+        let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(get)).collect();
+        let outer = self.outer_values(node, |v| get(v).cloned());
+        self.eval_node_in(node, &ins, &outer)
     }
 
-    /// One op on its inputs; an error names the node.
-    fn eval_node(&self, node: &Node, ins: &[Option<&Tensor>]) -> Result<Vec<Tensor>, QuantError> {
-        crate::sim::ops::eval(node, ins, &self.ctx).map_err(|message| QuantError::Node {
+    /// The values of this graph a node's subgraphs read by name (none for other nodes).
+    fn outer_values(&self, node: &Node, get: impl Fn(ValueId) -> Option<Tensor>) -> HashMap<String, Tensor> {
+        let g = self.graph();
+        self.outer
+            .get(&node.name)
+            .into_iter()
+            .flatten()
+            .filter_map(|&v| Some((g.values[v].name.clone(), get(v)?)))
+            .collect()
+    }
+
+    /// One op on its inputs, a container op's branches reading `outer` by name; an error
+    /// names the node.
+    fn eval_node_in(
+        &self,
+        node: &Node,
+        ins: &[Option<&Tensor>],
+        outer: &HashMap<String, Tensor>,
+    ) -> Result<Vec<Tensor>, QuantError> {
+        let err = |message| QuantError::Node {
             node: node.label(),
             op: node.op.clone(),
             message,
-        })
+        };
+        if !crate::sim::ops::containers::CONTAINER_OPS.contains(&node.op.as_str()) {
+            return crate::sim::ops::eval(node, ins, &self.ctx).map_err(err);
+        }
+        let vals: Vec<Option<Val>> = ins.iter().map(|t| t.map(|t| Val::Tensor(t.clone()))).collect();
+        let lookup = |name: &str| outer.get(name).map(|t| Val::Tensor(t.clone()));
+        crate::sim::ops::containers::eval(node, &vals, &self.ctx, &lookup)
+            .map_err(err)?
+            .into_iter()
+            .map(|v| match v {
+                Val::Tensor(t) => Ok(t),
+                other => Err(err(format!("an output is {}, which is not quantized", other.kind()))),
+            })
+            .collect()
     }
 
     /// Runs the graph node by node. `weights` replaces constants; `on_value` sees (and may
@@ -587,7 +623,8 @@ impl<'m> Quantizer<'m> {
                     }
                 }
                 if !keep {
-                    for v in node.inputs.iter().flatten() {
+                    let outer = self.outer.get(&node.name).into_iter().flatten();
+                    for v in node.inputs.iter().flatten().chain(outer) {
                         if self.last_use[*v] == step {
                             env.remove(v);
                         }
@@ -600,6 +637,20 @@ impl<'m> Quantizer<'m> {
             env.retain(|v, _| g.outputs.contains(v));
         }
         Ok(env)
+    }
+
+    /// The values made by control flow (If, Loop, Scan) or downstream of it: the ones
+    /// shape inference may not work out from the input shapes.
+    fn after_control_flow(&self) -> std::collections::HashSet<ValueId> {
+        let g = self.graph();
+        let mut out = std::collections::HashSet::new();
+        for &n in &self.order {
+            let node = &g.nodes[n];
+            if node.has_subgraphs() || node.inputs.iter().flatten().any(|v| out.contains(v)) {
+                out.extend(node.outputs.iter().flatten().copied());
+            }
+        }
+        out
     }
 
     /// Gathers statistics of every quantized activation over the samples in one streaming
@@ -633,6 +684,8 @@ impl<'m> Quantizer<'m> {
             .collect();
         let mut n = 0;
         let mut input_shapes = BTreeMap::new();
+        let mut value_shapes = BTreeMap::new();
+        let downstream = self.after_control_flow();
         for s in samples {
             if progress.cancelled() {
                 return Err(QuantError::Cancelled);
@@ -642,7 +695,11 @@ impl<'m> Quantizer<'m> {
             if n == 0 {
                 input_shapes = sample.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
             }
+            let first = n == 0;
             let mut see = |v: ValueId, t: &mut Tensor| -> Result<(), QuantError> {
+                if first && downstream.contains(&v) {
+                    value_shapes.insert(g.values[v].name.clone(), t.shape().to_vec());
+                }
                 if let (Some(o), Tensor::F32(a)) = (obs.get_mut(&v), &*t) {
                     let data = a.as_slice_memory_order().unwrap_or(&[]);
                     o.observe(data)
@@ -664,6 +721,7 @@ impl<'m> Quantizer<'m> {
             observers: obs,
             samples: n,
             input_shapes,
+            value_shapes,
         })
     }
 
@@ -721,6 +779,7 @@ impl<'m> Quantizer<'m> {
             bias_correction: BTreeMap::new(),
             graph: Some(params::graph_id(self.model)),
             input_shapes: stats.input_shapes.clone(),
+            value_shapes: stats.value_shapes.clone(),
             equalization: BTreeMap::new(),
             absorption: BTreeMap::new(),
             weight_clip: BTreeMap::new(),
@@ -1081,7 +1140,8 @@ impl<'m> Quantizer<'m> {
             .map(|v| v.and_then(|v| self.local_input(plan, v, reference, weights, quant)))
             .collect();
         let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-        self.pool.install(|| self.eval_node(node, &refs))
+        let outer = self.outer_values(node, |v| self.local_input(plan, v, reference, weights, quant));
+        self.pool.install(|| self.eval_node_in(node, &refs, &outer))
     }
 
     /// The float outputs a node's errors are measured on (none for a `Constant`).

@@ -718,6 +718,7 @@ pub fn float_op(op: &FloatOp, ins: &[(Vec<f32>, &[usize])], out: &[usize]) -> Re
         Ok(broadcast_map(shape, out)?.into_iter().map(|i| data[i]).collect())
     };
     Ok(match op {
+        FloatOp::Node(n) => return Err(format!("{} runs as an ONNX node, not a float kernel", n.op)),
         FloatOp::LayerNorm { epsilon, gamma, beta } => {
             let (x, shape) = arg(0)?;
             let width = *shape.last().unwrap_or(&1);

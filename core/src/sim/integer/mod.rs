@@ -8,7 +8,7 @@
 pub mod fixed;
 pub mod kernels;
 
-use crate::quant::legalize::{IOp, OpKind, Program, quantize_code};
+use crate::quant::legalize::{FloatNode, FloatOp, IOp, OpKind, Program, quantize_code};
 use crate::quant::params::{IntType, QParams};
 use rayon::prelude::*;
 
@@ -49,12 +49,14 @@ pub enum Input {
 pub fn run(p: &Program, inputs: Vec<Input>) -> Result<Run, RunError> {
     let mut values = prepare(p, inputs)?;
     for op in &p.ops {
-        let out = eval_op(p, op, &values).map_err(|message| RunError::Op {
+        let outs = eval_op_all(p, op, &values).map_err(|message| RunError::Op {
             node: op.node.clone(),
             op: op.kind.name(),
             message,
         })?;
-        values[op.outputs[0]] = Some(out);
+        for (&t, out) in op.outputs.iter().zip(outs) {
+            values[t] = Some(out);
+        }
     }
     Ok(Run { values })
 }
@@ -92,6 +94,16 @@ pub fn prepare(p: &Program, inputs: Vec<Input>) -> Result<Vec<Option<Vec<i32>>>,
                 }
                 c
             }
+            Input::Float(f) if info.q.ty == IntType::Index => {
+                if let Some(v) = f.iter().find(|v| v.fract() != 0.0 || v.abs() > 2_147_483_520.0) {
+                    return Err(RunError::InputCode {
+                        name: info.name.clone(),
+                        code: *v as i32,
+                        ty: format!("int32 (an index input holds {v}, which is not an int32 value)"),
+                    });
+                }
+                f.iter().map(|&v| v as i32).collect()
+            }
             Input::Float(f) => f.iter().map(|&v| quantize_code(v, &info.q)).collect(),
         };
         let expected: usize = info.shape.iter().product();
@@ -122,6 +134,92 @@ pub(crate) fn channel_multipliers(x: &QParams, w: &QParams, y: &QParams) -> Vec<
 /// `mul.cc` computes them.
 pub fn mul_multiplier(a: &QParams, b: &QParams, y: &QParams) -> (i32, i32) {
     fixed::quantize_multiplier(f64::from(a.s() * b.s() / y.s()))
+}
+
+/// One op on the tensors' current codes: one code vector per output (only the float
+/// fallback has more than one).
+pub fn eval_op_all(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec<Vec<i32>>, String> {
+    match &op.kind {
+        OpKind::Float { op: FloatOp::Node(n) } => float_node(p, op, n, values),
+        _ => Ok(vec![eval_op(p, op, values)?]),
+    }
+}
+
+/// The float fallback: the node's one-node ONNX model run by the float32 simulator on
+/// the dequantized inputs; outputs quantized onto their grids (float32 kept as bits,
+/// indices checked to fit int32).
+fn float_node(p: &Program, op: &IOp, n: &FloatNode, values: &[Option<Vec<i32>>]) -> Result<Vec<Vec<i32>>, String> {
+    use crate::ir::{DType, Tensor};
+    use ndarray::{ArrayD, IxDyn};
+    let (model, _) = crate::import::onnx::from_bytes(
+        bytes::Bytes::from(n.onnx.clone()),
+        std::path::Path::new("."),
+        std::path::Path::new(&op.node),
+        &crate::import::LoadOptions::default(),
+    )
+    .map_err(|e| format!("its float model does not load: {e}"))?;
+    let g = &model.graph;
+    if g.inputs.len() != op.inputs.len() || g.outputs.len() != op.outputs.len() {
+        return Err(format!(
+            "its float model has {} inputs and {} outputs for {} and {}",
+            g.inputs.len(),
+            g.outputs.len(),
+            op.inputs.len(),
+            op.outputs.len()
+        ));
+    }
+    let mut feeds = std::collections::HashMap::new();
+    for (&gi, &t) in g.inputs.iter().zip(&op.inputs) {
+        let it = &p.tensors[t];
+        let codes = values[t]
+            .as_deref()
+            .ok_or_else(|| format!("input {} was not computed", it.name))?;
+        let dim = IxDyn(&it.shape);
+        let bad = |e: ndarray::ShapeError| format!("input {}: {e}", it.name);
+        let tensor = match (it.q.ty, g.values[gi].dtype) {
+            (IntType::Bool, _) => Tensor::Bool(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| c != 0).collect()).map_err(bad)?),
+            (IntType::Index, Some(DType::I64)) => {
+                Tensor::I64(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| i64::from(c)).collect()).map_err(bad)?)
+            }
+            (IntType::Index, _) => Tensor::I32(ArrayD::from_shape_vec(dim, codes.to_vec()).map_err(bad)?),
+            (IntType::F32, _) => {
+                Tensor::F32(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| f32::from_bits(c as u32)).collect()).map_err(bad)?)
+            }
+            _ => Tensor::F32(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| it.q.real(c)).collect()).map_err(bad)?),
+        };
+        feeds.insert(g.values[gi].name.clone(), tensor);
+    }
+    let sim = crate::sim::Executor::new(&model, 1).map_err(|e| e.to_string())?;
+    let outs = sim.run(&feeds).map_err(|e| e.to_string())?;
+    outs.into_iter()
+        .zip(&op.outputs)
+        .map(|((name, x), &t)| {
+            let y = &p.tensors[t];
+            let want: usize = y.shape.iter().product();
+            if x.len() != want {
+                return Err(format!(
+                    "output {name}: {} values for shape {:?}",
+                    x.len(),
+                    y.shape
+                ));
+            }
+            Ok(match y.q.ty {
+                IntType::Bool => x.to_f32().iter().map(|&v| i32::from(v != 0.0)).collect(),
+                IntType::Index => {
+                    let v = x
+                        .to_i64()
+                        .ok_or_else(|| format!("output {name}: {} is not an integer tensor", x.dtype()))?;
+                    v.iter()
+                        .map(|&c| {
+                            i32::try_from(c).map_err(|_| format!("output {name}: {c} does not fit int32"))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                IntType::F32 => x.to_f32().iter().map(|v| v.to_bits() as i32).collect(),
+                _ => x.to_f32().iter().map(|&v| quantize_code(v, &y.q)).collect(),
+            })
+        })
+        .collect()
 }
 
 /// One op on the tensors' current codes (its inputs must be computed).
@@ -337,6 +435,13 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
         OpKind::BroadcastTo => {
             let x = v(0)?;
             kernels::broadcast2(x, &t(0).shape, &[0], &[1], &y.shape, |a, _| a)?
+        }
+        OpKind::Float { op: FloatOp::Node(n) } => {
+            let mut outs = float_node(p, op, n, values)?;
+            if outs.len() != 1 {
+                return Err(format!("{} makes {} outputs", n.op, outs.len()));
+            }
+            outs.remove(0)
         }
         OpKind::Float { op: fop } => {
             let ins: Vec<(Vec<f32>, &[usize])> = (0..op.inputs.len())
