@@ -1362,7 +1362,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         }
         let mut outs = Vec::new();
         let mut out_ids = Vec::new();
-        for &o in node.outputs.iter() {
+        for &o in &node.outputs {
             let Some(o) = o else {
                 out_ids.push(None);
                 continue;
@@ -1381,19 +1381,18 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     _ => QParams::float32(),
                 },
             };
-            let t = match self.ids.get(&o) {
-                Some(&t) => t,
-                None => {
-                    let t = self.push(ITensor {
-                        name: src.name.clone(),
-                        shape: shape.clone(),
-                        q: q.clone(),
-                        data: None,
-                    });
-                    self.ids.insert(o, t);
-                    self.params.insert(o, q);
-                    t
-                }
+            let t = if let Some(&t) = self.ids.get(&o) {
+                t
+            } else {
+                let t = self.push(ITensor {
+                    name: src.name.clone(),
+                    shape: shape.clone(),
+                    q: q.clone(),
+                    data: None,
+                });
+                self.ids.insert(o, t);
+                self.params.insert(o, q);
+                t
             };
             outs.push(t);
             let id = sub.values.len();
