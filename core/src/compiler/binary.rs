@@ -13,7 +13,7 @@ use crate::quant::params::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 3;
 /// Bytes before the section table.
 pub const HEADER_BYTES: usize = 96;
 /// Bytes of one section-table entry.

@@ -13,7 +13,8 @@
 //! when only dims of size 1 move) converts. Padding that SAME or VALID cannot express
 //! becomes an explicit PAD (with the zero point; −128 before a max pool).
 
-use crate::quant::legalize::{Act, BinaryFn, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, UnaryFn};
+use crate::ir::Tensor;
+use crate::quant::legalize::{Act, BinaryFn, FloatNode, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, UnaryFn};
 use crate::quant::params::{IntType, QParams};
 use crate::sim::integer::kernels::transpose;
 use std::collections::HashMap;
@@ -227,6 +228,37 @@ struct Writer<'p> {
     /// Program tensor → its DEQUANTIZE to float32 (graph layout).
     dequant: HashMap<usize, i32>,
     float_nodes: Vec<String>,
+}
+
+/// The float fallback's node while it is written: its one-node model, the file tensor of
+/// each of its values met so far, and their shapes.
+struct FloatNodeIo<'a> {
+    g: &'a crate::ir::Graph,
+    node: &'a crate::ir::Node,
+    file: HashMap<crate::ir::ValueId, i32>,
+    shapes: HashMap<crate::ir::ValueId, Vec<usize>>,
+    /// Prefix of the tensors it adds (its first output's name).
+    base: String,
+}
+
+impl FloatNodeIo<'_> {
+    fn value(&self, k: usize) -> Option<crate::ir::ValueId> {
+        self.node.inputs.get(k).copied().flatten()
+    }
+
+    /// Input `k`'s constant, if it is one.
+    fn constant(&self, k: usize) -> Option<&crate::ir::Constant> {
+        self.value(k).and_then(|v| self.g.values[v].constant.as_ref())
+    }
+
+    /// Input `k`'s shape: the program tensor's or the constant's.
+    fn shape(&self, k: usize) -> Option<&[usize]> {
+        let v = self.value(k)?;
+        self.shapes
+            .get(&v)
+            .map(Vec::as_slice)
+            .or_else(|| self.g.values[v].constant.as_ref().map(|c| c.shape.as_slice()))
+    }
 }
 
 fn quant(q: &QParams, dim: i32) -> Option<tfl::QuantizationParametersT> {
@@ -674,14 +706,628 @@ impl Writer<'_> {
         }
     }
 
-    /// The float fallback's ONNX node as TFLite float ops, where the node has a TFLite
-    /// float builtin.
-    fn float_node(&mut self, op: &IOp, n: &crate::quant::legalize::FloatNode) -> Result<(), String> {
-        Err(format!(
-            "{} runs in the float fallback and has no TFLite float op in this exporter yet",
-            n.op
-        ))
-        .map(|()| self.float_nodes.push(op.node.clone()))
+    /// The float fallback's ONNX node as TFLite float ops, between the DEQUANTIZE of its
+    /// integer inputs and the QUANTIZE of its outputs, where the node has a TFLite float
+    /// form; otherwise an error that names the op and what is missing.
+    fn float_node(&mut self, op: &IOp, n: &FloatNode) -> Result<(), String> {
+        let (model, _) = crate::import::onnx::from_bytes(
+            bytes::Bytes::from(n.onnx.clone()),
+            std::path::Path::new("."),
+            std::path::Path::new(&op.node),
+            &crate::import::LoadOptions::default(),
+        )
+        .map_err(|e| format!("its float model does not load: {e}"))?;
+        let g = &model.graph;
+        let [node] = g.nodes.as_slice() else {
+            return Err(format!("its float model has {} nodes, not one", g.nodes.len()));
+        };
+        if g.inputs.len() != op.inputs.len() || g.outputs.len() != op.outputs.len() {
+            return Err(format!(
+                "its float model has {} inputs and {} outputs for {} and {}",
+                g.inputs.len(),
+                g.outputs.len(),
+                op.inputs.len(),
+                op.outputs.len()
+            ));
+        }
+        let mut f = FloatNodeIo {
+            g,
+            node,
+            file: HashMap::new(),
+            shapes: HashMap::new(),
+            base: self.p.tensors[op.outputs[0]].name.clone(),
+        };
+        for (&gi, &t) in g.inputs.iter().zip(&op.inputs) {
+            let x = self.dequantized(t);
+            f.file.insert(gi, x);
+            f.shapes.insert(gi, self.p.tensors[t].shape.clone());
+        }
+        let outs: Vec<_> = op.outputs.iter().map(|&t| self.float_output(t)).collect();
+        let ys: Vec<i32> = outs.iter().map(|o| o.0).collect();
+        let out_shapes: Vec<Vec<usize>> = op.outputs.iter().map(|&t| self.p.tensors[t].shape.clone()).collect();
+        self.node_ops(&mut f, &ys, &out_shapes)
+            .map_err(|m| format!("{} runs in the float fallback; {m}", n.op))?;
+        for (_, after) in outs {
+            self.finish_float(after);
+        }
+        if !self.float_nodes.contains(&op.node) {
+            self.float_nodes.push(op.node.clone());
+        }
+        Ok(())
+    }
+
+    /// A file tensor for input `k` of the fallback's node: the program's tensor, or the
+    /// node's constant written as a float32, int32 or boolean constant (`None`: omitted).
+    fn node_input(&mut self, f: &mut FloatNodeIo, k: usize) -> Result<Option<i32>, String> {
+        let Some(v) = f.node.inputs.get(k).copied().flatten() else {
+            return Ok(None);
+        };
+        if let Some(&x) = f.file.get(&v) {
+            return Ok(Some(x));
+        }
+        let val = &f.g.values[v];
+        let c = val.constant.as_ref().ok_or_else(|| format!("input {} is neither an input nor a constant", val.name))?;
+        let name = format!("{}:{}", f.base, val.name);
+        let t = c.tensor();
+        let x = match t {
+            Tensor::Bool(a) => {
+                let bytes = a.iter().map(|&b| u8::from(b)).collect();
+                self.new_tensor(name, &c.shape, tfl::TensorType::BOOL, None, Some(bytes))
+            }
+            t if t.dtype().is_float() => self.f32_const(name, &c.shape, &t.to_f32().iter().copied().collect::<Vec<_>>()),
+            t => {
+                let v = t.to_i64().ok_or_else(|| format!("constant {} is {}", val.name, t.dtype()))?;
+                let v: Vec<i32> = v
+                    .iter()
+                    .map(|&e| i32::try_from(e).map_err(|_| format!("constant {} holds {e}, beyond int32", val.name)))
+                    .collect::<Result<_, _>>()?;
+                self.new_tensor(name, &c.shape, tfl::TensorType::INT32, None, Some(i32_bytes(&v)))
+            }
+        };
+        f.file.insert(v, x);
+        f.shapes.insert(v, c.shape.clone());
+        Ok(Some(x))
+    }
+
+    fn node_ops(&mut self, f: &mut FloatNodeIo, ys: &[i32], out_shapes: &[Vec<usize>]) -> Result<(), String> {
+        use tfl::BuiltinOperator as B;
+        use tfl::BuiltinOptionsT as O;
+        let node = f.node;
+        let need = |w: &mut Self, f: &mut FloatNodeIo, k: usize| -> Result<i32, String> {
+            w.node_input(f, k)?.ok_or_else(|| format!("input {k} is missing"))
+        };
+        let rank = |f: &FloatNodeIo, k: usize| f.shape(k).map_or(0, <[usize]>::len);
+        let axis_of = |a: i64, r: usize| -> Result<usize, String> {
+            let v = if a < 0 { a + r as i64 } else { a };
+            usize::try_from(v).ok().filter(|&v| v < r.max(1)).ok_or_else(|| format!("axis {a} is out of range for rank {r}"))
+        };
+        let y = ys[0];
+        let y_shape = out_shapes[0].clone();
+        let one = |w: &mut Self, f: &mut FloatNodeIo, code: B, options: O| -> Result<(), String> {
+            let x = need(w, f, 0)?;
+            w.emit(code, 1, vec![x], vec![y], options);
+            Ok(())
+        };
+        let two = |w: &mut Self, f: &mut FloatNodeIo, code: B, options: O| -> Result<(), String> {
+            let (a, b) = (need(w, f, 0)?, need(w, f, 1)?);
+            w.emit(code, 1, vec![a, b], vec![y], options);
+            Ok(())
+        };
+        match node.op.as_str() {
+            "Relu" => one(self, f, B::RELU, O::NONE),
+            "Sigmoid" => one(self, f, B::LOGISTIC, O::NONE),
+            "Tanh" => one(self, f, B::TANH, O::NONE),
+            "Exp" => one(self, f, B::EXP, O::ExpOptions(Box::default())),
+            "Log" => one(self, f, B::LOG, O::NONE),
+            "Sqrt" => one(self, f, B::SQRT, O::NONE),
+            "Abs" => one(self, f, B::ABS, O::AbsOptions(Box::default())),
+            "Neg" => one(self, f, B::NEG, O::NegOptions(Box::default())),
+            "Floor" => one(self, f, B::FLOOR, O::NONE),
+            "Ceil" => one(self, f, B::CEIL, O::NONE),
+            "Round" => one(self, f, B::ROUND, O::NONE),
+            "Sin" => one(self, f, B::SIN, O::NONE),
+            "Cos" => one(self, f, B::COS, O::CosOptions(Box::default())),
+            "Not" => one(self, f, B::LOGICAL_NOT, O::LogicalNotOptions(Box::default())),
+            "HardSwish" => one(self, f, B::HARD_SWISH, O::HardSwishOptions(Box::default())),
+            "LeakyRelu" => {
+                let alpha = node.attr_f("alpha").unwrap_or(0.01);
+                one(self, f, B::LEAKY_RELU, O::LeakyReluOptions(Box::new(tfl::LeakyReluOptionsT { alpha })))
+            }
+            "Elu" if node.attr_f("alpha").unwrap_or(1.0) == 1.0 => one(self, f, B::ELU, O::NONE),
+            "Gelu" => {
+                let approximate = node.attr_s("approximate") == Some("tanh");
+                one(self, f, B::GELU, O::GeluOptions(Box::new(tfl::GeluOptionsT { approximate })))
+            }
+            "Softmax" | "LogSoftmax" => {
+                // Over the last axis; another axis is swapped with the last one around it
+                // (TFLite's SOFTMAX runs over the last axis only).
+                let r = rank(f, 0);
+                let axis = axis_of(node.attr_i("axis").unwrap_or(-1), r)?;
+                let (code, options) = if node.op == "Softmax" {
+                    (B::SOFTMAX, O::SoftmaxOptions(Box::new(tfl::SoftmaxOptionsT { beta: 1.0 })))
+                } else {
+                    (B::LOG_SOFTMAX, O::LogSoftmaxOptions(Box::default()))
+                };
+                let x = need(self, f, 0)?;
+                if axis + 1 == r {
+                    self.emit(code, 1, vec![x], vec![y], options);
+                    return Ok(());
+                }
+                let mut perm: Vec<i32> = (0..r as i32).collect();
+                perm.swap(axis, r - 1);
+                let mut swapped = y_shape.clone();
+                swapped.swap(axis, r - 1);
+                let pt = self.int32_const(format!("{}:softmax_perm", f.base), &perm);
+                let a = self.f32_hidden(format!("{}:softmax_in", f.base), &swapped);
+                self.emit(B::TRANSPOSE, 1, vec![x, pt], vec![a], O::TransposeOptions(Box::default()));
+                let b = self.f32_hidden(format!("{}:softmax_out", f.base), &swapped);
+                self.emit(code, 1, vec![a], vec![b], options);
+                self.emit(B::TRANSPOSE, 1, vec![b, pt], vec![y], O::TransposeOptions(Box::default()));
+                Ok(())
+            }
+            "Add" => two(self, f, B::ADD, O::AddOptions(Box::default())),
+            "Sub" => two(self, f, B::SUB, O::SubOptions(Box::default())),
+            "Mul" => two(self, f, B::MUL, O::MulOptions(Box::default())),
+            "Div" => two(self, f, B::DIV, O::DivOptions(Box::default())),
+            "Pow" => two(self, f, B::POW, O::PowOptions(Box::default())),
+            "Max" if node.inputs.len() == 2 => two(self, f, B::MAXIMUM, O::MaximumMinimumOptions(Box::default())),
+            "Min" if node.inputs.len() == 2 => two(self, f, B::MINIMUM, O::MaximumMinimumOptions(Box::default())),
+            "Equal" => two(self, f, B::EQUAL, O::EqualOptions(Box::default())),
+            "Greater" => two(self, f, B::GREATER, O::GreaterOptions(Box::default())),
+            "Less" => two(self, f, B::LESS, O::LessOptions(Box::default())),
+            "GreaterOrEqual" => two(self, f, B::GREATER_EQUAL, O::GreaterEqualOptions(Box::default())),
+            "LessOrEqual" => two(self, f, B::LESS_EQUAL, O::LessEqualOptions(Box::default())),
+            "And" => two(self, f, B::LOGICAL_AND, O::LogicalAndOptions(Box::default())),
+            "Or" => two(self, f, B::LOGICAL_OR, O::LogicalOrOptions(Box::default())),
+            "PRelu" => two(self, f, B::PRELU, O::NONE),
+            "Where" => {
+                let ins = (0..3).map(|k| need(self, f, k)).collect::<Result<Vec<_>, _>>()?;
+                self.emit(B::SELECT_V2, 1, ins, vec![y], O::SelectV2Options(Box::default()));
+                Ok(())
+            }
+            "Cast" => {
+                let x = need(self, f, 0)?;
+                let in_data_type = self.tensors[x as usize].type_;
+                let out_data_type = self.tensors[y as usize].type_;
+                self.emit(
+                    B::CAST,
+                    1,
+                    vec![x],
+                    vec![y],
+                    O::CastOptions(Box::new(tfl::CastOptionsT {
+                        in_data_type,
+                        out_data_type,
+                    })),
+                );
+                Ok(())
+            }
+            "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" | "Dropout" => {
+                let x = need(self, f, 0)?;
+                self.reshape_to(x, y, &y_shape, &f.base);
+                Ok(())
+            }
+            "Transpose" => {
+                let x = need(self, f, 0)?;
+                let r = rank(f, 0);
+                let perm: Vec<i32> = match node.attr_ints("perm") {
+                    Some(p) => p.iter().map(|&a| a as i32).collect(),
+                    None => (0..r as i32).rev().collect(),
+                };
+                let p = self.int32_const(format!("{}:perm", f.base), &perm);
+                self.emit(B::TRANSPOSE, 1, vec![x, p], vec![y], O::TransposeOptions(Box::default()));
+                Ok(())
+            }
+            "Concat" => {
+                let axis = axis_of(node.attr_i("axis").unwrap_or(0), y_shape.len())? as i32;
+                let ins = (0..node.inputs.len()).map(|k| need(self, f, k)).collect::<Result<Vec<_>, _>>()?;
+                let options = O::ConcatenationOptions(Box::new(tfl::ConcatenationOptionsT {
+                    axis,
+                    fused_activation_function: tfl::ActivationFunctionType::NONE,
+                }));
+                self.emit(B::CONCATENATION, 1, ins, vec![y], options);
+                Ok(())
+            }
+            "Split" => {
+                let x = need(self, f, 0)?;
+                let axis = axis_of(node.attr_i("axis").unwrap_or(0), rank(f, 0))?;
+                let sizes: Vec<i32> = out_shapes.iter().map(|s| s.get(axis).map_or(0, |&d| d as i32)).collect();
+                let st = self.int32_const(format!("{}:size_splits", f.base), &sizes);
+                let at = self.new_tensor(
+                    format!("{}:axis", f.base),
+                    &[],
+                    tfl::TensorType::INT32,
+                    None,
+                    Some(i32_bytes(&[axis as i32])),
+                );
+                let num_splits = ys.len() as i32;
+                self.emit(
+                    B::SPLIT_V,
+                    1,
+                    vec![x, st, at],
+                    ys.to_vec(),
+                    O::SplitVOptions(Box::new(tfl::SplitVOptionsT { num_splits })),
+                );
+                Ok(())
+            }
+            "Gather" => {
+                let data = need(self, f, 0)?;
+                let r = rank(f, 0);
+                let axis = axis_of(node.attr_i("axis").unwrap_or(0), r)?;
+                // Constant indices: negative ones counted from the end (TFLite's GATHER
+                // takes only in-range indices).
+                let dim = f.shape(0).and_then(|s| s.get(axis).copied()).unwrap_or(0) as i64;
+                let idx = match f.constant(1).and_then(|c| c.tensor().to_i64()) {
+                    Some(v) => {
+                        let shape = v.shape().to_vec();
+                        let v: Vec<i32> = v
+                            .iter()
+                            .map(|&i| {
+                                let j = if i < 0 { i + dim } else { i };
+                                i32::try_from(j).ok().filter(|&j| (0..dim).contains(&i64::from(j)))
+                                    .ok_or_else(|| format!("index {i} is out of range for a dimension of {dim}"))
+                            })
+                            .collect::<Result<_, _>>()?;
+                        self.new_tensor(format!("{}:indices", f.base), &shape, tfl::TensorType::INT32, None, Some(i32_bytes(&v)))
+                    }
+                    None => need(self, f, 1)?,
+                };
+                let options = O::GatherOptions(Box::new(tfl::GatherOptionsT {
+                    axis: axis as i32,
+                    batch_dims: 0,
+                }));
+                self.emit(B::GATHER, 1, vec![data, idx], vec![y], options);
+                Ok(())
+            }
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+                let code = match node.op.as_str() {
+                    "ReduceMean" => B::MEAN,
+                    "ReduceSum" => B::SUM,
+                    "ReduceMax" => B::REDUCE_MAX,
+                    _ => B::REDUCE_MIN,
+                };
+                let x = need(self, f, 0)?;
+                let r = rank(f, 0);
+                let listed: Vec<i64> = match node.attr_ints("axes") {
+                    Some(a) => a.to_vec(),
+                    None => f.constant(1).and_then(|c| c.tensor().to_i64()).map(|a| a.iter().copied().collect()).unwrap_or_default(),
+                };
+                if listed.is_empty() && node.inputs.get(1).copied().flatten().is_some() && f.constant(1).is_none() {
+                    return Err("its axes are computed at run time".into());
+                }
+                let mut axes: Vec<i32> = if listed.is_empty() {
+                    (0..r as i32).collect()
+                } else {
+                    listed.iter().map(|&a| axis_of(a, r).map(|a| a as i32)).collect::<Result<_, _>>()?
+                };
+                axes.sort_unstable();
+                let keep_dims = node.attr_i("keepdims").unwrap_or(1) != 0;
+                let a = self.int32_const(format!("{}:axes", f.base), &axes);
+                self.emit(code, 1, vec![x, a], vec![y], O::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims })));
+                Ok(())
+            }
+            "ArgMax" | "ArgMin" => {
+                if node.attr_i("select_last_index").unwrap_or(0) != 0 {
+                    return Err("TFLite's ARG_MAX/ARG_MIN pick the first index, not the last".into());
+                }
+                let x = need(self, f, 0)?;
+                let axis = axis_of(node.attr_i("axis").unwrap_or(0), rank(f, 0))?;
+                let a = self.int32_const(format!("{}:axis", f.base), &[axis as i32]);
+                let keep = node.attr_i("keepdims").unwrap_or(1) != 0;
+                let out = if keep {
+                    let mut s = y_shape.clone();
+                    s.remove(axis);
+                    self.new_tensor(format!("{}:arg", f.base), &s, tfl::TensorType::INT32, None, None)
+                } else {
+                    y
+                };
+                let (code, options) = if node.op == "ArgMax" {
+                    let o = tfl::ArgMaxOptionsT { output_type: tfl::TensorType::INT32 };
+                    (B::ARG_MAX, O::ArgMaxOptions(Box::new(o)))
+                } else {
+                    let o = tfl::ArgMinOptionsT { output_type: tfl::TensorType::INT32 };
+                    (B::ARG_MIN, O::ArgMinOptions(Box::new(o)))
+                };
+                self.emit(code, 1, vec![x, a], vec![out], options);
+                if keep {
+                    self.reshape_to(out, y, &y_shape, &f.base);
+                }
+                Ok(())
+            }
+            "Clip" => {
+                // MAXIMUM with the lower bound, then MINIMUM with the upper one (constants
+                // or tensors computed at run time; an absent bound is no op).
+                let x = need(self, f, 0)?;
+                let mut bounds = Vec::new();
+                for (k, attr, code) in [(1, "min", B::MAXIMUM), (2, "max", B::MINIMUM)] {
+                    let t = match (f.value(k), node.attr_f(attr)) {
+                        (Some(_), _) => need(self, f, k)?,
+                        (None, Some(b)) => self.f32_const(format!("{}:clip_{attr}", f.base), &[], &[b]),
+                        (None, None) => continue,
+                    };
+                    bounds.push((t, code));
+                }
+                let mut cur = x;
+                for (i, &(b, code)) in bounds.iter().enumerate() {
+                    let out = if i + 1 == bounds.len() { y } else { self.f32_hidden(format!("{}:clip_lo", f.base), &y_shape) };
+                    self.emit(code, 1, vec![cur, b], vec![out], O::MaximumMinimumOptions(Box::default()));
+                    cur = out;
+                }
+                if bounds.is_empty() {
+                    self.reshape_to(x, y, &y_shape, &f.base);
+                }
+                Ok(())
+            }
+            "BatchNormalization" => {
+                let x = need(self, f, 0)?;
+                let p: Vec<Vec<f32>> = (1..5)
+                    .map(|k| f.constant(k).map(|c| c.tensor().to_f32().iter().copied().collect()))
+                    .collect::<Option<_>>()
+                    .ok_or("its scale, bias, mean and variance are not constants")?;
+                let eps = node.attr_f("epsilon").unwrap_or(1e-5);
+                let scale: Vec<f32> = p[0].iter().zip(&p[3]).map(|(&s, &v)| s / (v + eps).sqrt()).collect();
+                let shift: Vec<f32> = p[1].iter().zip(&p[2]).zip(&scale).map(|((&b, &m), &s)| b - m * s).collect();
+                let mut cshape = vec![scale.len()];
+                cshape.resize(rank(f, 0).saturating_sub(1).max(1), 1);
+                let s = self.f32_const(format!("{}:bn_scale", f.base), &cshape, &scale);
+                let b = self.f32_const(format!("{}:bn_shift", f.base), &cshape, &shift);
+                let mid = self.f32_hidden(format!("{}:bn_scaled", f.base), &y_shape);
+                self.emit(B::MUL, 1, vec![x, s], vec![mid], O::MulOptions(Box::default()));
+                self.emit(B::ADD, 1, vec![mid, b], vec![y], O::AddOptions(Box::default()));
+                Ok(())
+            }
+            "Gemm" | "FusedGemm" | "MatMul" => self.node_matmul(f, y, &y_shape),
+            "Conv" | "FusedConv" => self.node_conv(f, y, &y_shape),
+            other => Err(format!("TFLite has no float op for {other} in this exporter")),
+        }
+    }
+
+    /// Gemm (alpha·A·B + beta·C, B constant), MatMul, and onnxruntime's FusedGemm (a Gemm
+    /// with its activation) as FULLY_CONNECTED, or BATCH_MATMUL when B is computed.
+    fn node_matmul(&mut self, f: &mut FloatNodeIo, y: i32, y_shape: &[usize]) -> Result<(), String> {
+        use tfl::BuiltinOperator as B;
+        use tfl::BuiltinOptionsT as O;
+        let node = f.node;
+        let gemm = node.op != "MatMul";
+        if gemm && node.attr_i("transA").unwrap_or(0) != 0 {
+            return Err("transA = 1 has no TFLite form here".into());
+        }
+        let trans_b = gemm && node.attr_i("transB").unwrap_or(0) != 0;
+        let (alpha, beta) = (node.attr_f("alpha").unwrap_or(1.0), node.attr_f("beta").unwrap_or(1.0));
+        let (act, post) = match node.attr_s("activation") {
+            None => (tfl::ActivationFunctionType::NONE, None),
+            Some("Relu") => (tfl::ActivationFunctionType::RELU, None),
+            Some("LeakyRelu") => {
+                let alpha = node.attr_f("activation_alpha").unwrap_or(0.01);
+                let o = O::LeakyReluOptions(Box::new(tfl::LeakyReluOptionsT { alpha }));
+                (tfl::ActivationFunctionType::NONE, Some((B::LEAKY_RELU, o)))
+            }
+            Some("Sigmoid") => (tfl::ActivationFunctionType::NONE, Some((B::LOGISTIC, O::NONE))),
+            Some("Tanh") => (tfl::ActivationFunctionType::NONE, Some((B::TANH, O::NONE))),
+            Some(a) => return Err(format!("a fused {a} has no TFLite form here")),
+        };
+        let a = self.node_input(f, 0)?.ok_or("input 0 is missing")?;
+        let out = if post.is_some() { self.f32_hidden(format!("{}:gemm", f.base), y_shape) } else { y };
+        let b_const = f.constant(1).filter(|c| c.shape.len() == 2).map(|c| (c.shape.clone(), c.tensor().to_f32()));
+        match b_const {
+            Some((bs, b)) => {
+                // FULLY_CONNECTED's weights are [N, K].
+                let b: Vec<f32> = b.iter().copied().collect();
+                let (k, n) = if trans_b { (bs[1], bs[0]) } else { (bs[0], bs[1]) };
+                let mut w = vec![0f32; n * k];
+                for (i, wi) in w.iter_mut().enumerate() {
+                    let (row, col) = (i / k, i % k);
+                    *wi = alpha * if trans_b { b[row * k + col] } else { b[col * n + row] };
+                }
+                let wt = self.f32_const(format!("{}:weights", f.base), &[n, k], &w);
+                let bias = match f.constant(2) {
+                    Some(c) if gemm => {
+                        let v: Vec<f32> = c.tensor().to_f32().iter().map(|&v| v * beta).collect();
+                        let v = match v.len() {
+                            1 => vec![v[0]; n],
+                            l if l == n => v,
+                            l => return Err(format!("a bias of {l} values for {n} outputs has no FULLY_CONNECTED form")),
+                        };
+                        self.f32_const(format!("{}:bias", f.base), &[n], &v)
+                    }
+                    None if node.inputs.get(2).copied().flatten().is_none() => -1,
+                    _ => return Err("its bias is computed at run time".into()),
+                };
+                let keep_num_dims = f.shape(0).is_some_and(|s| s.len() > 2);
+                let options = O::FullyConnectedOptions(Box::new(tfl::FullyConnectedOptionsT {
+                    fused_activation_function: act,
+                    keep_num_dims,
+                    ..Default::default()
+                }));
+                self.emit(B::FULLY_CONNECTED, if keep_num_dims { 5 } else { 1 }, vec![a, wt, bias], vec![out], options);
+            }
+            None if !gemm => {
+                let b = self.node_input(f, 1)?.ok_or("input 1 is missing")?;
+                self.emit(B::BATCH_MATMUL, 1, vec![a, b], vec![out], O::BatchMatMulOptions(Box::default()));
+            }
+            None => return Err("B is computed at run time".into()),
+        }
+        if let Some((code, options)) = post {
+            self.emit(code, 1, vec![out], vec![y], options);
+        }
+        Ok(())
+    }
+
+    /// A 1-D or 2-D Conv or FusedConv in float32: the input to NHWC (a RESHAPE adds H = 1 to
+    /// a 1-D input), CONV_2D or DEPTHWISE_CONV_2D on the constant filter (OHWI, or
+    /// `[1, H, W, C·m]`) with explicit padding as PAD where SAME and VALID cannot say it,
+    /// the fused activation, and the output back to the graph's layout.
+    fn node_conv(&mut self, f: &mut FloatNodeIo, y: i32, y_shape: &[usize]) -> Result<(), String> {
+        use tfl::BuiltinOperator as B;
+        use tfl::BuiltinOptionsT as O;
+        let node = f.node;
+        if node.attr_s("auto_pad").is_some_and(|a| a != "NOTSET") {
+            return Err("auto_pad has no TFLite form here (explicit pads have)".into());
+        }
+        let xs = f.shape(0).ok_or("input 0 is missing")?.to_vec();
+        let c = f.constant(1).ok_or("its filter is not a constant")?;
+        let (ws, w) = (c.shape.clone(), c.tensor().to_f32().iter().copied().collect::<Vec<f32>>());
+        let one_d = xs.len() == 3;
+        if !(one_d || xs.len() == 4) || ws.len() != xs.len() || y_shape.len() != xs.len() {
+            return Err("only 1-D and 2-D convolutions have a TFLite form".into());
+        }
+        let ints = |k: &str, n: usize, d: i64| -> Vec<usize> {
+            node.attr_ints(k).map_or_else(|| vec![d as usize; n], |v| v.iter().map(|&a| a as usize).collect())
+        };
+        let sp = xs.len() - 2;
+        let (strides, dil, pads) = (ints("strides", sp, 1), ints("dilations", sp, 1), ints("pads", 2 * sp, 0));
+        // Everything as 2-D: H = 1 for a 1-D convolution.
+        let (x4, w4, y4, strides, dil, pads): (Vec<usize>, Vec<usize>, Vec<usize>, [usize; 2], [usize; 2], [usize; 4]) =
+            if one_d {
+                (
+                    vec![xs[0], xs[1], 1, xs[2]],
+                    vec![ws[0], ws[1], 1, ws[2]],
+                    vec![y_shape[0], y_shape[1], 1, y_shape[2]],
+                    [1, strides[0]],
+                    [1, dil[0]],
+                    [0, pads[0], 0, pads[1]],
+                )
+            } else {
+                (
+                    xs.clone(),
+                    ws.clone(),
+                    y_shape.to_vec(),
+                    [strides[0], strides[1]],
+                    [dil[0], dil[1]],
+                    [pads[0], pads[1], pads[2], pads[3]],
+                )
+            };
+        let (act, post) = match node.attr_s("activation") {
+            None => (tfl::ActivationFunctionType::NONE, None),
+            Some("Relu") => (tfl::ActivationFunctionType::RELU, None),
+            Some(a @ ("LeakyRelu" | "Sigmoid" | "Tanh" | "HardSwish")) => (tfl::ActivationFunctionType::NONE, Some(a)),
+            Some(a) => return Err(format!("a fused {a} has no TFLite form here")),
+        };
+        let groups = node.attr_i("group").unwrap_or(1) as usize;
+        let (o, c_in) = (w4[0], x4[1]);
+        let depthwise = groups > 1 && groups == c_in && w4[1] == 1;
+        let base = f.base.clone();
+        let mut x = self.node_input(f, 0)?.ok_or("input 0 is missing")?;
+        if one_d {
+            let t = self.f32_hidden(format!("{base}:conv_2d_input"), &x4);
+            self.reshape_to(x, t, &x4, &format!("{base}:conv_2d_input"));
+            x = t;
+        }
+        let xn = self.f32_hidden(format!("{base}:conv_input_nhwc"), &nhwc(&x4));
+        self.relayout(x, xn, &x4, NCHW_TO_NHWC, &nhwc(&x4));
+        let mut x = xn;
+        let padding = match padding([x4[2], x4[3]], [y4[2], y4[3]], [w4[2], w4[3]], strides, dil, pads) {
+            Pad::Same => tfl::Padding::SAME,
+            Pad::Valid => tfl::Padding::VALID,
+            Pad::Explicit([t, b, l, r]) => {
+                let p = self.new_tensor(
+                    format!("{base}:conv_paddings"),
+                    &[4, 2],
+                    tfl::TensorType::INT32,
+                    None,
+                    Some(i32_bytes(&[0, 0, t as i32, b as i32, l as i32, r as i32, 0, 0])),
+                );
+                let shape = [x4[0], x4[2] + t + b, x4[3] + l + r, x4[1]];
+                let padded = self.f32_hidden(format!("{base}:conv_padded"), &shape);
+                self.emit(B::PAD, 1, vec![x, p], vec![padded], O::PadOptions(Box::default()));
+                x = padded;
+                tfl::Padding::VALID
+            }
+        };
+        // Filter [O, C/g, KH, KW] to OHWI, or to [1, KH, KW, O] for a depthwise one.
+        let (kh, kw, ci) = (w4[2], w4[3], w4[1]);
+        let at = |oo: usize, cc: usize, h: usize, wv: usize| w[((oo * ci + cc) * kh + h) * kw + wv];
+        let (fshape, fdata) = if depthwise {
+            let mut d = Vec::with_capacity(w.len());
+            for h in 0..kh {
+                for wv in 0..kw {
+                    for oo in 0..o {
+                        d.push(at(oo, 0, h, wv));
+                    }
+                }
+            }
+            (vec![1, kh, kw, o], d)
+        } else {
+            let mut d = Vec::with_capacity(w.len());
+            for oo in 0..o {
+                for h in 0..kh {
+                    for wv in 0..kw {
+                        for cc in 0..ci {
+                            d.push(at(oo, cc, h, wv));
+                        }
+                    }
+                }
+            }
+            (vec![o, kh, kw, ci], d)
+        };
+        let wt = self.f32_const(format!("{base}:filter"), &fshape, &fdata);
+        let bias = match f.constant(2) {
+            Some(c) => self.f32_const(format!("{base}:bias"), &[o], &c.tensor().to_f32().iter().copied().collect::<Vec<_>>()),
+            None if f.value(2).is_none() => self.f32_const(format!("{base}:bias"), &[o], &vec![0.0; o]),
+            None => return Err("its bias is computed at run time".into()),
+        };
+        let yn_shape = nhwc(&y4);
+        let mut yn = self.f32_hidden(format!("{base}:conv_nhwc"), &yn_shape);
+        let options = if depthwise {
+            O::DepthwiseConv2DOptions(Box::new(tfl::DepthwiseConv2DOptionsT {
+                padding,
+                stride_w: strides[1] as i32,
+                stride_h: strides[0] as i32,
+                depth_multiplier: (o / c_in) as i32,
+                fused_activation_function: act,
+                dilation_w_factor: dil[1] as i32,
+                dilation_h_factor: dil[0] as i32,
+            }))
+        } else {
+            O::Conv2DOptions(Box::new(tfl::Conv2DOptionsT {
+                padding,
+                stride_w: strides[1] as i32,
+                stride_h: strides[0] as i32,
+                fused_activation_function: act,
+                dilation_w_factor: dil[1] as i32,
+                dilation_h_factor: dil[0] as i32,
+                ..Default::default()
+            }))
+        };
+        let code = if depthwise { B::DEPTHWISE_CONV_2D } else { B::CONV_2D };
+        self.emit(code, 1, vec![x, wt, bias], vec![yn], options);
+        if let Some(a) = post {
+            let z = self.f32_hidden(format!("{base}:conv_activation"), &yn_shape);
+            let (code, options) = match a {
+                "LeakyRelu" => {
+                    let alpha = node
+                        .attr_floats("activation_params")
+                        .and_then(|p| p.first().copied())
+                        .unwrap_or(0.01);
+                    (B::LEAKY_RELU, O::LeakyReluOptions(Box::new(tfl::LeakyReluOptionsT { alpha })))
+                }
+                "Sigmoid" => (B::LOGISTIC, O::NONE),
+                "Tanh" => (B::TANH, O::NONE),
+                _ => (B::HARD_SWISH, O::HardSwishOptions(Box::default())),
+            };
+            self.emit(code, 1, vec![yn], vec![z], options);
+            yn = z;
+        }
+        if one_d {
+            let t = self.f32_hidden(format!("{base}:conv_nchw"), &y4);
+            self.relayout(yn, t, &yn_shape, NHWC_TO_NCHW, &y4);
+            self.reshape_to(t, y, y_shape, &format!("{base}:conv_output"));
+        } else {
+            self.relayout(yn, y, &yn_shape, NHWC_TO_NCHW, y_shape);
+        }
+        Ok(())
+    }
+
+    /// `y = reshape(x)` to `shape`.
+    fn reshape_to(&mut self, x: i32, y: i32, shape: &[usize], base: &str) {
+        let s: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+        let st = self.int32_const(format!("{base}:shape"), &s);
+        self.emit(
+            tfl::BuiltinOperator::RESHAPE,
+            1,
+            vec![x, st],
+            vec![y],
+            tfl::BuiltinOptionsT::ReshapeOptions(Box::new(tfl::ReshapeOptionsT { new_shape: Some(s) })),
+        );
     }
 
     /// LayerNormalization over the last axis in float32 (`xf` → `yf`): MEAN,

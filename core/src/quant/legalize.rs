@@ -587,6 +587,9 @@ enum Epilogue {
     Logistic,
     /// `x·sigmoid(x)`: a Sigmoid look-up and a multiplication by the pre-activation.
     Silu,
+    /// `max(x, α·x)` for `0 < α < 1`: a MUL by α and a MAXIMUM with the pre-activation
+    /// (TFLite's converter writes a LeakyRelu this way where LEAKY_RELU is not used).
+    LeakyRelu(f32),
 }
 
 struct Lower<'a, 'm> {
@@ -1574,9 +1577,20 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let (epi, y) = self.absorb_consumer(out)?;
                 self.fully_connected(node, x, y, epi)
             }
-            "Gemm" => {
-                let (epi, y) = self.absorb_consumer(out)?;
+            "Gemm" | "FusedGemm" => {
+                let (epi, y) = match Self::epilogue(node)? {
+                    Some(e) => (e, out),
+                    None => self.absorb_consumer(out)?,
+                };
                 self.gemm(node, x, y, epi)
+            }
+            "LeakyRelu" => {
+                let alpha = node.attr_f("alpha").unwrap_or(0.01);
+                if !(alpha > 0.0 && alpha < 1.0) {
+                    return Err(format!("a LeakyRelu with alpha {alpha} (outside (0, 1)) has no integer form yet"));
+                }
+                let xi = self.act(x)?;
+                self.leaky_tail(node, xi, out, alpha)
             }
             "Slice" => {
                 let shape = self.shape(x).map_err(|e| e.to_string())?;
@@ -2262,7 +2276,16 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let Some(a) = node.attr_s("activation") else {
             return Ok(None);
         };
-        let params = node.attr_floats("activation_params").unwrap_or(&[]);
+        // FusedConv lists the parameters in `activation_params`; FusedGemm names them.
+        let named: Vec<f32> = ["activation_alpha", "activation_beta"]
+            .iter()
+            .map_while(|k| node.attr_f(k))
+            .collect();
+        let params = if node.op == "FusedGemm" {
+            named.as_slice()
+        } else {
+            node.attr_floats("activation_params").unwrap_or(&[])
+        };
         activation_epilogue(a, params).map(Some)
     }
 
@@ -2279,6 +2302,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let cn = &g.nodes[c];
         let params: Vec<f32> = match cn.op.as_str() {
             "HardSigmoid" => vec![cn.attr_f("alpha").unwrap_or(0.2), cn.attr_f("beta").unwrap_or(0.5)],
+            "LeakyRelu" => vec![cn.attr_f("alpha").unwrap_or(0.01)],
             "Clip" => {
                 let bound = |k: usize, d: f32| {
                     cn.attr_f(if k == 1 { "min" } else { "max" })
@@ -2515,6 +2539,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 self.op(node, kind(Act::None), inputs, vec![pre]);
                 return self.silu_tail(node, pre, y);
             }
+            Epilogue::LeakyRelu(alpha) => {
+                let pre = self.leaky_input(node, y, alpha)?;
+                self.op(node, kind(Act::None), inputs, vec![pre]);
+                return self.leaky_tail(node, pre, y, alpha);
+            }
         };
         self.op(node, kind(Act::None), inputs, vec![pre]);
         let yi = self.act(y)?;
@@ -2541,6 +2570,60 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let yi = self.act(y)?;
         self.op(node, OpKind::Mul { act: Act::None }, vec![pre, sig], vec![yi]);
         Ok(())
+    }
+
+    /// `y = max(pre, α·pre)` in integers: MUL of `pre` by α (a constant whose code is the
+    /// type's largest, so α is exact to float rounding) onto `y`'s grid, `pre` requantized
+    /// onto `y`'s grid where its own differs, and MAXIMUM of the two (TFLite's MAXIMUM
+    /// compares codes on one grid).
+    fn leaky_tail(&mut self, node: &Node, pre: usize, y: ValueId, alpha: f32) -> Result<(), String> {
+        let yi = self.act(y)?;
+        let yq = self.program.tensors[yi].q.clone();
+        let (shape, pq) = (self.program.tensors[pre].shape.clone(), self.program.tensors[pre].q.clone());
+        let top = if pq.ty == IntType::I16 { 32767 } else { 127 };
+        let name = self.name(y);
+        let a = self.push(ITensor {
+            name: format!("{name}:alpha"),
+            shape: vec![1],
+            q: QParams::per_tensor(pq.ty, alpha / top as f32, 0),
+            data: Some(vec![top]),
+        });
+        let neg = self.push(ITensor {
+            name: format!("{name}:leaky_scaled"),
+            shape: shape.clone(),
+            q: yq.clone(),
+            data: None,
+        });
+        self.op(node, OpKind::Mul { act: Act::None }, vec![pre, a], vec![neg]);
+        let pos = if pq.same_grid(&yq) {
+            pre
+        } else {
+            let r = self.push(ITensor {
+                name: format!("{name}:leaky_input"),
+                shape,
+                q: yq,
+                data: None,
+            });
+            self.op(node, OpKind::Requantize, vec![pre], vec![r]);
+            r
+        };
+        self.op(node, OpKind::Maximum, vec![pos, neg], vec![yi]);
+        Ok(())
+    }
+
+    /// The hidden input of a LeakyRelu fused after an accumulator: the output range with
+    /// its negative end divided by α (`[lo/α, hi]`), where every output comes from.
+    fn leaky_input(&mut self, node: &Node, y: ValueId, alpha: f32) -> Result<usize, String> {
+        let yq = self.act_params(y)?;
+        let (lo, hi) = self.range_of(y)?;
+        let pre_lo = if lo < 0.0 { lo / f64::from(alpha) } else { lo };
+        let pq = QParams::activation(yq.format(), (pre_lo, hi)).ok_or("no grid")?;
+        let detail = format!(
+            "LeakyRelu(α={alpha}) input grid [{pre_lo:.4}, {hi:.4}] (scale {}) derived from the output range [{lo:.4}, {hi:.4}] (scale {}); the fused pre-activation had none",
+            pq.s(),
+            yq.s()
+        );
+        self.preact(node, y, pq, detail)
     }
 
     /// The hidden input of a SiLU fused after an accumulator: from the point left of SiLU's
@@ -2825,6 +2908,10 @@ fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
         "HardSwish" => Epilogue::HardSwish,
         "Sigmoid" => Epilogue::Logistic,
         "Silu" => Epilogue::Silu,
+        "LeakyRelu" => match params.first().copied().unwrap_or(0.01) {
+            a if a > 0.0 && a < 1.0 => Epilogue::LeakyRelu(a),
+            a => return Err(format!("a fused LeakyRelu with alpha {a} (outside (0, 1)) has no integer form yet")),
+        },
         "HardSigmoid" => Epilogue::HardSigmoid(
             params.first().copied().unwrap_or(0.2),
             params.get(1).copied().unwrap_or(0.5),

@@ -639,8 +639,9 @@ impl<'m> Quantizer<'m> {
         Ok(env)
     }
 
-    /// The values made by control flow (If, Loop, Scan) or downstream of it: the ones
-    /// shape inference may not work out from the input shapes.
+    /// The values shape inference may not work out from the input shapes: the ones made by
+    /// control flow (If, Loop, Scan) or downstream of it, and every value whose shape the
+    /// graph does not fix (a recurrent op's outputs, symbolic dims).
     fn after_control_flow(&self) -> std::collections::HashSet<ValueId> {
         let g = self.graph();
         let mut out = std::collections::HashSet::new();
@@ -648,6 +649,13 @@ impl<'m> Quantizer<'m> {
             let node = &g.nodes[n];
             if node.has_subgraphs() || node.inputs.iter().flatten().any(|v| out.contains(v)) {
                 out.extend(node.outputs.iter().flatten().copied());
+            } else {
+                out.extend(node.outputs.iter().flatten().copied().filter(|&v| {
+                    g.values[v]
+                        .shape
+                        .as_ref()
+                        .is_none_or(|s| s.iter().any(|d| !matches!(d, crate::ir::Dim::Fixed(_))))
+                }));
             }
         }
         out
