@@ -425,7 +425,11 @@ fn pipeline_stages_run_export_and_go_stale() {
     assert!(matches!(h.state().stage_status(Stage::Export), Status::Stale(_)));
     // fp16 has no integer form: the float fallback runs the layer in float32 on the host,
     // so the compile follows, puts it on the CPU and says why.
-    assert!(matches!(h.state().stage_status(Stage::Compile), Status::Done(_)), "{}", h.state().status);
+    assert!(
+        matches!(h.state().stage_status(Stage::Compile), Status::Done(_)),
+        "{}",
+        h.state().status
+    );
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
     let marks = h.state().compile.card_marks(&h.state().theme.quant);
     assert!(marks[&n].1.starts_with("CPU"), "{:?}", marks[&n]);

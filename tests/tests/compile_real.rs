@@ -101,7 +101,9 @@ fn every_target_compiles_the_real_models() {
             for (node, op, _) in &fallbacks {
                 let pl = c.placements.iter().find(|pl| &pl.node == node).expect("placed");
                 assert!(
-                    pl.place == Place::Cpu && pl.reason.starts_with(op.as_str()) && pl.reason.contains("runs in float on the host"),
+                    pl.place == Place::Cpu
+                        && pl.reason.starts_with(op.as_str())
+                        && pl.reason.contains("runs in float on the host"),
                     "{name} on {}: {node} ({op}): {}",
                     t.id,
                     pl.reason
@@ -546,7 +548,10 @@ fn unknown_targets_other_graphs_and_unsupported_plans_are_clear_errors() {
         .find(|pl| pl.node == conv.name)
         .map(|pl| (pl.place, pl.reason.clone()))
         .expect("placed");
-    assert!(place == Place::Cpu && why.contains("runs in float on the host"), "{why}");
+    assert!(
+        place == Place::Cpu && why.contains("runs in float on the host"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -111,7 +111,10 @@ pub(super) fn warn_fallbacks(p: &Program) {
     if f.is_empty() {
         return;
     }
-    eprintln!("warning: {} node(s) have no integer form and run in float32 on the host:", f.len());
+    eprintln!(
+        "warning: {} node(s) have no integer form and run in float32 on the host:",
+        f.len()
+    );
     for (node, op, why) in f {
         eprintln!("  {node} ({op}): {why}");
     }

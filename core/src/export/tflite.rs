@@ -14,7 +14,9 @@
 //! becomes an explicit PAD (with the zero point; −128 before a max pool).
 
 use crate::ir::Tensor;
-use crate::quant::legalize::{Act, BinaryFn, FloatNode, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, UnaryFn};
+use crate::quant::legalize::{
+    Act, BinaryFn, FloatNode, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, UnaryFn,
+};
 use crate::quant::params::{IntType, QParams};
 use crate::sim::integer::kernels::transpose;
 use std::collections::HashMap;
@@ -766,7 +768,10 @@ impl Writer<'_> {
             return Ok(Some(x));
         }
         let val = &f.g.values[v];
-        let c = val.constant.as_ref().ok_or_else(|| format!("input {} is neither an input nor a constant", val.name))?;
+        let c = val
+            .constant
+            .as_ref()
+            .ok_or_else(|| format!("input {} is neither an input nor a constant", val.name))?;
         let name = format!("{}:{}", f.base, val.name);
         let t = c.tensor();
         let x = match t {
@@ -774,9 +779,13 @@ impl Writer<'_> {
                 let bytes = a.iter().map(|&b| u8::from(b)).collect();
                 self.new_tensor(name, &c.shape, tfl::TensorType::BOOL, None, Some(bytes))
             }
-            t if t.dtype().is_float() => self.f32_const(name, &c.shape, &t.to_f32().iter().copied().collect::<Vec<_>>()),
+            t if t.dtype().is_float() => {
+                self.f32_const(name, &c.shape, &t.to_f32().iter().copied().collect::<Vec<_>>())
+            }
             t => {
-                let v = t.to_i64().ok_or_else(|| format!("constant {} is {}", val.name, t.dtype()))?;
+                let v = t
+                    .to_i64()
+                    .ok_or_else(|| format!("constant {} is {}", val.name, t.dtype()))?;
                 let v: Vec<i32> = v
                     .iter()
                     .map(|&e| i32::try_from(e).map_err(|_| format!("constant {} holds {e}, beyond int32", val.name)))
@@ -799,7 +808,10 @@ impl Writer<'_> {
         let rank = |f: &FloatNodeIo, k: usize| f.shape(k).map_or(0, <[usize]>::len);
         let axis_of = |a: i64, r: usize| -> Result<usize, String> {
             let v = if a < 0 { a + r as i64 } else { a };
-            usize::try_from(v).ok().filter(|&v| v < r.max(1)).ok_or_else(|| format!("axis {a} is out of range for rank {r}"))
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v < r.max(1))
+                .ok_or_else(|| format!("axis {a} is out of range for rank {r}"))
         };
         let y = ys[0];
         let y_shape = out_shapes[0].clone();
@@ -831,12 +843,22 @@ impl Writer<'_> {
             "HardSwish" => one(self, f, B::HARD_SWISH, O::HardSwishOptions(Box::default())),
             "LeakyRelu" => {
                 let alpha = node.attr_f("alpha").unwrap_or(0.01);
-                one(self, f, B::LEAKY_RELU, O::LeakyReluOptions(Box::new(tfl::LeakyReluOptionsT { alpha })))
+                one(
+                    self,
+                    f,
+                    B::LEAKY_RELU,
+                    O::LeakyReluOptions(Box::new(tfl::LeakyReluOptionsT { alpha })),
+                )
             }
             "Elu" if node.attr_f("alpha").unwrap_or(1.0) == 1.0 => one(self, f, B::ELU, O::NONE),
             "Gelu" => {
                 let approximate = node.attr_s("approximate") == Some("tanh");
-                one(self, f, B::GELU, O::GeluOptions(Box::new(tfl::GeluOptionsT { approximate })))
+                one(
+                    self,
+                    f,
+                    B::GELU,
+                    O::GeluOptions(Box::new(tfl::GeluOptionsT { approximate })),
+                )
             }
             "Softmax" | "LogSoftmax" => {
                 // Over the last axis; another axis is swapped with the last one around it
@@ -844,7 +866,10 @@ impl Writer<'_> {
                 let r = rank(f, 0);
                 let axis = axis_of(node.attr_i("axis").unwrap_or(-1), r)?;
                 let (code, options) = if node.op == "Softmax" {
-                    (B::SOFTMAX, O::SoftmaxOptions(Box::new(tfl::SoftmaxOptionsT { beta: 1.0 })))
+                    (
+                        B::SOFTMAX,
+                        O::SoftmaxOptions(Box::new(tfl::SoftmaxOptionsT { beta: 1.0 })),
+                    )
                 } else {
                     (B::LOG_SOFTMAX, O::LogSoftmaxOptions(Box::default()))
                 };
@@ -859,10 +884,22 @@ impl Writer<'_> {
                 swapped.swap(axis, r - 1);
                 let pt = self.int32_const(format!("{}:softmax_perm", f.base), &perm);
                 let a = self.f32_hidden(format!("{}:softmax_in", f.base), &swapped);
-                self.emit(B::TRANSPOSE, 1, vec![x, pt], vec![a], O::TransposeOptions(Box::default()));
+                self.emit(
+                    B::TRANSPOSE,
+                    1,
+                    vec![x, pt],
+                    vec![a],
+                    O::TransposeOptions(Box::default()),
+                );
                 let b = self.f32_hidden(format!("{}:softmax_out", f.base), &swapped);
                 self.emit(code, 1, vec![a], vec![b], options);
-                self.emit(B::TRANSPOSE, 1, vec![b, pt], vec![y], O::TransposeOptions(Box::default()));
+                self.emit(
+                    B::TRANSPOSE,
+                    1,
+                    vec![b, pt],
+                    vec![y],
+                    O::TransposeOptions(Box::default()),
+                );
                 Ok(())
             }
             "Add" => two(self, f, B::ADD, O::AddOptions(Box::default())),
@@ -914,12 +951,20 @@ impl Writer<'_> {
                     None => (0..r as i32).rev().collect(),
                 };
                 let p = self.int32_const(format!("{}:perm", f.base), &perm);
-                self.emit(B::TRANSPOSE, 1, vec![x, p], vec![y], O::TransposeOptions(Box::default()));
+                self.emit(
+                    B::TRANSPOSE,
+                    1,
+                    vec![x, p],
+                    vec![y],
+                    O::TransposeOptions(Box::default()),
+                );
                 Ok(())
             }
             "Concat" => {
                 let axis = axis_of(node.attr_i("axis").unwrap_or(0), y_shape.len())? as i32;
-                let ins = (0..node.inputs.len()).map(|k| need(self, f, k)).collect::<Result<Vec<_>, _>>()?;
+                let ins = (0..node.inputs.len())
+                    .map(|k| need(self, f, k))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let options = O::ConcatenationOptions(Box::new(tfl::ConcatenationOptionsT {
                     axis,
                     fused_activation_function: tfl::ActivationFunctionType::NONE,
@@ -930,7 +975,10 @@ impl Writer<'_> {
             "Split" => {
                 let x = need(self, f, 0)?;
                 let axis = axis_of(node.attr_i("axis").unwrap_or(0), rank(f, 0))?;
-                let sizes: Vec<i32> = out_shapes.iter().map(|s| s.get(axis).map_or(0, |&d| d as i32)).collect();
+                let sizes: Vec<i32> = out_shapes
+                    .iter()
+                    .map(|s| s.get(axis).map_or(0, |&d| d as i32))
+                    .collect();
                 let st = self.int32_const(format!("{}:size_splits", f.base), &sizes);
                 let at = self.new_tensor(
                     format!("{}:axis", f.base),
@@ -963,11 +1011,19 @@ impl Writer<'_> {
                             .iter()
                             .map(|&i| {
                                 let j = if i < 0 { i + dim } else { i };
-                                i32::try_from(j).ok().filter(|&j| (0..dim).contains(&i64::from(j)))
+                                i32::try_from(j)
+                                    .ok()
+                                    .filter(|&j| (0..dim).contains(&i64::from(j)))
                                     .ok_or_else(|| format!("index {i} is out of range for a dimension of {dim}"))
                             })
                             .collect::<Result<_, _>>()?;
-                        self.new_tensor(format!("{}:indices", f.base), &shape, tfl::TensorType::INT32, None, Some(i32_bytes(&v)))
+                        self.new_tensor(
+                            format!("{}:indices", f.base),
+                            &shape,
+                            tfl::TensorType::INT32,
+                            None,
+                            Some(i32_bytes(&v)),
+                        )
                     }
                     None => need(self, f, 1)?,
                 };
@@ -989,7 +1045,11 @@ impl Writer<'_> {
                 let r = rank(f, 0);
                 let listed: Vec<i64> = match node.attr_ints("axes") {
                     Some(a) => a.to_vec(),
-                    None => f.constant(1).and_then(|c| c.tensor().to_i64()).map(|a| a.iter().copied().collect()).unwrap_or_default(),
+                    None => f
+                        .constant(1)
+                        .and_then(|c| c.tensor().to_i64())
+                        .map(|a| a.iter().copied().collect())
+                        .unwrap_or_default(),
                 };
                 if listed.is_empty() && node.inputs.get(1).copied().flatten().is_some() && f.constant(1).is_none() {
                     return Err("its axes are computed at run time".into());
@@ -997,12 +1057,21 @@ impl Writer<'_> {
                 let mut axes: Vec<i32> = if listed.is_empty() {
                     (0..r as i32).collect()
                 } else {
-                    listed.iter().map(|&a| axis_of(a, r).map(|a| a as i32)).collect::<Result<_, _>>()?
+                    listed
+                        .iter()
+                        .map(|&a| axis_of(a, r).map(|a| a as i32))
+                        .collect::<Result<_, _>>()?
                 };
                 axes.sort_unstable();
                 let keep_dims = node.attr_i("keepdims").unwrap_or(1) != 0;
                 let a = self.int32_const(format!("{}:axes", f.base), &axes);
-                self.emit(code, 1, vec![x, a], vec![y], O::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims })));
+                self.emit(
+                    code,
+                    1,
+                    vec![x, a],
+                    vec![y],
+                    O::ReducerOptions(Box::new(tfl::ReducerOptionsT { keep_dims })),
+                );
                 Ok(())
             }
             "ArgMax" | "ArgMin" => {
@@ -1021,10 +1090,14 @@ impl Writer<'_> {
                     y
                 };
                 let (code, options) = if node.op == "ArgMax" {
-                    let o = tfl::ArgMaxOptionsT { output_type: tfl::TensorType::INT32 };
+                    let o = tfl::ArgMaxOptionsT {
+                        output_type: tfl::TensorType::INT32,
+                    };
                     (B::ARG_MAX, O::ArgMaxOptions(Box::new(o)))
                 } else {
-                    let o = tfl::ArgMinOptionsT { output_type: tfl::TensorType::INT32 };
+                    let o = tfl::ArgMinOptionsT {
+                        output_type: tfl::TensorType::INT32,
+                    };
                     (B::ARG_MIN, O::ArgMinOptions(Box::new(o)))
                 };
                 self.emit(code, 1, vec![x, a], vec![out], options);
@@ -1048,8 +1121,18 @@ impl Writer<'_> {
                 }
                 let mut cur = x;
                 for (i, &(b, code)) in bounds.iter().enumerate() {
-                    let out = if i + 1 == bounds.len() { y } else { self.f32_hidden(format!("{}:clip_lo", f.base), &y_shape) };
-                    self.emit(code, 1, vec![cur, b], vec![out], O::MaximumMinimumOptions(Box::default()));
+                    let out = if i + 1 == bounds.len() {
+                        y
+                    } else {
+                        self.f32_hidden(format!("{}:clip_lo", f.base), &y_shape)
+                    };
+                    self.emit(
+                        code,
+                        1,
+                        vec![cur, b],
+                        vec![out],
+                        O::MaximumMinimumOptions(Box::default()),
+                    );
                     cur = out;
                 }
                 if bounds.is_empty() {
@@ -1065,7 +1148,12 @@ impl Writer<'_> {
                     .ok_or("its scale, bias, mean and variance are not constants")?;
                 let eps = node.attr_f("epsilon").unwrap_or(1e-5);
                 let scale: Vec<f32> = p[0].iter().zip(&p[3]).map(|(&s, &v)| s / (v + eps).sqrt()).collect();
-                let shift: Vec<f32> = p[1].iter().zip(&p[2]).zip(&scale).map(|((&b, &m), &s)| b - m * s).collect();
+                let shift: Vec<f32> = p[1]
+                    .iter()
+                    .zip(&p[2])
+                    .zip(&scale)
+                    .map(|((&b, &m), &s)| b - m * s)
+                    .collect();
                 let mut cshape = vec![scale.len()];
                 cshape.resize(rank(f, 0).saturating_sub(1).max(1), 1);
                 let s = self.f32_const(format!("{}:bn_scale", f.base), &cshape, &scale);
@@ -1106,8 +1194,15 @@ impl Writer<'_> {
             Some(a) => return Err(format!("a fused {a} has no TFLite form here")),
         };
         let a = self.node_input(f, 0)?.ok_or("input 0 is missing")?;
-        let out = if post.is_some() { self.f32_hidden(format!("{}:gemm", f.base), y_shape) } else { y };
-        let b_const = f.constant(1).filter(|c| c.shape.len() == 2).map(|c| (c.shape.clone(), c.tensor().to_f32()));
+        let out = if post.is_some() {
+            self.f32_hidden(format!("{}:gemm", f.base), y_shape)
+        } else {
+            y
+        };
+        let b_const = f
+            .constant(1)
+            .filter(|c| c.shape.len() == 2)
+            .map(|c| (c.shape.clone(), c.tensor().to_f32()));
         match b_const {
             Some((bs, b)) => {
                 // FULLY_CONNECTED's weights are [N, K].
@@ -1125,7 +1220,11 @@ impl Writer<'_> {
                         let v = match v.len() {
                             1 => vec![v[0]; n],
                             l if l == n => v,
-                            l => return Err(format!("a bias of {l} values for {n} outputs has no FULLY_CONNECTED form")),
+                            l => {
+                                return Err(format!(
+                                    "a bias of {l} values for {n} outputs has no FULLY_CONNECTED form"
+                                ));
+                            }
                         };
                         self.f32_const(format!("{}:bias", f.base), &[n], &v)
                     }
@@ -1138,11 +1237,23 @@ impl Writer<'_> {
                     keep_num_dims,
                     ..Default::default()
                 }));
-                self.emit(B::FULLY_CONNECTED, if keep_num_dims { 5 } else { 1 }, vec![a, wt, bias], vec![out], options);
+                self.emit(
+                    B::FULLY_CONNECTED,
+                    if keep_num_dims { 5 } else { 1 },
+                    vec![a, wt, bias],
+                    vec![out],
+                    options,
+                );
             }
             None if !gemm => {
                 let b = self.node_input(f, 1)?.ok_or("input 1 is missing")?;
-                self.emit(B::BATCH_MATMUL, 1, vec![a, b], vec![out], O::BatchMatMulOptions(Box::default()));
+                self.emit(
+                    B::BATCH_MATMUL,
+                    1,
+                    vec![a, b],
+                    vec![out],
+                    O::BatchMatMulOptions(Box::default()),
+                );
             }
             None => return Err("B is computed at run time".into()),
         }
@@ -1165,37 +1276,44 @@ impl Writer<'_> {
         }
         let xs = f.shape(0).ok_or("input 0 is missing")?.to_vec();
         let c = f.constant(1).ok_or("its filter is not a constant")?;
-        let (ws, w) = (c.shape.clone(), c.tensor().to_f32().iter().copied().collect::<Vec<f32>>());
+        let (ws, w) = (
+            c.shape.clone(),
+            c.tensor().to_f32().iter().copied().collect::<Vec<f32>>(),
+        );
         let one_d = xs.len() == 3;
         if !(one_d || xs.len() == 4) || ws.len() != xs.len() || y_shape.len() != xs.len() {
             return Err("only 1-D and 2-D convolutions have a TFLite form".into());
         }
         let ints = |k: &str, n: usize, d: i64| -> Vec<usize> {
-            node.attr_ints(k).map_or_else(|| vec![d as usize; n], |v| v.iter().map(|&a| a as usize).collect())
+            node.attr_ints(k)
+                .map_or_else(|| vec![d as usize; n], |v| v.iter().map(|&a| a as usize).collect())
         };
         let sp = xs.len() - 2;
-        let (strides, dil, pads) = (ints("strides", sp, 1), ints("dilations", sp, 1), ints("pads", 2 * sp, 0));
+        let (strides, dil, pads) = (
+            ints("strides", sp, 1),
+            ints("dilations", sp, 1),
+            ints("pads", 2 * sp, 0),
+        );
         // Everything as 2-D: H = 1 for a 1-D convolution.
-        let (x4, w4, y4, strides, dil, pads): (Vec<usize>, Vec<usize>, Vec<usize>, [usize; 2], [usize; 2], [usize; 4]) =
-            if one_d {
-                (
-                    vec![xs[0], xs[1], 1, xs[2]],
-                    vec![ws[0], ws[1], 1, ws[2]],
-                    vec![y_shape[0], y_shape[1], 1, y_shape[2]],
-                    [1, strides[0]],
-                    [1, dil[0]],
-                    [0, pads[0], 0, pads[1]],
-                )
-            } else {
-                (
-                    xs.clone(),
-                    ws.clone(),
-                    y_shape.to_vec(),
-                    [strides[0], strides[1]],
-                    [dil[0], dil[1]],
-                    [pads[0], pads[1], pads[2], pads[3]],
-                )
-            };
+        let (x4, w4, y4, strides, dil, pads) = if one_d {
+            (
+                vec![xs[0], xs[1], 1, xs[2]],
+                vec![ws[0], ws[1], 1, ws[2]],
+                vec![y_shape[0], y_shape[1], 1, y_shape[2]],
+                [1, strides[0]],
+                [1, dil[0]],
+                [0, pads[0], 0, pads[1]],
+            )
+        } else {
+            (
+                xs.clone(),
+                ws.clone(),
+                y_shape.to_vec(),
+                [strides[0], strides[1]],
+                [dil[0], dil[1]],
+                [pads[0], pads[1], pads[2], pads[3]],
+            )
+        };
         let (act, post) = match node.attr_s("activation") {
             None => (tfl::ActivationFunctionType::NONE, None),
             Some("Relu") => (tfl::ActivationFunctionType::RELU, None),
@@ -1261,7 +1379,11 @@ impl Writer<'_> {
         };
         let wt = self.f32_const(format!("{base}:filter"), &fshape, &fdata);
         let bias = match f.constant(2) {
-            Some(c) => self.f32_const(format!("{base}:bias"), &[o], &c.tensor().to_f32().iter().copied().collect::<Vec<_>>()),
+            Some(c) => self.f32_const(
+                format!("{base}:bias"),
+                &[o],
+                &c.tensor().to_f32().iter().copied().collect::<Vec<_>>(),
+            ),
             None if f.value(2).is_none() => self.f32_const(format!("{base}:bias"), &[o], &vec![0.0; o]),
             None => return Err("its bias is computed at run time".into()),
         };
@@ -1298,7 +1420,10 @@ impl Writer<'_> {
                         .attr_floats("activation_params")
                         .and_then(|p| p.first().copied())
                         .unwrap_or(0.01);
-                    (B::LEAKY_RELU, O::LeakyReluOptions(Box::new(tfl::LeakyReluOptionsT { alpha })))
+                    (
+                        B::LEAKY_RELU,
+                        O::LeakyReluOptions(Box::new(tfl::LeakyReluOptionsT { alpha })),
+                    )
                 }
                 "Sigmoid" => (B::LOGISTIC, O::NONE),
                 "Tanh" => (B::TANH, O::NONE),

@@ -1587,7 +1587,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             "LeakyRelu" => {
                 let alpha = node.attr_f("alpha").unwrap_or(0.01);
                 if !(alpha > 0.0 && alpha < 1.0) {
-                    return Err(format!("a LeakyRelu with alpha {alpha} (outside (0, 1)) has no integer form yet"));
+                    return Err(format!(
+                        "a LeakyRelu with alpha {alpha} (outside (0, 1)) has no integer form yet"
+                    ));
                 }
                 let xi = self.act(x)?;
                 self.leaky_tail(node, xi, out, alpha)
@@ -2579,7 +2581,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     fn leaky_tail(&mut self, node: &Node, pre: usize, y: ValueId, alpha: f32) -> Result<(), String> {
         let yi = self.act(y)?;
         let yq = self.program.tensors[yi].q.clone();
-        let (shape, pq) = (self.program.tensors[pre].shape.clone(), self.program.tensors[pre].q.clone());
+        let (shape, pq) = (
+            self.program.tensors[pre].shape.clone(),
+            self.program.tensors[pre].q.clone(),
+        );
         let top = if pq.ty == IntType::I16 { 32767 } else { 127 };
         let name = self.name(y);
         let a = self.push(ITensor {
@@ -2910,7 +2915,11 @@ fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
         "Silu" => Epilogue::Silu,
         "LeakyRelu" => match params.first().copied().unwrap_or(0.01) {
             a if a > 0.0 && a < 1.0 => Epilogue::LeakyRelu(a),
-            a => return Err(format!("a fused LeakyRelu with alpha {a} (outside (0, 1)) has no integer form yet")),
+            a => {
+                return Err(format!(
+                    "a fused LeakyRelu with alpha {a} (outside (0, 1)) has no integer form yet"
+                ));
+            }
         },
         "HardSigmoid" => Epilogue::HardSigmoid(
             params.first().copied().unwrap_or(0.2),

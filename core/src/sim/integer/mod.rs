@@ -177,14 +177,16 @@ fn float_node(p: &Program, op: &IOp, n: &FloatNode, values: &[Option<Vec<i32>>])
         let dim = IxDyn(&it.shape);
         let bad = |e: ndarray::ShapeError| format!("input {}: {e}", it.name);
         let tensor = match (it.q.ty, g.values[gi].dtype) {
-            (IntType::Bool, _) => Tensor::Bool(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| c != 0).collect()).map_err(bad)?),
+            (IntType::Bool, _) => {
+                Tensor::Bool(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| c != 0).collect()).map_err(bad)?)
+            }
             (IntType::Index, Some(DType::I64)) => {
                 Tensor::I64(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| i64::from(c)).collect()).map_err(bad)?)
             }
             (IntType::Index, _) => Tensor::I32(ArrayD::from_shape_vec(dim, codes.to_vec()).map_err(bad)?),
-            (IntType::F32, _) => {
-                Tensor::F32(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| f32::from_bits(c as u32)).collect()).map_err(bad)?)
-            }
+            (IntType::F32, _) => Tensor::F32(
+                ArrayD::from_shape_vec(dim, codes.iter().map(|&c| f32::from_bits(c as u32)).collect()).map_err(bad)?,
+            ),
             _ => Tensor::F32(ArrayD::from_shape_vec(dim, codes.iter().map(|&c| it.q.real(c)).collect()).map_err(bad)?),
         };
         feeds.insert(g.values[gi].name.clone(), tensor);
@@ -197,11 +199,7 @@ fn float_node(p: &Program, op: &IOp, n: &FloatNode, values: &[Option<Vec<i32>>])
             let y = &p.tensors[t];
             let want: usize = y.shape.iter().product();
             if x.len() != want {
-                return Err(format!(
-                    "output {name}: {} values for shape {:?}",
-                    x.len(),
-                    y.shape
-                ));
+                return Err(format!("output {name}: {} values for shape {:?}", x.len(), y.shape));
             }
             Ok(match y.q.ty {
                 IntType::Bool => x.to_f32().iter().map(|&v| i32::from(v != 0.0)).collect(),
@@ -210,9 +208,7 @@ fn float_node(p: &Program, op: &IOp, n: &FloatNode, values: &[Option<Vec<i32>>])
                         .to_i64()
                         .ok_or_else(|| format!("output {name}: {} is not an integer tensor", x.dtype()))?;
                     v.iter()
-                        .map(|&c| {
-                            i32::try_from(c).map_err(|_| format!("output {name}: {c} does not fit int32"))
-                        })
+                        .map(|&c| i32::try_from(c).map_err(|_| format!("output {name}: {c} does not fit int32")))
                         .collect::<Result<_, _>>()?
                 }
                 IntType::F32 => x.to_f32().iter().map(|v| v.to_bits() as i32).collect(),
