@@ -14,7 +14,7 @@ host are listed per model. Exits non-zero on any failure, naming the model and t
 Models: openwakeword's eight ONNX models (mel front end, speech embedding with its
 LeakyRelus, six wake-word classifiers: FusedGemm after the optimizer, an If in hey_jarvis),
 silero-vad at 16 and 8 kHz (its LSTM inside an If on the sample rate), and nudenet's
-YOLOv8n export (Split). Their cases come from `fetch_models.py` (onnxruntime's outputs on
+YOLOv8n export (Splits as integer Slices, the DFL's Softmax over axis 1 transposed). Their cases come from `fetch_models.py` (onnxruntime's outputs on
 real audio and photos).
 
 Usage: check_every_model.py [--bin PATH] [--models oww_alexa,...] [--keep DIR]

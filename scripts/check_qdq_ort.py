@@ -12,7 +12,10 @@ running the same file. That distance is float rounding, amplified: a sum that la
 hair either side of a rounding boundary in one engine flips a code by one step, and the
 layers after it can grow the flip (in PP-OCR rec one flipped code in 100,000 at
 `p2o.Add.111` becomes codes 12 steps apart four blocks later, and the engines' output
-SQNRs differ by 1.5 dB on three samples). Exits non-zero on a larger gap.
+SQNRs differ by 1.5 dB on three samples). The same growth separates the simulator from our
+executor on rec, whose float kernels differ with the CPU: 0.03 dB apart with AVX-512, 0.35
+dB with it turned off (`NPU_NO_AVX512=1`), 0.80 dB on a machine without it; rec's limit
+between those two is therefore 1.0 dB, the others' 0.5 dB. Exits non-zero on a larger gap.
 
 Usage: check_qdq_ort.py [--bin PATH] [--models det,cls,rec]
 """
@@ -25,6 +28,8 @@ import numpy as np
 from model_sets import ROOT, linked_folder, model_path, quantize_eval, run, sets
 
 TOLERANCE_DB = 0.5
+# The simulator against our executor running the same QDQ file, per model (see above).
+OWN_TOLERANCE_DB = {"rec": 1.0}
 
 
 def main():
@@ -82,8 +87,9 @@ def main():
               f"the simulator predicted {predicted:.2f} dB (gap {gap:+.2f} dB); npu-studio runs the file at "
               f"{own:.2f} dB (simulator gap {own_gap:+.2f} dB, engines {engines:+.2f} dB apart); with "
               f"onnxruntime's integer-kernel fusions {fused:.2f} dB")
-        if abs(own_gap) > TOLERANCE_DB:
-            bad.append(f"{m}: the simulator is {own_gap:+.2f} dB from its own export run as written (limit {TOLERANCE_DB} dB)")
+        own_limit = OWN_TOLERANCE_DB.get(m, TOLERANCE_DB)
+        if abs(own_gap) > own_limit:
+            bad.append(f"{m}: the simulator is {own_gap:+.2f} dB from its own export run as written (limit {own_limit} dB)")
         if abs(gap) > TOLERANCE_DB + abs(engines):
             bad.append(f"{m}: gap {gap:+.2f} dB exceeds {TOLERANCE_DB} dB + the engines' {abs(engines):.2f} dB")
     if bad:

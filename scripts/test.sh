@@ -56,7 +56,7 @@ python3 scripts/check_tflite_litert.py --models cls --all-tensors cls --target-s
 # the file, every float32 tensor equal to LiteRT's bit for bit.
 python3 scripts/check_tflite_litert.py --models magika --all-tensors magika --recipe scripts/recipes/w8a16_ort_float_ops.ron
 # Every model converts: openwakeword's eight models, silero-vad and YOLOv8n (nodes with no
-# integer form in the float fallback) through quantize, export (in LiteRT, code for code),
+# integer form run in the float fallback) through quantize, export (in LiteRT, code for code),
 # compile for every target and emulate (equal to the integer reference).
 python3 scripts/check_every_model.py
 # The compiler: our U55 estimate within 2x of Arm Vela's on every model, and PP-OCR det

@@ -1622,6 +1622,99 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 self.op(node, OpKind::Slice { axes }, vec![xi], vec![y]);
                 Ok(())
             }
+            "Split" => {
+                // One SLICE per output along the axis; slices copy codes, so every output
+                // is on the input's grid (TFLite's SPLIT keeps the input's parameters too).
+                let shape = self.shape(x).map_err(|e| e.to_string())?;
+                let a = node.attr_i("axis").unwrap_or(0);
+                let axis = usize::try_from(if a < 0 { a + shape.len() as i64 } else { a })
+                    .ok()
+                    .filter(|&a| a < shape.len())
+                    .ok_or_else(|| format!("axis {a} is out of range for rank {}", shape.len()))?;
+                let mut parts = Vec::new();
+                for o in &node.outputs {
+                    let o = o.ok_or("an omitted Split output has no integer form yet")?;
+                    let os = self.shape(o).map_err(|e| e.to_string())?;
+                    parts.push((o, os.get(axis).copied().ok_or("an output of another rank")?));
+                }
+                if parts.iter().map(|p| p.1).sum::<usize>() != shape[axis] {
+                    return Err(format!(
+                        "its outputs do not cover the {} elements of axis {axis}",
+                        shape[axis]
+                    ));
+                }
+                let xi = self.act(x)?;
+                let q = self.program.tensors[xi].q.clone();
+                let mut first = 0;
+                for (o, count) in parts {
+                    self.on_input_grid(node, o, &q);
+                    let y = self.act(o)?;
+                    let axes = vec![SliceAxis {
+                        axis,
+                        first,
+                        count,
+                        step: 1,
+                    }];
+                    self.op(node, OpKind::Slice { axes }, vec![xi], vec![y]);
+                    first += count;
+                }
+                Ok(())
+            }
+            "BatchNormalization" => {
+                // Not folded into a convolution (a Relu between them, or none before it): a
+                // 1×1 depthwise convolution whose weights are the per-channel multipliers
+                // γ/√(σ²+ε) and whose bias is β − μ·γ/√(σ²+ε).
+                let xs = self.shape(x).map_err(|e| e.to_string())?;
+                if xs.len() != 4 {
+                    return Err(format!(
+                        "a BatchNormalization of a rank-{} tensor has no integer form yet (rank 4 has)",
+                        xs.len()
+                    ));
+                }
+                let c = xs[1];
+                let param = |k: usize| {
+                    node.input(k)
+                        .and_then(|v| self.constant_f32(v))
+                        .map(|(_, d)| d)
+                        .filter(|d| d.len() == c)
+                };
+                let (Some(gamma), Some(beta), Some(mean), Some(var)) = (param(1), param(2), param(3), param(4)) else {
+                    return Err("a BatchNormalization whose parameters are not constant has no integer form".into());
+                };
+                let eps = node.attr_f("epsilon").unwrap_or(1e-5);
+                let mult: Vec<f32> = (0..c).map(|i| gamma[i] / (var[i] + eps).sqrt()).collect();
+                let shift: Vec<f32> = (0..c).map(|i| beta[i] - mean[i] * mult[i]).collect();
+                let (epi, y) = match Self::epilogue(node)? {
+                    Some(e) => (e, out),
+                    None => self.absorb_consumer(out)?,
+                };
+                let w = super::params::int8_weight_codes(&mult, &[c, 1, 1, 1], 0, &[]);
+                let (mut scales, mut bias) = (w.scales, shift);
+                let ty = self.ty_of(y)?;
+                let xi = self.input(node, x, ty)?;
+                let s_in = self.program.tensors[xi].q.s();
+                let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
+                let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
+                let wv = node.input(1).ok_or("no scale")?;
+                let (wt, bt) = self.weight_and_bias(
+                    node,
+                    wv,
+                    vec![c, 1, 1, 1],
+                    (w.codes, IntType::I8),
+                    &scales,
+                    &bias,
+                    s_in,
+                    bias_ty,
+                );
+                let kind = |act| OpKind::Conv {
+                    strides: [1, 1],
+                    dilations: [1, 1],
+                    pads: [0; 4],
+                    groups: c,
+                    act,
+                };
+                self.emit_with_epilogue(node, kind, vec![xi, wt, bt], y, epi)
+            }
             "LayerNormalization" => {
                 let rank = self.shape(x).map_err(|e| e.to_string())?.len() as i64;
                 let axis = node.attr_i("axis").unwrap_or(-1);
@@ -1799,10 +1892,20 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 Ok(())
             }
             "Softmax" => {
-                let rank = self.shape(x).map_err(|e| e.to_string())?.len();
-                self.softmax_over_last_axis(node, rank)?;
+                let xs = self.shape(x).map_err(|e| e.to_string())?;
+                let rank = xs.len();
+                // Over another axis (opset 13 on): that axis swapped with the last by a
+                // TRANSPOSE before and after (transposes copy codes on one grid).
+                let swap = match self.softmax_over_last_axis(node, rank) {
+                    Ok(()) => None,
+                    Err(_) if self.q.model.opset() >= 13 && rank > 1 => {
+                        let a = node.attr_i("axis").unwrap_or(-1);
+                        Some(if a < 0 { (a + rank as i64) as usize } else { a as usize })
+                    }
+                    Err(e) => return Err(e),
+                };
                 let ty = self.ty_of(out)?;
-                let depth = self.shape(x).map_err(|e| e.to_string())?.last().copied().unwrap_or(1);
+                let depth = xs.get(swap.unwrap_or(rank.saturating_sub(1))).copied().unwrap_or(1);
                 let floor = super::recipe::int16_softmax_floor(depth);
                 if ty == IntType::I16 && floor > super::recipe::INT16_SOFTMAX_FLOOR_LIMIT {
                     let name = self.name(out);
@@ -1818,7 +1921,31 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 }
                 let xi = self.input(node, x, ty)?;
                 let y = self.act(out)?;
-                self.op(node, OpKind::Softmax { beta: 1.0 }, vec![xi], vec![y]);
+                let Some(axis) = swap else {
+                    self.op(node, OpKind::Softmax { beta: 1.0 }, vec![xi], vec![y]);
+                    return Ok(());
+                };
+                let mut perm: Vec<usize> = (0..rank).collect();
+                perm.swap(axis, rank - 1);
+                let mut shape = xs;
+                shape.swap(axis, rank - 1);
+                let name = self.name(out);
+                let (qx, qy) = (self.program.tensors[xi].q.clone(), self.program.tensors[y].q.clone());
+                let a = self.push(ITensor {
+                    name: format!("{name}:softmax_input"),
+                    shape: shape.clone(),
+                    q: qx,
+                    data: None,
+                });
+                self.op(node, OpKind::Transpose { perm: perm.clone() }, vec![xi], vec![a]);
+                let b = self.push(ITensor {
+                    name: format!("{name}:softmax_output"),
+                    shape,
+                    q: qy,
+                    data: None,
+                });
+                self.op(node, OpKind::Softmax { beta: 1.0 }, vec![a], vec![b]);
+                self.op(node, OpKind::Transpose { perm }, vec![b], vec![y]);
                 Ok(())
             }
             "QuickGelu" if node.attr_f("alpha").unwrap_or(1.702) == 1.0 => {
@@ -1839,6 +1966,34 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 });
                 let y = self.act(out)?;
                 self.op(node, OpKind::Mul { act: Act::None }, vec![xi, b], vec![y]);
+                Ok(())
+            }
+            "Pow" => {
+                // A constant exponent of 2 is x·x (TFLite's converter writes MUL, or SQUARE
+                // in float), 0.5 is SQRT and 1 the input's codes.
+                let e = node
+                    .input(1)
+                    .and_then(|v| self.constant_f32(v))
+                    .filter(|(_, d)| d.len() == 1)
+                    .map(|(_, d)| d[0])
+                    .ok_or("Pow with an exponent that is not one constant has no integer form yet")?;
+                if ![1.0, 2.0, 0.5].contains(&e) {
+                    return Err(format!(
+                        "Pow with exponent {e} has no integer form yet (2, 0.5 and 1 have)"
+                    ));
+                }
+                let ty = self.ty_of(out)?;
+                let xi = self.input(node, x, ty)?;
+                if e == 1.0 {
+                    let q = self.program.tensors[xi].q.clone();
+                    self.params.insert(out, q);
+                }
+                let y = self.act(out)?;
+                match e {
+                    2.0 => self.op(node, OpKind::Mul { act: Act::None }, vec![xi, xi], vec![y]),
+                    0.5 => self.op(node, OpKind::Sqrt, vec![xi], vec![y]),
+                    _ => self.op(node, OpKind::Reshape, vec![xi], vec![y]),
+                }
                 Ok(())
             }
             "Sqrt" | "Log" | "Exp" => {
@@ -1977,24 +2132,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     }
                     None => self.act_on_grid(node, node.input(1).ok_or("no input")?, &q)?,
                 };
-                if let Ok(c) = self.plan_grid(out)
-                    && !c.same_grid(&q)
-                {
-                    let name = self.name(out);
-                    self.constraint(
-                        &name,
-                        &node.name,
-                        "same-grid-as-input",
-                        format!(
-                            "output on its input's grid, scale {} zero point {} (calibration chose scale {} zero point {})",
-                            q.s(),
-                            q.zp(),
-                            c.s(),
-                            c.zp()
-                        ),
-                    );
-                }
-                self.params.insert(out, q);
+                self.on_input_grid(node, out, &q);
                 let y = self.act(out)?;
                 let kind = if node.op == "Max" {
                     OpKind::Maximum
@@ -2070,11 +2208,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                         (Some(lo), Some(hi)) if lo == -1.0 && hi == 1.0 => Act::ReluN1To1,
                         (Some(0.0), None) => Act::Relu,
                         (Some(lo), Some(hi)) if lo == 0.0 && hi >= f32::MAX => Act::Relu,
-                        _ => {
-                            return Err(
-                                "Clip with bounds other than [0, 6], [-1, 1] or [0, ∞) has no integer form yet".into(),
-                            );
-                        }
+                        _ => return self.clip_as_max_min(node, x, out),
                     }
                 };
                 let ty = self.ty_of(out)?;
@@ -2154,6 +2288,71 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         }
     }
 
+    /// A Clip with other bounds, as TFLite's converter writes it: a MAXIMUM with the lower
+    /// bound and a MINIMUM with the upper one (broadcast), each bound a constant or a
+    /// tensor on the input's grid, the output on that grid too (`<y>:clip_min` between
+    /// them when both are finite).
+    fn clip_as_max_min(&mut self, node: &Node, x: ValueId, out: ValueId) -> Result<(), String> {
+        // Each bound: an attribute (opset < 11), a constant, a tensor, or none (infinite).
+        enum Bound {
+            Value(f32),
+            Tensor(ValueId),
+        }
+        let bound = |k: usize, name: &str| -> Option<Bound> {
+            if let Some(b) = node.attr_f(name) {
+                return Some(Bound::Value(b));
+            }
+            let v = node.input(k)?;
+            match self.constant_f32(v) {
+                Some((_, d)) => d.first().map(|&b| Bound::Value(b)),
+                None => Some(Bound::Tensor(v)),
+            }
+        };
+        let steps: Vec<(OpKind, Bound, &str)> = [(OpKind::Maximum, 1, "min"), (OpKind::Minimum, 2, "max")]
+            .into_iter()
+            .filter_map(|(k, i, which)| match bound(i, which)? {
+                Bound::Value(b) if !b.is_finite() || b.abs() >= f32::MAX => None,
+                b => Some((k, b, which)),
+            })
+            .collect();
+        let a = self.act(x)?;
+        let q = self.program.tensors[a].q.clone();
+        self.on_input_grid(node, out, &q);
+        let y = self.act(out)?;
+        let name = self.name(out);
+        if steps.is_empty() {
+            self.op(node, OpKind::Reshape, vec![a], vec![y]);
+            return Ok(());
+        }
+        let last = steps.len() - 1;
+        let mut cur = a;
+        for (i, (kind, bound, which)) in steps.into_iter().enumerate() {
+            let c = match bound {
+                Bound::Value(b) => self.push(ITensor {
+                    name: format!("{name}:clip_{which}_bound"),
+                    shape: vec![1],
+                    q: q.clone(),
+                    data: Some(vec![i64::from(quantize_code(b, &q))]),
+                }),
+                Bound::Tensor(v) => self.act_on_grid(node, v, &q)?,
+            };
+            let dst = if i == last {
+                y
+            } else {
+                let shape = self.program.tensors[y].shape.clone();
+                self.push(ITensor {
+                    name: format!("{name}:clip_{which}"),
+                    shape,
+                    q: q.clone(),
+                    data: None,
+                })
+            };
+            self.op(node, kind, vec![cur, c], vec![dst]);
+            cur = dst;
+        }
+        Ok(())
+    }
+
     fn op(&mut self, node: &Node, kind: OpKind, inputs: Vec<usize>, outputs: Vec<usize>) {
         self.program.ops.push(IOp {
             node: node.name.clone(),
@@ -2161,6 +2360,30 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             inputs,
             outputs,
         });
+    }
+
+    /// Puts `out` on its input's grid `q` (ops that copy or compare stored codes: slices,
+    /// MAXIMUM, MINIMUM), recording a `same-grid-as-input` constraint where calibration
+    /// chose another grid for it.
+    fn on_input_grid(&mut self, node: &Node, out: ValueId, q: &QParams) {
+        if let Ok(c) = self.plan_grid(out)
+            && !c.same_grid(q)
+        {
+            let name = self.name(out);
+            self.constraint(
+                &name,
+                &node.name,
+                "same-grid-as-input",
+                format!(
+                    "output on its input's grid, scale {} zero point {} (calibration chose scale {} zero point {})",
+                    q.s(),
+                    q.zp(),
+                    c.s(),
+                    c.zp()
+                ),
+            );
+        }
+        self.params.insert(out, q.clone());
     }
 
     /// The activation `v` on grid `q`: itself, or a requantized copy (`<v>:requant`).
@@ -2319,9 +2542,16 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             }
             _ => Vec::new(),
         };
-        let e = activation_epilogue(&cn.op, &params)
-            .map_err(|e| format!("its output has no grid and its consumer {}: {e}", cn.label()))?;
         let out = cn.output(0).ok_or("consumer without output")?;
+        let e = match activation_epilogue(&cn.op, &params) {
+            Ok(e) => e,
+            Err(e) => match (cn.op.as_str(), self.plan_grid(out)) {
+                ("Clip", Ok(q)) => clip_as_act(params[0], params[1], &q)
+                    .map(Epilogue::Act)
+                    .ok_or_else(|| format!("its output has no grid and its consumer {}: {e}", cn.label()))?,
+                _ => return Err(format!("its output has no grid and its consumer {}: {e}", cn.label())),
+            },
+        };
         self.done[c] = true;
         Ok((e, out))
     }
@@ -2706,9 +2936,25 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     fn conv(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
         let wv = node.input(1).ok_or("no weights")?;
         let (wshape, wdata) = self.constant_f32(wv).ok_or("weights are not constant")?;
-        if wshape.len() != 4 {
-            return Err("only 2-D convolution has an integer form".into());
+        // A 1-D convolution runs as a 2-D one of height 1 (TFLite's converter writes it so):
+        // RESHAPEs add and drop the axis, `<x>:as_2d` and `<y>:as_2d` between them.
+        let one_d = wshape.len() == 3;
+        if wshape.len() != 4 && !one_d {
+            return Err("only 1-D and 2-D convolution have an integer form".into());
         }
+        if one_d && !matches!(epi, Epilogue::Act(_)) {
+            return Err(
+                "a 1-D convolution with a fused activation other than the RELUs has no integer form yet".into(),
+            );
+        }
+        if one_d && self.shape(x).map_err(|e| e.to_string())?.len() != 3 {
+            return Err("a 1-D convolution's input is not of rank 3".into());
+        }
+        let wshape = if one_d {
+            vec![wshape[0], wshape[1], 1, wshape[2]]
+        } else {
+            wshape
+        };
         if node.attr_s("auto_pad").is_some_and(|a| a != "NOTSET") {
             return Err("auto_pad convolution: optimize the model first".into());
         }
@@ -2724,7 +2970,17 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let bias_ty = if ty == IntType::I16 { IntType::I64 } else { IntType::I32 };
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
         let (wt, bt) = self.weight_and_bias(node, wv, wshape, (w.codes, wty), &scales, &bias, s_in, bias_ty);
-        let (strides, dilations, pads) = (attr2(node, "strides", 1), attr2(node, "dilations", 1), pads4(node));
+        let (strides, dilations, pads) = if one_d {
+            let one = |name: &str, d: i64| node.attr_ints(name).and_then(|v| v.first().copied()).unwrap_or(d) as usize;
+            let p = node.attr_ints("pads").unwrap_or(&[0, 0]);
+            let (p0, p1) = (
+                p.first().copied().unwrap_or(0) as usize,
+                p.get(1).copied().unwrap_or(0) as usize,
+            );
+            ([1, one("strides", 1)], [1, one("dilations", 1)], [0, p0, 0, p1])
+        } else {
+            (attr2(node, "strides", 1), attr2(node, "dilations", 1), pads4(node))
+        };
         let kind = |act| OpKind::Conv {
             strides,
             dilations,
@@ -2732,7 +2988,28 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             groups,
             act,
         };
-        self.emit_with_epilogue(node, kind, vec![xi, wt, bt], y, epi)
+        if !one_d {
+            return self.emit_with_epilogue(node, kind, vec![xi, wt, bt], y, epi);
+        }
+        let Epilogue::Act(act) = epi else {
+            return Err("a fused activation on a 1-D convolution".into());
+        };
+        let as_2d = |t: &ITensor| {
+            let s = &t.shape;
+            ITensor {
+                name: format!("{}:as_2d", t.name),
+                shape: [&s[..2], &[1], &s[2..]].concat(),
+                q: t.q.clone(),
+                data: None,
+            }
+        };
+        let yi = self.act(y)?;
+        let x4 = self.push(as_2d(&self.program.tensors[xi]));
+        let y4 = self.push(as_2d(&self.program.tensors[yi]));
+        self.op(node, OpKind::Reshape, vec![xi], vec![x4]);
+        self.op(node, kind(act), vec![x4, wt, bt], vec![y4]);
+        self.op(node, OpKind::Reshape, vec![y4], vec![yi]);
+        Ok(())
     }
 
     fn transpose_conv(&mut self, node: &Node, x: ValueId, y: ValueId, epi: Epilogue) -> Result<(), String> {
@@ -2933,6 +3210,33 @@ fn activation_epilogue(op: &str, params: &[f32]) -> Result<Epilogue, String> {
         },
         a => return Err(format!("a fused {a} has no integer form yet")),
     })
+}
+
+/// A fused Clip whose bounds land on the output grid `q` where a fused RELU's (or no
+/// activation's) do: the same codes, so that clamp (`Clip(x, 1e-10, ∞)` before a Log is a
+/// RELU on any grid whose step is above 2e-10).
+fn clip_as_act(lo: f32, hi: f32, q: &QParams) -> Option<Act> {
+    let (qmin, qmax) = q.ty.range();
+    let code = |b: f32| {
+        if b <= f32::MIN {
+            qmin
+        } else if b >= f32::MAX {
+            qmax
+        } else {
+            quantize_code(b, q)
+        }
+    };
+    let (l, h) = (code(lo), code(hi));
+    if h < qmax {
+        return None;
+    }
+    if l <= qmin {
+        Some(Act::None)
+    } else if l == q.zp().clamp(qmin, qmax) {
+        Some(Act::Relu)
+    } else {
+        None
+    }
 }
 
 /// TFLite's QUANTIZE of one float: `round(x / s) + zp` in float32, saturated.
