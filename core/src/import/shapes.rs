@@ -725,6 +725,18 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             });
             vec![(i0.0, s)]
         }
+        "Gather" => {
+            // data[..axis] ++ indices ++ data[axis + 1..].
+            let s = match (i0.1.clone(), shape(1)) {
+                (Some(x), Some(idx)) => node
+                    .attr_i("axis")
+                    .map_or(Some(0), |a| axis(a, x.len()))
+                    .filter(|&a| a < x.len())
+                    .map(|a| [&x[..a], &idx[..], &x[a + 1..]].concat()),
+                _ => None,
+            };
+            vec![(i0.0, s)]
+        }
         "Transpose" => {
             let s = i0.1.clone().map(|x| {
                 let perm: Vec<usize> = node.attr_ints("perm").map_or_else(

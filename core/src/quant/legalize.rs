@@ -3266,6 +3266,71 @@ mod tests {
             .expect("calibrates")
     }
 
+    /// Ops that once ran in the float fallback have integer forms: a standalone
+    /// BatchNormalization (a 1×1 depthwise conv), Pow by 2 (a MUL of the input by itself),
+    /// a Clip with other bounds (MAXIMUM and MINIMUM on the input's grid), a Softmax over
+    /// the channel axis (between two TRANSPOSEs) and a 1-D Conv with a Relu (a 2-D conv of
+    /// height 1 between RESHAPEs). No node falls back, and the integer reference stays
+    /// close to FP32 on samples it was not calibrated on.
+    #[test]
+    fn ops_once_in_the_float_fallback_lower_to_integers() {
+        let c = |v: Vec<f32>| Tensor::from_f32(&[v.len()], v).expect("shape");
+        let mut rnd = uniform(3);
+        let image = sequential(
+            &[1, 3, 6, 6],
+            vec![
+                (
+                    "BatchNormalization",
+                    vec![
+                        c(vec![1.5, -0.5, 2.0]),
+                        c(vec![0.1, 0.2, -0.3]),
+                        c(vec![0.0, 0.5, -0.2]),
+                        c(vec![1.0, 0.25, 4.0]),
+                    ],
+                    vec![("epsilon", Attr::Float(1e-3))],
+                ),
+                ("Pow", vec![c(vec![2.0])], vec![]),
+                ("Clip", vec![c(vec![0.05]), c(vec![2.5])], vec![]),
+                ("Softmax", vec![], vec![("axis", Attr::Int(1))]),
+            ],
+        );
+        let w = weights(&mut rnd, &[6, 4, 5], &|_| 1.0);
+        let signal = sequential(
+            &[1, 4, 32],
+            vec![
+                (
+                    "Conv",
+                    vec![w, c(vec![0.1, -0.1, 0.2, 0.0, 0.3, -0.2])],
+                    vec![("strides", Attr::Ints(vec![2])), ("pads", Attr::Ints(vec![1, 2]))],
+                ),
+                ("Relu", vec![], vec![]),
+            ],
+        );
+        for (m, want) in [
+            (
+                &image,
+                vec!["Conv", "Mul", "Maximum", "Minimum", "Transpose", "Softmax"],
+            ),
+            (&signal, vec!["Reshape", "Conv"]),
+        ] {
+            let ops: Vec<&str> = m.graph.nodes.iter().map(|n| n.op.as_str()).collect();
+            let q = Quantizer::new(m, 1).expect("quantizer");
+            let plan = w8a8_on_synthetic(&q, m, 4, Calibration::MinMax);
+            let p = legalize(m, &plan, &HashMap::new()).expect("legalizes");
+            assert!(p.fallbacks().is_empty(), "{ops:?}: {:?}", p.fallbacks());
+            let kinds: Vec<&str> = p.ops.iter().map(|o| o.kind.name()).collect();
+            for k in want {
+                assert!(kinds.contains(&k), "{ops:?}: no {k} in {kinds:?}");
+            }
+            // Held out: synthetic samples 4 to 7, not the 4 calibrated on.
+            let pre = Preprocess::default();
+            let mut held = Source::SyntheticFrom(4, 4).samples(m, &pre);
+            let r = q.simulate(&plan, &mut held, 4, &Silent).expect("simulates");
+            let db = r.outputs[0].integer_sqnr_db.expect("an integer reference");
+            assert!(db > 25.0, "{ops:?}: integer-reference output SQNR {db:.2} dB");
+        }
+    }
+
     /// A 1×1 conv whose third output channel is dead (weights of 1e-9, which the weight
     /// grid floors at 1e-5 of the largest channel's scale) but biased by 8, under a Relu:
     /// on that channel's weight scale the bias is beyond int32. The program widens the

@@ -1463,9 +1463,126 @@ pub(crate) fn convert(b: &mut Builder<'_>, _k: usize, op: &fb::OperatorT, code: 
             let onnx = if code == B::TILE { "Tile" } else { "Expand" };
             b.emit(onnx, vec![Some(xv), Some(c)], BTreeMap::new(), o, Layout::Nhwc, none)?;
         }
+        B::DENSIFY => {
+            // Sparse weights: folded into the dense constant LiteRT's DENSIFY makes of them
+            // once, before the first run.
+            let x = req(ins, 0)?;
+            let dense = densify(b, x)?;
+            let v = b.constant(b.name_of(o), &dense);
+            b.forms[o].nhwc = Some(v);
+        }
         _ => return unsupported(String::new()),
     }
     Ok(())
+}
+
+/// One level of a sparse tensor's storage: dense of its size, or CSR (segments into the
+/// indices, per position of the levels before it).
+enum Level {
+    Dense(usize),
+    Csr(Vec<usize>, Vec<usize>),
+}
+
+/// A sparse constant (TFLite's `SparsityParameters`) as a dense tensor of its type, as
+/// LiteRT's format converter expands it: the levels in traversal order (the identity; block
+/// sparsity is refused), each value at the coordinates its path through them gives, zeros
+/// elsewhere.
+fn densify(b: &Builder, x: usize) -> R<Tensor> {
+    let name = b.name_of(x);
+    let t = &b.tensors[x];
+    let Some(sp) = t.sparsity.as_ref() else {
+        return invalid(format!("DENSIFY's input '{name}' has no sparsity parameters"));
+    };
+    let shape = b.shape(x);
+    let n = shape.len();
+    if sp.block_map.as_ref().is_some_and(|m| !m.is_empty()) {
+        return unsupported(format!("block-sparse weights ('{name}')"));
+    }
+    let order: Vec<i32> = sp.traversal_order.clone().unwrap_or_else(|| (0..n as i32).collect());
+    if order != (0..n as i32).collect::<Vec<_>>() {
+        return unsupported(format!("sparse weights in traversal order {order:?} ('{name}')"));
+    }
+    let dims = sp.dim_metadata.as_deref().unwrap_or(&[]);
+    if dims.len() != n {
+        return invalid(format!("'{name}': {} sparsity levels for rank {n}", dims.len()));
+    }
+    let indices = |v: &fb::SparseIndexVectorT| -> Option<Vec<usize>> {
+        match v {
+            fb::SparseIndexVectorT::Int32Vector(a) => {
+                a.values.as_ref()?.iter().map(|&i| usize::try_from(i).ok()).collect()
+            }
+            fb::SparseIndexVectorT::Uint16Vector(a) => {
+                Some(a.values.as_ref()?.iter().map(|&i| usize::from(i)).collect())
+            }
+            fb::SparseIndexVectorT::Uint8Vector(a) => {
+                Some(a.values.as_ref()?.iter().map(|&i| usize::from(i)).collect())
+            }
+            fb::SparseIndexVectorT::NONE => None,
+        }
+    };
+    let mut levels = Vec::with_capacity(n);
+    for (i, d) in dims.iter().enumerate() {
+        levels.push(match d.format {
+            fb::DimensionType::DENSE => {
+                if usize::try_from(d.dense_size).ok() != Some(shape[i]) {
+                    return invalid(format!(
+                        "'{name}': level {i} is dense of size {} for a dim of {}",
+                        d.dense_size, shape[i]
+                    ));
+                }
+                Level::Dense(shape[i])
+            }
+            fb::DimensionType::SPARSE_CSR => match (indices(&d.array_segments), indices(&d.array_indices)) {
+                (Some(seg), Some(idx)) => Level::Csr(seg, idx),
+                _ => return invalid(format!("'{name}': sparse level {i} without segments and indices")),
+            },
+            other => return unsupported(format!("sparse level format {other:?} ('{name}')")),
+        });
+    }
+    let dt = b.dtype_of(x).filter(|d| d.bits() % 8 == 0).ok_or_else(|| {
+        OpError::Unsupported(format!(
+            "sparse weights of type {:?} ('{name}')",
+            t.type_.variant_name()
+        ))
+    })?;
+    let w = dt.bits() / 8;
+    let values = b.raw(x).unwrap_or(&[]);
+    let mut strides = vec![1usize; n];
+    for i in (0..n.saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let mut out = vec![0u8; shape.iter().product::<usize>() * w];
+    let bad = || {
+        OpError::Invalid(format!(
+            "'{name}': its sparsity parameters point outside the tensor or its values"
+        ))
+    };
+    // (level, position in that level's storage, dense offset so far), depth first.
+    let mut stack = vec![(0usize, 0usize, 0usize)];
+    while let Some((level, pos, offset)) = stack.pop() {
+        if level == n {
+            let src = values.get(pos * w..(pos + 1) * w).ok_or_else(bad)?;
+            out.get_mut(offset * w..(offset + 1) * w)
+                .ok_or_else(bad)?
+                .copy_from_slice(src);
+            continue;
+        }
+        match &levels[level] {
+            Level::Dense(size) => {
+                for i in (0..*size).rev() {
+                    stack.push((level + 1, pos * size + i, offset + i * strides[level]));
+                }
+            }
+            Level::Csr(seg, idx) => {
+                let (&from, &to) = (seg.get(pos).ok_or_else(bad)?, seg.get(pos + 1).ok_or_else(bad)?);
+                for k in (from..to).rev() {
+                    let c = *idx.get(k).filter(|&&c| c < shape[level]).ok_or_else(bad)?;
+                    stack.push((level + 1, k, offset + c * strides[level]));
+                }
+            }
+        }
+    }
+    Tensor::from_raw(dt, &shape, &out).map_err(|e| OpError::Invalid(format!("tensor '{name}': {e}")))
 }
 
 fn norm_axis(a: i64, rank: usize) -> R<usize> {
