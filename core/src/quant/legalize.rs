@@ -1381,7 +1381,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 Some(d) if !d.is_float() => return Err(format!("its {d} output {} has no program type", src.name)),
                 _ => match self.act_params(o) {
                     Ok(q) if q.ty.is_quantized() => q,
-                    _ => QParams::float32(),
+                    _ => self.table_grid(node, o).unwrap_or_else(QParams::float32),
                 },
             };
             let t = if let Some(&t) = self.ids.get(&o) {
@@ -1450,6 +1450,29 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             outs,
         );
         Ok(())
+    }
+
+    /// The grid of a float-fallback Gather's output that calibration gave none (the
+    /// simulator reads a constant table's rows as weights): the int8 grid of the table's
+    /// range, where the rows it picks lie, recorded as a constraint.
+    fn table_grid(&mut self, node: &Node, o: ValueId) -> Option<QParams> {
+        if node.op != "Gather" {
+            return None;
+        }
+        let (_, data) = self.constant_f32(node.input(0)?)?;
+        let lo = data.iter().copied().fold(0f32, f32::min);
+        let hi = data.iter().copied().fold(0f32, f32::max);
+        let q = QParams::activation(ActFormat::Int8, (f64::from(lo), f64::from(hi)))?;
+        self.constraint(
+            &self.name(o),
+            &node.name,
+            "gather-table-grid",
+            format!(
+                "output on the int8 grid of its table's range [{lo:.4}, {hi:.4}] (scale {}): calibration gave it none",
+                q.s()
+            ),
+        );
+        Some(q)
     }
 
     /// Evaluates a node whose inputs are all known (shape arithmetic) at legalization time.
