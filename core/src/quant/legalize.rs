@@ -1923,7 +1923,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     Ok(()) => None,
                     Err(_) if self.q.model.opset() >= 13 && rank > 1 => {
                         let a = node.attr_i("axis").unwrap_or(-1);
-                        Some(if a < 0 { (a + rank as i64) as usize } else { a as usize })
+                        let axis = usize::try_from(if a < 0 { a + rank as i64 } else { a })
+                            .ok()
+                            .filter(|&a| a < rank)
+                            .ok_or_else(|| format!("axis {a} is out of range for rank {rank}"))?;
+                        Some(axis)
                     }
                     Err(e) => return Err(e),
                 };
@@ -2994,12 +2998,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         let epi = self.fold_hard_sigmoid(node, y, epi, &mut scales, &mut bias);
         let (wt, bt) = self.weight_and_bias(node, wv, wshape, (w.codes, wty), &scales, &bias, s_in, bias_ty);
         let (strides, dilations, pads) = if one_d {
-            let one = |name: &str, d: i64| node.attr_ints(name).and_then(|v| v.first().copied()).unwrap_or(d) as usize;
+            // Negative strides, dilations or pads are malformed: read as 1 and 0.
+            let one = |name: &str, d: i64| {
+                let v = node.attr_ints(name).and_then(|v| v.first().copied()).unwrap_or(d);
+                usize::try_from(v).ok().filter(|&v| v > 0).unwrap_or(1)
+            };
             let p = node.attr_ints("pads").unwrap_or(&[0, 0]);
-            let (p0, p1) = (
-                p.first().copied().unwrap_or(0) as usize,
-                p.get(1).copied().unwrap_or(0) as usize,
-            );
+            let pad = |k: usize| p.get(k).copied().and_then(|v| usize::try_from(v).ok()).unwrap_or(0);
+            let (p0, p1) = (pad(0), pad(1));
             ([1, one("strides", 1)], [1, one("dilations", 1)], [0, p0, 0, p1])
         } else {
             (attr2(node, "strides", 1), attr2(node, "dilations", 1), pads4(node))

@@ -1551,7 +1551,13 @@ fn densify(b: &Builder, x: usize) -> R<Tensor> {
     for i in (0..n.saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * shape[i + 1];
     }
-    let mut out = vec![0u8; shape.iter().product::<usize>() * w];
+    // The dense size is the declared shape's, not the buffer's: bounded before allocating.
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= 1 << 28)
+        .ok_or_else(|| OpError::Invalid(format!("'{name}': a dense shape {shape:?} too large to expand")))?;
+    let mut out = vec![0u8; count * w];
     let bad = || {
         OpError::Invalid(format!(
             "'{name}': its sparsity parameters point outside the tensor or its values"
