@@ -13,7 +13,7 @@ use crate::quant::params::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 /// Bytes before the section table.
 pub const HEADER_BYTES: usize = 96;
 /// Bytes of one section-table entry.
@@ -310,7 +310,7 @@ fn act_of(c: i32) -> Option<Act> {
 }
 
 /// The op codes of `docs/binary-format.md`, in order.
-pub const OP_CODES: [&str; 58] = [
+pub const OP_CODES: [&str; 59] = [
     "Conv",
     "TransposeConv",
     "ResizeNearest",
@@ -369,6 +369,7 @@ pub const OP_CODES: [&str; 58] = [
     "FloatRsqrt",
     "FloatSquaredDifference",
     "FloatNode",
+    "Gather",
 ];
 
 fn usizes(w: &mut Vec<i32>, v: &[usize]) {
@@ -482,6 +483,10 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
         OpKind::Maximum => 26,
         OpKind::Minimum => 27,
         OpKind::BroadcastTo => 28,
+        OpKind::Gather { axis } => {
+            w.push(u(*axis));
+            58
+        }
         OpKind::Float { op } => match op {
             FloatOp::LayerNorm { epsilon, gamma, beta } => {
                 w.push(epsilon.to_bits() as i32);
@@ -678,6 +683,7 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
         26 => OpKind::Maximum,
         27 => OpKind::Minimum,
         28 => OpKind::BroadcastTo,
+        58 => OpKind::Gather { axis: r.un()? },
         29 => {
             let epsilon = f32::from_bits(r.next()? as u32);
             let gamma = r.floats()?;
@@ -1465,6 +1471,7 @@ mod tests {
                 })),
             },
             OpKind::Transpose { perm: vec![0, 2, 1] },
+            OpKind::Gather { axis: 1 },
             OpKind::AvgPool {
                 kernel: [3, 3],
                 strides: [2, 2],

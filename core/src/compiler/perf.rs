@@ -134,6 +134,8 @@ fn host_ops(p: &Program, i: usize, v: &OpView, m: u64) -> (f64, bool) {
             (ins * 2.0 + out * per + out * 2.0, true)
         }
         OpKind::Reshape => (0.0, false),
+        // One copy per output element and a read per index, not a pass over the table.
+        OpKind::Gather { .. } => (out + numel(&p.tensors[op.inputs[1]].shape) as f64, false),
         OpKind::MaxPool { kernel, .. } | OpKind::AvgPool { kernel, .. } => {
             (out * (kernel[0] * kernel[1]) as f64, false)
         }

@@ -258,6 +258,7 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
         | OpKind::BatchMatMul
         | OpKind::Maximum
         | OpKind::Minimum
+        | OpKind::Gather { .. }
         | OpKind::Float {
             op: FloatOp::Div | FloatOp::Equal | FloatOp::Binary { .. },
         } => 2..=2,
@@ -490,6 +491,27 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                     "inputs add up to {sum} along axis {axis}, the output has {}",
                     ys[*axis]
                 ));
+            }
+        }
+        OpKind::Gather { axis } => {
+            let is = &x(1).shape;
+            if *axis >= xs.len() {
+                return Err(format!("axis {axis} of a rank-{} input", xs.len()));
+            }
+            if x(0).q.ty != y.q.ty || x(1).q.ty != IntType::Index {
+                return Err(format!(
+                    "gathers {:?} at {:?} indices into {:?}",
+                    x(0).q.ty,
+                    x(1).q.ty,
+                    y.q.ty
+                ));
+            }
+            let out: Vec<usize> = xs[..*axis].iter().chain(is).chain(&xs[axis + 1..]).copied().collect();
+            if &out != ys {
+                return Err(format!("output {ys:?}, gathering {is:?} from {xs:?} along axis {axis} gives {out:?}"));
+            }
+            if let Some(bad) = x(1).data.iter().flatten().find(|&&i| !(0..xs[*axis] as i64).contains(&i)) {
+                return Err(format!("index {bad} is out of range for axis {axis} of {}", xs[*axis]));
             }
         }
         OpKind::Slice { axes } => {

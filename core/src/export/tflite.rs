@@ -2006,6 +2006,29 @@ impl Writer<'_> {
                 );
                 self.flush(pending);
             }
+            OpKind::Gather { axis } => {
+                // In the graph's layout: the output's rank differs from the input's.
+                let x = self.tensor_as(op.inputs[0], false);
+                let i = self.tensor_as(op.inputs[1], false);
+                let (y, pending) = self.output_as(op.outputs[0], false);
+                let version = match self.p.tensors[op.inputs[0]].q.ty {
+                    IntType::I8 => 2,
+                    IntType::Bool => 3,
+                    IntType::I16 => 4,
+                    _ => 1,
+                };
+                self.emit(
+                    tfl::BuiltinOperator::GATHER,
+                    version,
+                    vec![x, i],
+                    vec![y],
+                    tfl::BuiltinOptionsT::GatherOptions(Box::new(tfl::GatherOptionsT {
+                        axis: *axis as i32,
+                        batch_dims: 0,
+                    })),
+                );
+                self.flush(pending);
+            }
             OpKind::Pad { pads, mode } => {
                 let layout = self.nhwc[op.outputs[0]];
                 let rank = pads.len();

@@ -135,6 +135,7 @@ pub fn op_class(p: &Program, op: &IOp) -> String {
         OpKind::Maximum => "MAXIMUM",
         OpKind::Minimum => "MINIMUM",
         OpKind::BroadcastTo => "BROADCAST_TO",
+        OpKind::Gather { .. } => "GATHER",
         OpKind::Float { op } => return format!("float32 {}", op.display_name()),
     };
     c.to_string()

@@ -1145,6 +1145,32 @@ impl<'f> Lower<'f> {
                     self.op(node, OpKind::Reshape, vec![mid], vec![y]);
                 }
             }
+            B::GATHER => {
+                let (x, i) = (req(0)?, req(1)?);
+                let Some(c) = opts.as_gather_options() else {
+                    return invalid("no GatherOptions");
+                };
+                if c.batch_dims != 0 {
+                    return unsupported("a GATHER with batch_dims");
+                }
+                let rank = self.shape(x).len() as i32;
+                let axis = if c.axis < 0 { c.axis + rank } else { c.axis };
+                let axis = usize::try_from(axis)
+                    .ok()
+                    .filter(|&a| a < rank as usize)
+                    .ok_or_else(|| Why::Invalid(format!("axis {} of a rank-{rank} input", c.axis)))?;
+                let (xq, yq) = (self.q(x)?, self.q(o)?);
+                if xq.scale != yq.scale || xq.zero_point != yq.zero_point {
+                    return unsupported("an output on another grid than the input");
+                }
+                let xi = self.get(x, Layout::Nhwc)?;
+                let ii = self.get(i, Layout::Nhwc)?;
+                if self.prog.tensors[ii].q.ty != IntType::Index {
+                    return unsupported("indices that are not int32");
+                }
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Gather { axis }, vec![xi, ii], vec![y]);
+            }
             B::BROADCAST_TO => {
                 let x = req(0)?;
                 let xi = self.get(x, Layout::Nhwc)?;

@@ -650,6 +650,26 @@ pub fn batch_matmul(
     Ok((y, shape))
 }
 
+/// GATHER: the slices of `x` along `axis` at `indices`, each in `[0, shape[axis])` (an index
+/// outside it is an error, as in LiteRT's kernel).
+pub fn gather(x: &[i32], shape: &[usize], axis: usize, indices: &[i32]) -> Result<Vec<i32>, String> {
+    let dim = shape[axis];
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut y = Vec::with_capacity(outer * indices.len() * inner);
+    for o in 0..outer {
+        for &i in indices {
+            let k = usize::try_from(i)
+                .ok()
+                .filter(|&k| k < dim)
+                .ok_or_else(|| format!("index {i} is out of range for axis {axis} of {dim}"))?;
+            let at = (o * dim + k) * inner;
+            y.extend_from_slice(&x[at..at + inner]);
+        }
+    }
+    Ok(y)
+}
+
 /// A strided copy (SLICE / STRIDED_SLICE): per listed axis the first index, the count and
 /// the step; other axes whole.
 pub fn slice(x: &[i32], shape: &[usize], axes: &[crate::quant::legalize::SliceAxis]) -> Vec<i32> {
@@ -1160,4 +1180,21 @@ fn lut_int16_f64(s_in: f64, zp_in: i32, s_out: f64, zp_out: i32, f: impl Fn(f64)
     }
     t[512] = (f(in_max) * inv).round().clamp(-32768.0, 32767.0) as i32;
     t
+}
+
+#[cfg(test)]
+mod tests {
+    /// GATHER along a middle axis picks whole inner rows for each outer index; an index
+    /// at or beyond the axis, or a negative one, is an error naming it.
+    #[test]
+    fn gather_picks_rows_and_refuses_indices_outside_the_axis() {
+        let x: Vec<i32> = (0..12).collect(); // [2, 3, 2]
+        let y = super::gather(&x, &[2, 3, 2], 1, &[2, 0]).expect("gathers");
+        assert_eq!(y, vec![4, 5, 0, 1, 10, 11, 6, 7]);
+        assert_eq!(super::gather(&x, &[2, 3, 2], 2, &[1]).expect("gathers"), vec![1, 3, 5, 7, 9, 11]);
+        for bad in [3, -1] {
+            let e = super::gather(&x, &[2, 3, 2], 1, &[0, bad]).expect_err("refused");
+            assert_eq!(e, format!("index {bad} is out of range for axis 1 of 3"));
+        }
+    }
 }

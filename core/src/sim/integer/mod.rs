@@ -428,6 +428,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                 if max { a.max(b) } else { a.min(b) }
             })?
         }
+        OpKind::Gather { axis } => kernels::gather(v(0)?, &t(0).shape, *axis, v(1)?)?,
         OpKind::BroadcastTo => {
             let x = v(0)?;
             kernels::broadcast2(x, &t(0).shape, &[0], &[1], &y.shape, |a, _| a)?
