@@ -33,7 +33,8 @@ class Builder:
     def tensor(self, shape, dtype, scale, zp, data=None, axis=0, name=None):
         t = S.TensorT()
         t.shape = list(shape)
-        t.type = {np.int8: S.TensorType.INT8, np.int32: S.TensorType.INT32}[dtype]
+        t.type = {np.int8: S.TensorType.INT8, np.int16: S.TensorType.INT16, np.int32: S.TensorType.INT32,
+                  np.int64: S.TensorType.INT64}[dtype]
         t.name = name or f"t{len(self.tensors)}"
         t.buffer = 0
         if data is not None:

@@ -38,6 +38,9 @@ python3 scripts/check_tflite_control_flow.py
 # Quantized TFLite files read as their own integer programs (standalone RELUs included),
 # run, compiled and emulated, against LiteRT code for code.
 python3 scripts/check_tflite_program.py
+# The per-op conformance suite: generated one-op int8 and 16x8 files (manifest in
+# tests/conformance/manifest.txt), run, compiled and emulated, against LiteRT code for code.
+python3 scripts/check_op_suite.py
 # Int8 files quantized by TensorFlow's converter (MLPerf Tiny and MLTK models, trained
 # weights) read as their own programs: every tensor equal to LiteRT's, run and emulated.
 python3 scripts/check_tflite_int8_files.py

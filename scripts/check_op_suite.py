@@ -1,0 +1,572 @@
+#!/usr/bin/env python3
+"""The per-op conformance suite: generated quantized TFLite files, one op each, against
+LiteRT's reference kernels (`OpResolverType.BUILTIN_REF`), code for code.
+
+Every case is a `.tflite` file built from the schema (no TensorFlow): one op with random
+shapes, broadcasting, parameters and grids, in int8 and, where LiteRT has a 16x8 kernel,
+int16 (zero points 0, int64 biases). For each case and two random inputs over the whole
+code range (a random stretch around code 0, at least a quarter of it each side):
+  - LiteRT runs the file;
+  - `npu-studio run FILE.tflite` runs the integer program read from the file (its scales,
+    zero points and codes, no plan) on our integer reference;
+  - `npu-studio compile FILE.tflite --target ethos-u55-128 --out F.npub` and
+    `npu-studio emulate F.npub` run the compiled binary;
+and every output code of both must equal LiteRT's. A case whose LiteRT output is one code
+everywhere would test nothing: it is drawn again (and counted). The manifest (op, scheme, case count)
+is `tests/conformance/manifest.txt`; the script fails when it is stale
+(`--write-manifest` rewrites it). Exits non-zero on any mismatch or refusal, naming the
+case, the engine and the count of differing codes.
+
+Usage: check_op_suite.py [--bin PATH] [--ops ADD,MUL,...] [--write-manifest] [--keep DIR]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+import numpy as np
+
+from check_tflite_program import B, S, Builder, ROOT
+
+MANIFEST = os.path.join(ROOT, "tests", "conformance", "manifest.txt")
+I8, I16 = np.int8, np.int16
+ACT = S.ActivationFunctionType
+
+
+def grid(rng, ty, lo=0.005, hi=0.1):
+    """A random scale and zero point: asymmetric int8, symmetric int16."""
+    s = float(rng.uniform(lo, hi))
+    return (s, int(rng.integers(-40, 40))) if ty == I8 else (s / 200.0, 0)
+
+
+def rand_shape(rng, rank, lo=1, hi=7):
+    return [int(v) for v in rng.integers(lo, hi + 1, rank)]
+
+
+def broadcast_partner(rng, shape):
+    """A shape that broadcasts against `shape`: some dims 1, maybe fewer dims."""
+    drop = int(rng.integers(0, len(shape)))
+    tail = shape[drop:]
+    return [1 if rng.random() < 0.4 else d for d in tail] or [1]
+
+
+def opts(kind, **kw):
+    o = getattr(S, kind + "T")()
+    for k, v in kw.items():
+        setattr(o, k, v)
+    return getattr(S.BuiltinOptions, kind), o
+
+
+# Each maker takes (rng, ty) and returns the file's bytes.
+
+def binary(code, kind):
+    def make(rng, ty):
+        b = Builder()
+        a_shape = rand_shape(rng, int(rng.integers(1, 5)))
+        b_shape = broadcast_partner(rng, a_shape) if rng.random() < 0.6 else list(a_shape)
+        if rng.random() < 0.5:
+            a_shape, b_shape = b_shape, a_shape
+        out = list(np.broadcast_shapes(tuple(a_shape), tuple(b_shape)))
+        ga, gb = grid(rng, ty), grid(rng, ty)
+        x = b.tensor(a_shape, ty, *ga, name="a")
+        y = b.tensor(b_shape, ty, *gb, name="b")
+        # The output grid near the result's range, so codes neither saturate nor collapse.
+        top = 127 if ty == I8 else 32767
+        so = (ga[0] * gb[0] * top if kind == "MulOptions" else ga[0] + gb[0]) * float(rng.uniform(0.5, 1.5))
+        z = b.tensor(out, ty, so, int(rng.integers(-20, 20)) if ty == I8 else 0, name="y")
+        act = [ACT.NONE, ACT.RELU, ACT.RELU6][int(rng.integers(0, 3))]
+        kw = {"fusedActivationFunction": act}
+        if kind in ("AddOptions", "SubOptions") and ty == I16:
+            kw["potScaleInt16"] = False
+        b.op(code, [x, y], [z], *opts(kind, **kw), version=1)
+        return b.build([x, y], [z])
+    return make
+
+
+def max_min(code):
+    def make(rng, ty):
+        b = Builder()
+        shape = rand_shape(rng, int(rng.integers(1, 5)))
+        other = broadcast_partner(rng, shape) if rng.random() < 0.5 else list(shape)
+        g = grid(rng, ty)
+        x = b.tensor(shape, ty, *g, name="a")
+        y = b.tensor(other, ty, *g, name="b")
+        out = list(np.broadcast_shapes(tuple(shape), tuple(other)))
+        z = b.tensor(out, ty, *g, name="y")
+        b.op(code, [x, y], [z], version=1)
+        return b.build([x, y], [z])
+    return make
+
+
+def unary(code, out_grid=None, options=None):
+    """One input, one output; `out_grid(rng, ty)` fixes the output's grid (else random)."""
+    def make(rng, ty):
+        b = Builder()
+        shape = rand_shape(rng, int(rng.integers(1, 5)))
+        xg = grid(rng, ty, 0.01, 0.08)
+        x = b.tensor(shape, ty, *xg, name="x")
+        yg = out_grid(rng, ty, xg) if out_grid else grid(rng, ty, 0.005, 0.05)
+        y = b.tensor(shape, ty, *yg, name="y")
+        if options:
+            b.op(code, [x], [y], *options(rng), version=1)
+        else:
+            b.op(code, [x], [y], version=1)
+        return b.build([x], [y])
+    return make
+
+
+def fixed(s8, s16):
+    return lambda rng, ty, xg: s8 if ty == I8 else s16
+
+
+def softmax(rng, ty):
+    b = Builder()
+    shape = rand_shape(rng, int(rng.integers(1, 4)), 1, 12)
+    shape[-1] = max(shape[-1], 2)
+    x = b.tensor(shape, ty, *grid(rng, ty, 0.02, 0.2), name="x")
+    y = b.tensor(shape, ty, *((1 / 256, -128) if ty == I8 else (1 / 32768, 0)), name="y")
+    b.op(B.SOFTMAX, [x], [y], *opts("SoftmaxOptions", beta=1.0), version=1)
+    return b.build([x], [y])
+
+
+def same_grid_unary(code, make_opts, version=1):
+    """Data movement on one grid: `make_opts(rng, b, shape)` gives (extra inputs, options, output shape)."""
+    def make(rng, ty):
+        b = Builder()
+        shape = rand_shape(rng, int(rng.integers(2, 5)))
+        g = grid(rng, ty)
+        x = b.tensor(shape, ty, *g, name="x")
+        extra, op_opts, out = make_opts(rng, b, shape)
+        y = b.tensor(out, ty, *g, name="y")
+        if op_opts:
+            b.op(code, [x] + extra, [y], *op_opts, version=version)
+        else:
+            b.op(code, [x] + extra, [y], version=version)
+        return b.build([x], [y])
+    return make
+
+
+def int32(b, values, shape=None):
+    """A constant int32 tensor as converters write them: no quantization parameters."""
+    v = np.asarray(values, dtype=np.int32)
+    t = b.tensor(list(shape or v.shape), np.int32, 1.0, 0, data=v)
+    b.tensors[t].quantization = None
+    return t
+
+
+def transpose_opts(rng, b, shape):
+    perm = [int(p) for p in rng.permutation(len(shape))]
+    return [int32(b, perm)], None, [shape[p] for p in perm]
+
+
+def reshape_opts(rng, b, shape):
+    n = int(np.prod(shape))
+    new = [n] if rng.random() < 0.3 else [int(np.prod(shape[:-1])), shape[-1]]
+    return [int32(b, new)], opts("ReshapeOptions", newShape=new), new
+
+
+def pad_opts(rng, b, shape):
+    pads = rng.integers(0, 3, (len(shape), 2))
+    return [int32(b, pads)], None, [d + int(p[0] + p[1]) for d, p in zip(shape, pads)]
+
+
+def slice_opts(rng, b, shape):
+    begin, end, strides, out = [], [], [], []
+    for d in shape:
+        s = int(rng.integers(1, 3))
+        a = int(rng.integers(0, d))
+        e = int(rng.integers(a + 1, d + 1))
+        begin.append(a)
+        end.append(e)
+        strides.append(s)
+        out.append(len(range(a, e, s)))
+    return [int32(b, begin), int32(b, end), int32(b, strides)], opts("StridedSliceOptions"), out
+
+
+def gather_opts(rng, b, shape):
+    axis = int(rng.integers(0, len(shape)))
+    n = int(rng.integers(1, 5))
+    idx = rng.integers(0, shape[axis], n)
+    return [int32(b, idx)], opts("GatherOptions", axis=axis, batchDims=0), shape[:axis] + [n] + shape[axis + 1:]
+
+
+def reduce_opts(rng, b, shape):
+    axes = sorted(int(a) for a in rng.choice(len(shape), int(rng.integers(1, len(shape) + 1)), replace=False))
+    return [int32(b, axes)], opts("ReducerOptions", keepDims=True), [1 if i in axes else d for i, d in enumerate(shape)]
+
+
+def mean(rng, ty):
+    b = Builder()
+    shape = rand_shape(rng, 4)
+    x = b.tensor(shape, ty, *grid(rng, ty), name="x")
+    axes = [[1, 2], [3], [1], [2]][int(rng.integers(0, 4))]
+    out = [1 if i in axes else d for i, d in enumerate(shape)]
+    y = b.tensor(out, ty, *grid(rng, ty), name="y")
+    b.op(B.MEAN, [x, int32(b, axes)], [y], *opts("ReducerOptions", keepDims=True), version=1)
+    return b.build([x], [y])
+
+
+def concat(rng, ty):
+    b = Builder()
+    shape = rand_shape(rng, int(rng.integers(1, 5)))
+    axis = int(rng.integers(0, len(shape)))
+    g = grid(rng, ty)
+    ins = []
+    total = 0
+    for k in range(int(rng.integers(2, 4))):
+        s = list(shape)
+        s[axis] = int(rng.integers(1, 5))
+        total += s[axis]
+        ins.append(b.tensor(s, ty, *g, name=f"x{k}"))
+    out = list(shape)
+    out[axis] = total
+    y = b.tensor(out, ty, *g, name="y")
+    b.op(B.CONCATENATION, ins, [y], *opts("ConcatenationOptions", axis=axis), version=1)
+    return b.build(ins, [y])
+
+
+def quantize(rng, ty):
+    b = Builder()
+    shape = rand_shape(rng, int(rng.integers(1, 5)))
+    x = b.tensor(shape, ty, *grid(rng, ty), name="x")
+    y = b.tensor(shape, ty, *grid(rng, ty), name="y")
+    b.op(B.QUANTIZE, [x], [y], version=1)
+    return b.build([x], [y])
+
+
+def weights_and_bias(rng, b, w_shape, n_out, axis, s_in, ty):
+    ws = rng.uniform(0.002, 0.02, n_out)
+    w = b.tensor(w_shape, I8, ws, [0] * n_out, data=rng.integers(-127, 128, w_shape), axis=axis, name="w")
+    bty = np.int32 if ty == I8 else np.int64
+    bias = b.tensor([n_out], bty, ws * s_in, [0] * n_out, data=rng.integers(-2000, 2000, n_out), name="bias")
+    return w, bias
+
+
+def conv(depthwise):
+    def make(rng, ty):
+        b = Builder()
+        n, h, w_, c = 1, int(rng.integers(3, 10)), int(rng.integers(3, 10)), int(rng.integers(1, 6))
+        k = int(rng.integers(1, 4))
+        stride = int(rng.integers(1, 3))
+        pad = [S.Padding.SAME, S.Padding.VALID][int(rng.integers(0, 2))]
+        xg = grid(rng, ty)
+        x = b.tensor([n, h, w_, c], ty, *xg, name="x")
+        if depthwise:
+            o = c
+            wt, bias = weights_and_bias(rng, b, [1, k, k, o], o, 3, xg[0], ty)
+        else:
+            o = int(rng.integers(1, 7))
+            wt, bias = weights_and_bias(rng, b, [o, k, k, c], o, 0, xg[0], ty)
+        if pad == S.Padding.SAME:
+            oh, ow = -(-h // stride), -(-w_ // stride)
+        else:
+            oh, ow = (h - k) // stride + 1, (w_ - k) // stride + 1
+        y = b.tensor([n, oh, ow, o], ty, *grid(rng, ty, 0.02, 0.3), name="y")
+        act = [ACT.NONE, ACT.RELU, ACT.RELU6][int(rng.integers(0, 3))]
+        common = dict(padding=pad, strideH=stride, strideW=stride, dilationHFactor=1, dilationWFactor=1,
+                      fusedActivationFunction=act)
+        if depthwise:
+            b.op(B.DEPTHWISE_CONV_2D, [x, wt, bias], [y], *opts("DepthwiseConv2DOptions", depthMultiplier=1, **common),
+                 version=1)
+        else:
+            b.op(B.CONV_2D, [x, wt, bias], [y], *opts("Conv2DOptions", **common), version=1)
+        return b.build([x], [y])
+    return make
+
+
+def fully_connected(rng, ty):
+    b = Builder()
+    rows, k, n = int(rng.integers(1, 5)), int(rng.integers(1, 20)), int(rng.integers(1, 9))
+    xg = grid(rng, ty)
+    x = b.tensor([rows, k], ty, *xg, name="x")
+    wt, bias = weights_and_bias(rng, b, [n, k], n, 0, xg[0], ty)
+    y = b.tensor([rows, n], ty, *grid(rng, ty, 0.02, 0.3), name="y")
+    act = [ACT.NONE, ACT.RELU][int(rng.integers(0, 2))]
+    b.op(B.FULLY_CONNECTED, [x, wt, bias], [y], *opts("FullyConnectedOptions", fusedActivationFunction=act),
+         version=1)
+    return b.build([x], [y])
+
+
+def batch_matmul(rng, ty):
+    b = Builder()
+    batch = [int(rng.integers(1, 4))]
+    m, k, n = (int(v) for v in rng.integers(1, 8, 3))
+    x = b.tensor(batch + [m, k], ty, *grid(rng, ty), name="a")
+    y = b.tensor(batch + [k, n], ty, *grid(rng, ty), name="b")
+    z = b.tensor(batch + [m, n], ty, *grid(rng, ty, 0.02, 0.3), name="y")
+    b.op(B.BATCH_MATMUL, [x, y], [z], *opts("BatchMatMulOptions", adjX=False, adjY=False), version=1)
+    return b.build([x, y], [z])
+
+
+def pool(code):
+    def make(rng, ty):
+        b = Builder()
+        h, w_, c = int(rng.integers(2, 10)), int(rng.integers(2, 10)), int(rng.integers(1, 5))
+        k = int(rng.integers(1, 4))
+        stride = int(rng.integers(1, 3))
+        pad = [S.Padding.SAME, S.Padding.VALID][int(rng.integers(0, 2))]
+        if pad == S.Padding.VALID and (k > h or k > w_):
+            k = 1
+        g = grid(rng, ty)
+        x = b.tensor([1, h, w_, c], ty, *g, name="x")
+        if pad == S.Padding.SAME:
+            oh, ow = -(-h // stride), -(-w_ // stride)
+        else:
+            oh, ow = (h - k) // stride + 1, (w_ - k) // stride + 1
+        y = b.tensor([1, oh, ow, c], ty, *g, name="y")
+        b.op(code, [x], [y], *opts("Pool2DOptions", padding=pad, strideH=stride, strideW=stride, filterHeight=k,
+                                   filterWidth=k), version=1)
+        return b.build([x], [y])
+    return make
+
+
+def resize_nearest(rng, ty):
+    b = Builder()
+    h, w_, c = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 4))
+    f = int(rng.integers(1, 4))
+    g = grid(rng, ty)
+    x = b.tensor([1, h, w_, c], ty, *g, name="x")
+    y = b.tensor([1, h * f, w_ * f, c], ty, *g, name="y")
+    b.op(B.RESIZE_NEAREST_NEIGHBOR, [x, int32(b, [h * f, w_ * f])], [y], *opts("ResizeNearestNeighborOptions"),
+         version=1)
+    return b.build([x], [y])
+
+
+def nonnegative(code):
+    """SQRT and LOG on a grid whose lowest code is 0 (their inputs are not negative)."""
+    def make(rng, ty):
+        b = Builder()
+        shape = rand_shape(rng, int(rng.integers(1, 5)))
+        x = b.tensor(shape, ty, float(rng.uniform(0.01, 0.1)), -128, name="x")
+        y = b.tensor(shape, ty, *grid(rng, ty, 0.005, 0.05), name="y")
+        b.op(code, [x], [y], version=1)
+        return b.build([x], [y])
+    return make
+
+
+def padv2_opts(rng, b, shape):
+    pads = rng.integers(0, 3, (len(shape), 2))
+    g = b.tensors[0].quantization
+    value = b.tensor([], I8 if b.tensors[0].type == S.TensorType.INT8 else I16, g.scale, g.zeroPoint,
+                     data=[int(rng.integers(-100, 100))])
+    return [int32(b, pads), value], None, [d + int(p[0] + p[1]) for d, p in zip(shape, pads)]
+
+
+def mirror_pad_opts(rng, b, shape):
+    pads = np.array([[int(rng.integers(0, d)), int(rng.integers(0, d))] for d in shape])
+    return [int32(b, pads)], opts("MirrorPadOptions", mode=S.MirrorPadMode.REFLECT), \
+        [d + int(p[0] + p[1]) for d, p in zip(shape, pads)]
+
+
+def expand_dims_opts(rng, b, shape):
+    axis = int(rng.integers(0, len(shape) + 1))
+    return [int32(b, [axis], [])], None, shape[:axis] + [1] + shape[axis:]
+
+
+def squeeze(rng, ty):
+    b = Builder()
+    shape = rand_shape(rng, int(rng.integers(2, 5)))
+    ones = sorted(int(a) for a in rng.choice(len(shape), int(rng.integers(1, len(shape))), replace=False))
+    for a in ones:
+        shape[a] = 1
+    g = grid(rng, ty)
+    x = b.tensor(shape, ty, *g, name="x")
+    y = b.tensor([d for i, d in enumerate(shape) if i not in ones], ty, *g, name="y")
+    b.op(B.SQUEEZE, [x], [y], *opts("SqueezeOptions", squeezeDims=ones), version=1)
+    return b.build([x], [y])
+
+
+def broadcast_to_opts(rng, b, shape):
+    out = [d if d > 1 or rng.random() < 0.5 else int(rng.integers(2, 5)) for d in shape]
+    small = [1 if rng.random() < 0.5 else d for d in out]
+    # The input's own shape is drawn first; BROADCAST_TO needs one that broadcasts: reshape it.
+    b.tensors[0].shape = small
+    return [int32(b, out)], None, out
+
+
+def transpose_conv(rng, ty):
+    b = Builder()
+    h, w_, c = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
+    k, stride, o = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 5))
+    xg = grid(rng, ty)
+    x = b.tensor([1, h, w_, c], ty, *xg, name="x")
+    wt, bias = weights_and_bias(rng, b, [o, k, k, c], o, 0, xg[0], ty)
+    oh, ow = (h - 1) * stride + k, (w_ - 1) * stride + k
+    y = b.tensor([1, oh, ow, o], ty, *grid(rng, ty, 0.02, 0.3), name="y")
+    shape = int32(b, [1, oh, ow, o])
+    b.op(B.TRANSPOSE_CONV, [shape, wt, x, bias], [y],
+         *opts("TransposeConvOptions", padding=S.Padding.VALID, strideH=stride, strideW=stride), version=1)
+    return b.build([x], [y])
+
+
+# (op name, maker, schemes, cases per scheme)
+OPS = [
+    ("ADD", binary(B.ADD, "AddOptions"), (I8, I16), 12),
+    ("SUB", binary(B.SUB, "SubOptions"), (I8, I16), 12),
+    ("MUL", binary(B.MUL, "MulOptions"), (I8, I16), 12),
+    ("MAXIMUM", max_min(B.MAXIMUM), (I8, I16), 6),
+    ("MINIMUM", max_min(B.MINIMUM), (I8, I16), 6),
+    ("CONCATENATION", concat, (I8, I16), 8),
+    ("STRIDED_SLICE", same_grid_unary(B.STRIDED_SLICE, slice_opts), (I8, I16), 8),
+    ("GATHER", same_grid_unary(B.GATHER, gather_opts), (I8, I16), 8),
+    ("TRANSPOSE", same_grid_unary(B.TRANSPOSE, transpose_opts), (I8, I16), 8),
+    ("RESHAPE", same_grid_unary(B.RESHAPE, reshape_opts), (I8, I16), 4),
+    ("PAD", same_grid_unary(B.PAD, pad_opts), (I8, I16), 6),
+    ("REDUCE_MAX", same_grid_unary(B.REDUCE_MAX, reduce_opts), (I8, I16), 6),
+    ("REDUCE_MIN", same_grid_unary(B.REDUCE_MIN, reduce_opts), (I8, I16), 6),
+    ("MEAN", mean, (I8, I16), 8),
+    ("SOFTMAX", softmax, (I8, I16), 8),
+    ("LOGISTIC", unary(B.LOGISTIC, fixed((1 / 256, -128), (1 / 32768, 0))), (I8, I16), 8),
+    ("TANH", unary(B.TANH, fixed((1 / 128, 0), (1 / 32768, 0))), (I8, I16), 8),
+    ("HARD_SWISH", unary(B.HARD_SWISH), (I8,), 8),
+    ("RELU", unary(B.RELU), (I8, I16), 6),
+    ("RELU6", unary(B.RELU6), (I8, I16), 6),
+    ("RELU_N1_TO_1", unary(B.RELU_N1_TO_1), (I8,), 6),
+    ("EXP", unary(B.EXP), (I8,), 6),
+    ("QUANTIZE", quantize, (I8, I16), 6),
+    ("CONV_2D", conv(False), (I8, I16), 12),
+    ("DEPTHWISE_CONV_2D", conv(True), (I8, I16), 10),
+    ("FULLY_CONNECTED", fully_connected, (I8, I16), 10),
+    ("BATCH_MATMUL", batch_matmul, (I8, I16), 8),
+    ("AVERAGE_POOL_2D", pool(B.AVERAGE_POOL_2D), (I8, I16), 8),
+    ("MAX_POOL_2D", pool(B.MAX_POOL_2D), (I8, I16), 8),
+    ("RESIZE_NEAREST_NEIGHBOR", resize_nearest, (I8, I16), 6),
+    ("SQRT", nonnegative(B.SQRT), (I8,), 6),
+    ("LOG", nonnegative(B.LOG), (I8,), 6),
+    ("PADV2", same_grid_unary(B.PADV2, padv2_opts), (I8, I16), 6),
+    ("MIRROR_PAD", same_grid_unary(B.MIRROR_PAD, mirror_pad_opts), (I8, I16), 6),
+    ("EXPAND_DIMS", same_grid_unary(B.EXPAND_DIMS, expand_dims_opts), (I8, I16), 4),
+    ("SQUEEZE", squeeze, (I8, I16), 4),
+    ("BROADCAST_TO", same_grid_unary(B.BROADCAST_TO, broadcast_to_opts, 2), (I8, I16), 6),
+    ("TRANSPOSE_CONV", transpose_conv, (I8, I16), 8),
+]
+
+
+def manifest_text(ops):
+    lines = ["# op, scheme, cases (generated by scripts/check_op_suite.py --write-manifest)"]
+    total = 0
+    for name, _, schemes, n in ops:
+        for ty in schemes:
+            lines.append(f"{name} {'int8' if ty == I8 else '16x8'} {n}")
+            total += n
+    lines.append(f"total {total}")
+    return "\n".join(lines) + "\n"
+
+
+def run_case(args, tmp, case, data, rng, stats):
+    """Returns the failures of one case (empty when every output code equals LiteRT's), or
+    None when LiteRT's output is one code everywhere."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    path = os.path.join(tmp, case + ".tflite")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        it = Interpreter(model_path=path, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        it.allocate_tensors()
+    except Exception as e:  # noqa: BLE001 - the generator must only build files LiteRT takes
+        return [f"{case}: LiteRT refuses the generated file: {e}"]
+    npub = os.path.join(tmp, case + ".npub")
+    r = subprocess.run([args.bin, "compile", path, "--target", "ethos-u55-128", "--out", npub],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return [f"{case}: compile failed: {r.stderr.strip()}"]
+    fails = []
+    for k in range(2):
+        feeds = []
+        for d in it.get_input_details():
+            # Codes over a random stretch of the range around 0 (whole range at most).
+            info = np.iinfo(d["dtype"])
+            lo, hi = int(rng.integers(info.min, info.min // 4)), int(rng.integers(info.max // 4, info.max + 1))
+            x = rng.integers(lo, hi + 1, d["shape"]).astype(d["dtype"])
+            it.set_tensor(d["index"], x)
+            xp = os.path.join(tmp, f"{case}_{d['name']}.npy")
+            np.save(xp, x)
+            feeds += ["--input", f"{d['name']}={xp}"]
+        try:
+            it.invoke()
+        except Exception as e:  # noqa: BLE001
+            return [f"{case}: LiteRT fails to run the generated file: {e}"]
+        for d in it.get_output_details():
+            ref = it.get_tensor(d["index"])
+            # A case whose output is one code everywhere tests nothing: drawn again.
+            if ref.size >= 4 and np.unique(ref).size < 2:
+                return None
+            stats["distinct"] += np.unique(ref).size
+            stats["outputs"] += 1
+        for how, cmd in [
+            ("run", [args.bin, "run", path] + feeds + ["--output-dir", os.path.join(tmp, "o")]),
+            ("emulate", [args.bin, "emulate", npub] + feeds + ["--output-dir", os.path.join(tmp, "e")]),
+        ]:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                fails.append(f"{case} {how}: {r.stderr.strip()}")
+                continue
+            out = cmd[cmd.index("--output-dir") + 1]
+            for d in it.get_output_details():
+                ours = np.load(os.path.join(out, d["name"] + ".npy"))
+                ref = it.get_tensor(d["index"])
+                stats["codes"] += ref.size
+                if ours.shape != ref.shape:
+                    fails.append(f"{case} {how} {d['name']}: shape {ours.shape}, LiteRT {ref.shape}")
+                elif not np.array_equal(ours, ref):
+                    diff = np.abs(ours.astype(np.int64) - ref.astype(np.int64))
+                    fails.append(f"{case} {how} {d['name']}: {int((diff > 0).sum())} of {ref.size} codes differ "
+                                 f"(largest by {int(diff.max())})")
+    return fails
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "npu-studio"))
+    ap.add_argument("--ops", default="")
+    ap.add_argument("--write-manifest", action="store_true")
+    ap.add_argument("--keep", default=None)
+    args = ap.parse_args()
+    want = set(filter(None, args.ops.split(",")))
+    ops = [o for o in OPS if not want or o[0] in want]
+    text = manifest_text(OPS)
+    if args.write_manifest:
+        os.makedirs(os.path.dirname(MANIFEST), exist_ok=True)
+        with open(MANIFEST, "w") as f:
+            f.write(text)
+    elif not want:
+        have = open(MANIFEST).read() if os.path.exists(MANIFEST) else ""
+        if have != text:
+            sys.exit(f"{MANIFEST} is stale: run scripts/check_op_suite.py --write-manifest")
+    failures, stats, per = [], Counter(), Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = args.keep or tmp
+        os.makedirs(tmp, exist_ok=True)
+        for name, make, schemes, n in ops:
+            for ty in schemes:
+                scheme = "int8" if ty == I8 else "16x8"
+                # Each (op, scheme) draws from its own seed: adding an op leaves the others' cases as they were.
+                rng = np.random.default_rng(sum(map(ord, name + scheme)) * 7919)
+                bad = 0
+                for c in range(n):
+                    case = f"{name.lower()}_{scheme}_{c}"
+                    for _ in range(8):
+                        f = run_case(args, tmp, case, make(rng, ty), rng, stats)
+                        if f is not None:
+                            break
+                        stats["redrawn"] += 1
+                    else:
+                        f = [f"{case}: 8 draws in a row give LiteRT outputs of one code everywhere"]
+                    failures += f
+                    bad += bool(f)
+                    per[(name, scheme)] += 1
+                print(f"{name} {scheme}: {n} cases, {n - bad} equal to LiteRT (run and emulated)", flush=True)
+    cases = sum(per.values())
+    print(f"{cases} cases over {len({k[0] for k in per})} ops, {stats['codes']} output codes compared "
+          f"({stats['distinct'] / max(stats['outputs'], 1):.0f} distinct codes per LiteRT output on average; "
+          f"{stats['redrawn']} draws of one code everywhere drawn again), "
+          f"{len(failures)} failures")
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
