@@ -11,13 +11,19 @@ code range (a random stretch around code 0, at least a quarter of it each side):
     zero points and codes, no plan) on our integer reference;
   - `npu-studio compile FILE.tflite --target ethos-u55-128 --out F.npub` and
     `npu-studio emulate F.npub` run the compiled binary;
-and every output code of both must equal LiteRT's. A case whose LiteRT output is one code
+and every output code of both must equal LiteRT's.
+
+The export leg does the same for files we write: one-op ONNX models (28 op families,
+random shapes, broadcasting and attributes) quantized by `npu-studio quantize` (synthetic
+calibration, w8a8 and w8a16), exported by `npu-studio export --format tflite`, compiled for
+the U55; on random inputs quantized onto the file's input grids, LiteRT's output codes must
+equal `run --plan`'s (the integer reference) and the emulated binary's. A case whose LiteRT output is one code
 everywhere would test nothing: it is drawn again (and counted). The manifest (op, scheme, case count)
 is `tests/conformance/manifest.txt`; the script fails when it is stale
 (`--write-manifest` rewrites it). Exits non-zero on any mismatch or refusal, naming the
 case, the engine and the count of differing codes.
 
-Usage: check_op_suite.py [--bin PATH] [--ops ADD,MUL,...] [--write-manifest] [--keep DIR]
+Usage: check_op_suite.py [--bin PATH] [--ops ADD,onnx:Conv,...] [--write-manifest] [--keep DIR]
 """
 import argparse
 import os
@@ -444,6 +450,242 @@ OPS = [
 ]
 
 
+# The export leg: one-op ONNX models of our own, quantized by `npu-studio quantize`
+# (synthetic calibration), exported by `npu-studio export --format tflite` and run in LiteRT
+# against `run --plan` (the integer reference) and the emulated U55 binary on the same codes.
+
+def onnx_case(op, inputs, consts=(), attrs=None, outputs=1, opset=14):
+    """`inputs`: [(name, shape)] graph inputs; `consts`: [(name, array)] initializers, read
+    after the inputs in order."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in consts]
+    outs = [f"y{k}" for k in range(outputs)]
+    node = helper.make_node(op, [n for n, _ in inputs] + [n for n, _ in consts], outs, **(attrs or {}))
+    g = helper.make_graph([node], "case", ins, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                                for o in outs], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    m = onnx.shape_inference.infer_shapes(m)
+    return m.SerializeToString()
+
+
+def f32(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def x_binary(op):
+    def make(rng):
+        a = rand_shape(rng, int(rng.integers(1, 5)))
+        b = broadcast_partner(rng, a) if rng.random() < 0.6 else list(a)
+        return onnx_case(op, [("a", a), ("b", b)])
+    return make
+
+
+def x_unary(op, attrs=None, consts=None):
+    def make(rng):
+        shape = rand_shape(rng, int(rng.integers(1, 5)))
+        return onnx_case(op, [("x", shape)], consts(rng, shape) if consts else (), attrs(rng, shape) if attrs else None)
+    return make
+
+
+def image(rng, c, lo=3, hi=10):
+    """An NCHW shape [1, c, h, w] that no NHWC shape reads the same (not h = w = c), so the
+    file's layout is clear from its shape."""
+    while True:
+        h, w = int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
+        if not h == w == c:
+            return [1, c, h, w]
+
+
+def x_conv(depthwise):
+    def make(rng):
+        c = int(rng.integers(1, 6))
+        shape = image(rng, c)
+        k, stride = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        o = c if depthwise else int(rng.integers(1, 7))
+        w = f32(rng, [o, 1 if depthwise else c, k, k], 0.5)
+        attrs = {"strides": [stride, stride], "pads": [k // 2] * 4, "group": c if depthwise else 1}
+        return onnx_case("Conv", [("x", shape)], [("w", w), ("b", f32(rng, [o], 0.1))], attrs)
+    return make
+
+
+def x_pool(op):
+    def make(rng):
+        shape = image(rng, int(rng.integers(1, 5)))
+        k, stride = int(rng.integers(2, 4)), int(rng.integers(1, 3))
+        attrs = {"kernel_shape": [k, k], "strides": [stride, stride]}
+        return onnx_case(op, [("x", shape)], (), attrs)
+    return make
+
+
+def x_matmul(rng):
+    m, k, n = (int(v) for v in rng.integers(1, 9, 3))
+    if rng.random() < 0.5:
+        return onnx_case("MatMul", [("a", [m, k])], [("w", f32(rng, [k, n], 0.5))])
+    batch = int(rng.integers(1, 4))
+    return onnx_case("MatMul", [("a", [batch, m, k]), ("b", [batch, k, n])])
+
+
+def x_concat(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 5)))
+    axis = int(rng.integers(0, len(shape)))
+    ins = []
+    for j in range(int(rng.integers(2, 4))):
+        s = list(shape)
+        s[axis] = int(rng.integers(1, 5))
+        ins.append((f"x{j}", s))
+    return onnx_case("Concat", ins, (), {"axis": axis})
+
+
+def x_split(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 4)), 2, 8)
+    axis = int(rng.integers(0, len(shape)))
+    first = int(rng.integers(1, shape[axis]))
+    return onnx_case("Split", [("x", shape)], [("split", np.array([first, shape[axis] - first], np.int64))],
+                     {"axis": axis}, outputs=2)
+
+
+def x_gather(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 4)))
+    axis = int(rng.integers(0, len(shape)))
+    idx = rng.integers(-shape[axis], shape[axis], int(rng.integers(1, 4))).astype(np.int64)
+    return onnx_case("Gather", [("x", shape)], [("i", idx)], {"axis": axis})
+
+
+def x_slice(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 5)), 2, 8)
+    starts, ends, steps = [], [], []
+    for d in shape:
+        a = int(rng.integers(0, d - 1))
+        starts.append(a)
+        ends.append(int(rng.integers(a + 1, d + 1)))
+        steps.append(int(rng.integers(1, 3)))
+    c = [("s", np.array(starts, np.int64)), ("e", np.array(ends, np.int64)),
+         ("ax", np.arange(len(shape), dtype=np.int64)), ("st", np.array(steps, np.int64))]
+    return onnx_case("Slice", [("x", shape)], c)
+
+
+def x_transpose(rng):
+    shape = rand_shape(rng, int(rng.integers(2, 5)))
+    return onnx_case("Transpose", [("x", shape)], (), {"perm": [int(p) for p in rng.permutation(len(shape))]})
+
+
+def x_reduce(op):
+    def make(rng):
+        shape = rand_shape(rng, int(rng.integers(2, 5)))
+        axes = sorted(int(a) for a in rng.choice(len(shape), int(rng.integers(1, len(shape))), replace=False))
+        return onnx_case(op, [("x", shape)], (), {"axes": axes, "keepdims": 1}, opset=13)
+    return make
+
+
+def x_softmax(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 4)), 2, 10)
+    return onnx_case("Softmax", [("x", shape)], (), {"axis": int(rng.integers(-len(shape), len(shape)))})
+
+
+def x_pad(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 5)))
+    pads = rng.integers(0, 3, 2 * len(shape)).astype(np.int64)
+    return onnx_case("Pad", [("x", shape)], [("p", pads)])
+
+
+def x_clip(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 5)))
+    lo = float(rng.uniform(-1.5, 0.0))
+    return onnx_case("Clip", [("x", shape)], [("lo", np.array(lo, np.float32)),
+                                              ("hi", np.array(lo + float(rng.uniform(0.5, 3)), np.float32))])
+
+
+def x_pow(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 5)))
+    return onnx_case("Pow", [("x", shape)], [("e", np.array(float(rng.choice([2.0, 3.0])), np.float32))])
+
+
+def x_resize(rng):
+    shape = image(rng, int(rng.integers(1, 4)), 1, 6)
+    f = float(rng.integers(2, 4))
+    return onnx_case("Resize", [("x", shape)], [("roi", np.zeros(0, np.float32)),
+                                                ("sc", np.array([1, 1, f, f], np.float32))],
+                     {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
+
+
+def x_batchnorm(rng):
+    c = int(rng.integers(1, 6))
+    shape = image(rng, c, 1, 6)
+    return onnx_case("BatchNormalization", [("x", shape)],
+                     [("g", f32(rng, [c])), ("b", f32(rng, [c], 0.2)), ("m", f32(rng, [c], 0.2)),
+                      ("v", np.abs(f32(rng, [c])) + 0.5)])
+
+
+X_OPS = [
+    ("Add", x_binary("Add")), ("Sub", x_binary("Sub")), ("Mul", x_binary("Mul")),
+    ("Max", x_binary("Max")), ("Min", x_binary("Min")),
+    ("Concat", x_concat), ("Split", x_split), ("Gather", x_gather), ("Slice", x_slice),
+    ("Transpose", x_transpose), ("Pad", x_pad),
+    ("ReduceMean", x_reduce("ReduceMean")), ("ReduceMax", x_reduce("ReduceMax")),
+    ("Softmax", x_softmax), ("Sigmoid", x_unary("Sigmoid")), ("Tanh", x_unary("Tanh")),
+    ("Relu", x_unary("Relu")), ("LeakyRelu", x_unary("LeakyRelu", lambda r, s: {"alpha": float(r.uniform(0.01, 0.3))})),
+    ("Clip", x_clip), ("Pow", x_pow), ("Exp", x_unary("Exp")),
+    ("Conv", x_conv(False)), ("DepthwiseConv", x_conv(True)), ("MatMul", x_matmul),
+    ("AveragePool", x_pool("AveragePool")), ("MaxPool", x_pool("MaxPool")), ("Resize", x_resize),
+    ("BatchNormalization", x_batchnorm),
+]
+X_SCHEMES = ("w8a8", "w8a16")
+X_CASES = 3
+
+
+def run_export_case(args, tmp, case, data, preset, rng, stats):
+    """Quantize, export, compile; LiteRT against `run --plan` and the emulated binary."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from check_tflite_litert import compare, oriented, quantize as quantize_codes, sanitize, to_file_layout
+    model, plan, tfl, npub = (os.path.join(tmp, case + e) for e in (".onnx", ".ron", ".tflite", ".npub"))
+    with open(model, "wb") as f:
+        f.write(data)
+    for what, cmd in [
+        ("quantize", ["quantize", model, "--calib", "synthetic:4", "--preset", preset, "--out", plan]),
+        ("export", ["export", model, "--plan", plan, "--format", "tflite", "--out", tfl]),
+        ("compile", ["compile", model, "--plan", plan, "--target", "ethos-u55-128", "--out", npub]),
+    ]:
+        r = subprocess.run([args.bin] + cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return [f"{case} {what} failed: {r.stderr.strip()}"]
+    import onnx
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in onnx.load(model).graph.input}
+    it = Interpreter(model_path=tfl, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    fails = []
+    for k in range(2):
+        feeds = []
+        for d in it.get_input_details():
+            # The file keeps the graph input's name; its layout may be NHWC where ours is NCHW.
+            x = f32(rng, shapes[d["name"]])
+            codes = quantize_codes(x, *d["quantization"], d["dtype"]) if d["quantization"][0] else x
+            it.set_tensor(d["index"], to_file_layout(codes, d["shape"]).reshape(d["shape"]))
+            p = os.path.join(tmp, f"{case}_{sanitize(d['name'])}.npy")
+            np.save(p, codes)
+            feeds += ["--input", f"{d['name']}={p}"]
+        it.invoke()
+        for how, cmd in [
+            ("run --plan", [args.bin, "run", model, "--plan", plan] + feeds + ["--output-dir", os.path.join(tmp, "o")]),
+            ("emulate", [args.bin, "emulate", npub] + feeds + ["--output-dir", os.path.join(tmp, "e")]),
+        ]:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                fails.append(f"{case} {how}: {r.stderr.strip()}")
+                continue
+            out = cmd[cmd.index("--output-dir") + 1]
+            for d in it.get_output_details():
+                ours = np.load(os.path.join(out, sanitize(d["name"]) + ".npy"))
+                ref = it.get_tensor(d["index"])
+                if ours.size == ref.size:
+                    # 1xCxCxC reads the same in both layouts: the orientation LiteRT's codes take.
+                    ours = oriented(to_file_layout(ours, d["shape"]).reshape(d["shape"]), ref)
+                stats["export_codes"] += compare(f"{case} {how} {d['name']}", ours, ref, fails)
+    return fails
+
+
 def manifest_text(ops):
     lines = ["# op, scheme, cases (generated by scripts/check_op_suite.py --write-manifest)"]
     total = 0
@@ -451,6 +693,10 @@ def manifest_text(ops):
         for ty in schemes:
             lines.append(f"{name} {'int8' if ty == I8 else '16x8'} {n}")
             total += n
+    for name, _ in X_OPS:
+        for preset in X_SCHEMES:
+            lines.append(f"onnx:{name} {preset} {X_CASES}")
+            total += X_CASES
     lines.append(f"total {total}")
     return "\n".join(lines) + "\n"
 
@@ -558,10 +804,24 @@ def main():
                     bad += bool(f)
                     per[(name, scheme)] += 1
                 print(f"{name} {scheme}: {n} cases, {n - bad} equal to LiteRT (run and emulated)", flush=True)
+        for name, make in (x for x in X_OPS if not want or f"onnx:{x[0]}" in want):
+            for preset in X_SCHEMES:
+                rng = np.random.default_rng(sum(map(ord, name + preset)) * 104729)
+                bad = 0
+                for c in range(X_CASES):
+                    case = f"onnx_{name.lower()}_{preset}_{c}"
+                    f = run_export_case(args, tmp, case, make(rng), preset, rng, stats)
+                    failures += f
+                    bad += bool(f)
+                    per[(f"onnx:{name}", preset)] += 1
+                print(f"onnx:{name} {preset}: {X_CASES} cases, {X_CASES - bad} exported files equal to LiteRT "
+                      "(integer reference and emulated)", flush=True)
     cases = sum(per.values())
-    print(f"{cases} cases over {len({k[0] for k in per})} ops, {stats['codes']} output codes compared "
+    tfl_ops = {k[0] for k in per if not k[0].startswith("onnx:")}
+    print(f"{cases} cases ({len(tfl_ops)} TFLite ops in built files, {len({k[0] for k in per}) - len(tfl_ops)} ONNX "
+          f"ops through our export), {stats['codes']} output codes of built files compared "
           f"({stats['distinct'] / max(stats['outputs'], 1):.0f} distinct codes per LiteRT output on average; "
-          f"{stats['redrawn']} draws of one code everywhere drawn again), "
+          f"{stats['redrawn']} draws of one code everywhere drawn again; {stats['export_codes']} codes of exported files), "
           f"{len(failures)} failures")
     if failures:
         print("\n".join(failures))
