@@ -8,7 +8,7 @@ use npu_core::ir::Tensor;
 use npu_core::pipeline;
 use npu_core::quant::legalize::{ITensor, Program};
 use npu_core::quant::params::IntType;
-use npu_core::sim::integer::Input;
+use npu_core::pipeline::Input;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -86,22 +86,67 @@ fn integer_inputs<'a>(
                 t.name
             );
         };
-        ins.push(match x {
-            Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
-                Input::Float(x.to_f32().iter().copied().collect())
-            }
-            t => Input::Codes(t.to_i64().context("integer input")?.iter().map(|&v| v as i32).collect()),
-        });
+        ins.push(as_input(x, t).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?);
     }
     Ok(ins)
+}
+
+/// One array as the program input `t` takes it: floats (quantized on entry) or integer
+/// codes; its shape must be the input's.
+fn as_input(x: &Tensor, t: &ITensor) -> std::result::Result<Input, String> {
+    if x.shape() != t.shape.as_slice() {
+        return Err(format!(
+            "input '{}' has shape {:?}; the program takes {:?}",
+            t.name,
+            x.shape(),
+            t.shape
+        ));
+    }
+    Ok(match x {
+        Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
+            Input::Float(x.to_f32().iter().copied().collect())
+        }
+        x => Input::Codes(
+            x.to_i64()
+                .ok_or_else(|| format!("input '{}': not an integer array", t.name))?
+                .iter()
+                .map(|&v| v as i32)
+                .collect(),
+        ),
+    })
 }
 
 /// Legalizes the plan on the model's optimized graph at the inputs' shapes.
 fn program(model: &Path, plan: &Path, shapes: &HashMap<String, Vec<usize>>) -> Result<Program> {
     let (plan, optimized) = super::quant::plan_inputs(model, plan)?;
+    check_input_shapes(model, &optimized, shapes)?;
     let p = pipeline::legalize(&optimized, &plan, shapes).with_context(|| format!("legalizing {}", model.display()))?;
     warn_fallbacks(&p);
     Ok(p)
+}
+
+/// Every given input's shape against the model's: the same rank, and every fixed dimension
+/// equal (symbolic ones take any size).
+fn check_input_shapes(model: &Path, m: &npu_core::ir::Model, shapes: &HashMap<String, Vec<usize>>) -> Result<()> {
+    use npu_core::ir::Dim;
+    for &i in &m.graph.inputs {
+        let v = &m.graph.values[i];
+        let (Some(given), Some(want)) = (shapes.get(&v.name), v.shape.as_ref()) else {
+            continue;
+        };
+        let fits = given.len() == want.len()
+            && given.iter().zip(want).all(|(&g, d)| !matches!(d, Dim::Fixed(k) if *k != g));
+        if !fits {
+            let want: Vec<String> = want.iter().map(ToString::to_string).collect();
+            bail!(
+                "{}: input '{}' has shape {given:?}; the model takes [{}]",
+                model.display(),
+                v.name,
+                want.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Names, on stderr, every node the float fallback runs in float on the host, with its op
@@ -210,7 +255,7 @@ struct EmulateReport {
     /// With `--model` and `--plan`: every computed tensor against FP32, the fake-quant
     /// simulation and the integer reference.
     #[serde(skip_serializing_if = "Option::is_none")]
-    tensors: Option<Vec<npu_core::emulator::trace::TensorTrace>>,
+    tensors: Option<Vec<pipeline::TensorTrace>>,
 }
 
 #[derive(Serialize)]
@@ -251,12 +296,11 @@ pub struct EmulateArgs<'a> {
 /// the conventions of `run --plan` (codes and `.quant.json` out, or floats); with `--model`
 /// and `--plan`, every tensor compared with FP32, the simulation and the integer reference.
 pub fn emulate(a: &EmulateArgs) -> Result<()> {
-    use npu_core::emulator::{Emulator, trace};
     let file = a.file;
     let feeds = parse_inputs(a.inputs)?;
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let t0 = std::time::Instant::now();
-    let e = Emulator::load(&bytes).with_context(|| format!("{}", file.display()))?;
+    let e = pipeline::load_binary(&bytes).with_context(|| format!("{}", file.display()))?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     // The inputs in the binary's order, named as its tensor table names them.
     let b = &e.binary;
@@ -325,7 +369,7 @@ pub fn emulate(a: &EmulateArgs) -> Result<()> {
     }
     if let (Some(ts), false) = (&traces, a.json) {
         let mism: usize = ts.iter().filter_map(|r| r.integer_mismatches).sum();
-        let over: Vec<&trace::TensorTrace> = ts.iter().filter(|r| r.gap_db().is_some_and(|g| g > 1.0)).collect();
+        let over: Vec<&pipeline::TensorTrace> = ts.iter().filter(|r| r.gap_db().is_some_and(|g| g > 1.0)).collect();
         println!(
             "{} tensors compared: {mism} codes differ from the integer reference; {} where the simulation promises over 1 dB more than the binary delivers{}",
             ts.len(),
@@ -346,7 +390,7 @@ pub fn emulate(a: &EmulateArgs) -> Result<()> {
             steps: b.steps.len(),
             commands: b.commands.len(),
             host_ops: b.host.len(),
-            simd: npu_core::emulator::mac::simd(),
+            simd: pipeline::emulator_simd(),
             load_ms,
             run_ms,
             outputs,
@@ -363,10 +407,9 @@ fn compare_with(
     model: &Path,
     plan: &Path,
     feeds: &HashMap<String, Tensor>,
-    e: &npu_core::emulator::Emulator,
+    e: &pipeline::Emulator,
     values: &[Option<Vec<i32>>],
-) -> Result<Vec<npu_core::emulator::trace::TensorTrace>> {
-    use npu_core::emulator::trace;
+) -> Result<Vec<pipeline::TensorTrace>> {
     let (plan, optimized) = super::quant::plan_inputs(model, plan)?;
     let id = npu_core::quant::params::graph_id(&optimized);
     if !e.binary.graph.is_empty() && !id.starts_with(&e.binary.graph) && !e.binary.graph.starts_with(&id) {
@@ -386,19 +429,17 @@ fn compare_with(
     let shapes: HashMap<String, Vec<usize>> = feeds.iter().map(|(k, t)| (k.clone(), t.shape().to_vec())).collect();
     let p =
         pipeline::legalize(&optimized, &plan, &shapes).with_context(|| format!("legalizing {}", model.display()))?;
-    let ins = integer_inputs(feeds, p.inputs.iter().map(|&i| &p.tensors[i]), model)?;
-    let integer = pipeline::run_integer(&p, ins).context("the integer reference")?;
-    let same_table = p.tensors.len() == e.binary.tensors.len()
-        && p.tensors
-            .iter()
-            .zip(&e.binary.tensors)
-            .all(|(a, b)| a.name == b.tensor.name);
-    let refs = trace::References {
+    let refs = pipeline::EmulationReferences {
         fp32: &fp32,
         simulated: Some(&sim),
-        integer: same_table.then_some(integer.values.as_slice()),
+        program: &p,
     };
-    Ok(trace::compare(e, values, &refs))
+    let input = |name: &str| {
+        let t = p.tensors.iter().find(|t| t.name == name).ok_or("not in the program")?;
+        as_input(feeds.get(name).ok_or("needs a value (--input NAME=FILE.npy)")?, t)
+    };
+    let c = pipeline::compare_emulation(e, values, &refs, &input).with_context(|| format!("{}", model.display()))?;
+    Ok(c.traces)
 }
 
 /// `npu-studio export MODEL --plan PLAN.ron --format tflite --out FILE.tflite`.
