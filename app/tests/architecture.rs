@@ -166,3 +166,35 @@ fn the_studio_is_layered() {
     }
     assert!(uses["canvas"].contains("graph_view") && uses["optimize"].contains("graph_view"));
 }
+
+/// The parts of the core the app reaches only through `npu_core::pipeline`: the binary
+/// format, the emulator and the integer reference.
+const BEHIND_THE_FACADE: &[&str] = &["compiler::binary", "emulator::", "sim::integer"];
+
+/// Every source file of the app (studio and command line) names those parts only through
+/// the facade: no `use`, path or doc link to them, outside comments.
+#[test]
+fn the_app_reaches_the_binary_emulator_and_integer_reference_through_the_facade() {
+    let mut files = Vec::new();
+    rust_files(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    let mut problems = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("a source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim();
+            if code.starts_with("//") && !code.starts_with("//!") && !code.starts_with("///") {
+                continue;
+            }
+            for p in BEHIND_THE_FACADE {
+                if code.contains(p) {
+                    problems.push(format!("{}:{}: {p} (use npu_core::pipeline)", f.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check reads the files that use the facade for these.
+    for name in ["emulate.rs", "integer.rs", "inspect.rs"] {
+        assert!(files.iter().any(|f| f.ends_with(name)), "no {name} under app/src");
+    }
+}

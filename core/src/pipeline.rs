@@ -369,6 +369,36 @@ pub fn smoothed(
     Ok((model, Some(s)))
 }
 
+/// The optimized graph after the weight transforms a recipe asks for, and what each did.
+pub struct Transformed {
+    pub model: Model,
+    pub equalized: Option<crate::quant::equalize::Equalized>,
+    pub absorbed: Option<crate::quant::absorb::Absorbed>,
+    pub smoothed: Option<crate::quant::smooth::Smoothed>,
+}
+
+/// The recipe's weight transforms on `model` (the optimized graph), in their one order:
+/// cross-layer equalization ([`equalized`]), then bias absorption ([`absorbed`]), then
+/// SmoothQuant ([`smoothed`]), each measured on the graph the previous one left. The
+/// command line and the studio's calibration both start from it.
+pub fn transform_weights(
+    model: Model,
+    recipe: &Recipe,
+    calib: &Samples,
+    threads: usize,
+    progress: &dyn Progress,
+) -> Result<Transformed, PlanError> {
+    let (model, equalized) = equalized(model, recipe);
+    let (model, absorbed) = absorbed(model, recipe, calib, threads, progress)?;
+    let (model, smoothed) = smoothed(model, recipe, calib, threads, progress)?;
+    Ok(Transformed {
+        model,
+        equalized,
+        absorbed,
+        smoothed,
+    })
+}
+
 /// `recipe` resolved on `model` (the optimized graph) with its inputs fixed to
 /// `input_shapes` (a calibrated plan's), so that the layers whose precision depends on a
 /// shape (a Softmax's width) see it even when the model's dims are dynamic.
@@ -727,4 +757,105 @@ pub fn export_qdq(
     let (model, summary) = crate::export::qdq::qdq_model(q, plan);
     crate::export::onnx::save(&model, path)?;
     Ok(summary)
+}
+
+// The binary and its emulation: what the CLI's `compile --out`, `emulate`, `bench FILE.npub`
+// and `info FILE.npub` and the studio's Compile and Emulate stages go through. The app
+// reaches the binary format, the emulator and the integer reference only here.
+
+pub use crate::compiler::binary::{Binary, BinaryError, Location};
+pub use crate::emulator::trace::TensorTrace;
+pub use crate::emulator::{EmulateError, Emulator};
+pub use crate::sim::integer::{Input, Run, RunError};
+
+/// The `.npub` binary of a compiled program (`docs/binary-format.md`).
+pub fn write_binary(program: &crate::quant::legalize::Program, compiled: &crate::compiler::Compiled) -> Vec<u8> {
+    crate::compiler::binary::write(program, compiled)
+}
+
+/// A binary's sections decoded (header, tensors, commands, host ops), without the checks
+/// [`load_binary`] runs: what `info FILE.npub` shows.
+pub fn read_binary(bytes: &[u8]) -> Result<Binary, BinaryError> {
+    crate::compiler::binary::read(bytes)
+}
+
+/// A binary decoded and checked for consistency, ready to run.
+pub fn load_binary(bytes: &[u8]) -> Result<Emulator, EmulateError> {
+    Emulator::load(bytes)
+}
+
+/// Whether the emulator's MAC kernels take the AVX2 path on this machine (else the
+/// portable loop).
+pub fn emulator_simd() -> bool {
+    crate::emulator::mac::simd()
+}
+
+/// What an emulation is compared with: FP32 values (by tensor name), the fake-quant
+/// simulation's, and the program the integer reference runs (the one the binary was
+/// written from).
+pub struct EmulationReferences<'a> {
+    pub fp32: &'a HashMap<String, Vec<f32>>,
+    pub simulated: Option<&'a HashMap<String, Vec<f32>>>,
+    pub program: &'a crate::quant::legalize::Program,
+}
+
+/// An emulation compared tensor by tensor.
+pub struct ComparedEmulation {
+    /// Every tensor's codes as the integer reference computed them (program order).
+    pub integer: Vec<Option<Vec<i32>>>,
+    /// One row per tensor the binary computed: SQNR against FP32 (emulated, simulated),
+    /// codes that differ from the integer reference.
+    pub traces: Vec<TensorTrace>,
+}
+
+/// Why an emulation could not be compared.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    #[error("the integer reference: {0}")]
+    Integer(#[from] RunError),
+    #[error("input {0}: {1}")]
+    Input(String, String),
+}
+
+/// Runs the integer reference of `refs.program` on the inputs `input` gives by name (the
+/// same values the emulation ran on) and compares every tensor of `emulated` (the codes
+/// [`Emulator::run`] returned) with it, with FP32 and with the simulation. Codes are
+/// compared only when the program's tensor table is the binary's (same names in order).
+pub fn compare_emulation(
+    e: &Emulator,
+    emulated: &[Option<Vec<i32>>],
+    refs: &EmulationReferences<'_>,
+    input: &dyn Fn(&str) -> Result<Input, String>,
+) -> Result<ComparedEmulation, CompareError> {
+    let p = refs.program;
+    let ins = p
+        .inputs
+        .iter()
+        .map(|&i| {
+            let name = &p.tensors[i].name;
+            input(name).map_err(|why| CompareError::Input(name.clone(), why))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let integer = crate::sim::integer::run(p, ins)?.values;
+    let same_table = p.tensors.len() == e.binary.tensors.len()
+        && p.tensors
+            .iter()
+            .zip(&e.binary.tensors)
+            .all(|(a, b)| a.name == b.tensor.name);
+    let r = crate::emulator::trace::References {
+        fp32: refs.fp32,
+        simulated: refs.simulated,
+        integer: same_table.then_some(integer.as_slice()),
+    };
+    let traces = crate::emulator::trace::compare(e, emulated, &r);
+    Ok(ComparedEmulation { integer, traces })
+}
+
+/// The binary's input names, in the order [`Emulator::run`] takes them.
+pub fn binary_inputs(e: &Emulator) -> Vec<&str> {
+    e.binary
+        .inputs
+        .iter()
+        .map(|&i| e.binary.tensors[i].tensor.name.as_str())
+        .collect()
 }

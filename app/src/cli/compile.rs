@@ -180,7 +180,7 @@ pub fn compile(a: &CompileArgs) -> Result<()> {
     let heap = crate::heap::Heap::start();
     let t0 = std::time::Instant::now();
     let c = pipeline::compile(&program, &target, &options);
-    let bytes = a.out.map(|_| npu_core::compiler::binary::write(&program, &c));
+    let bytes = a.out.map(|_| pipeline::write_binary(&program, &c));
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let peak = heap.peak();
     if let (Some(path), Some(b)) = (a.out, &bytes) {

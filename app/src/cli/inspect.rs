@@ -125,9 +125,9 @@ fn io_json(t: &npu_core::quant::legalize::ITensor) -> serde_json::Value {
 /// `npu-studio info FILE.npub`: what a compiled binary holds (`--nodes`: every command).
 fn binary(path: &Path, json: bool, all: bool) -> Result<()> {
     use anyhow::Context;
-    use npu_core::compiler::binary::{Location, read};
+    use npu_core::pipeline::{Location, read_binary};
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let b = read(&bytes).with_context(|| format!("{}", path.display()))?;
+    let b = read_binary(&bytes).with_context(|| format!("{}", path.display()))?;
     let mut units = std::collections::BTreeMap::new();
     for c in &b.commands {
         *units.entry(c.unit.name()).or_insert(0) += 1;

@@ -339,9 +339,9 @@ fn bench_binary(
     json: bool,
     profile: bool,
 ) -> Result<()> {
-    use npu_core::sim::integer::Input;
+    use npu_core::pipeline::Input;
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let e = npu_core::emulator::Emulator::load(&bytes).with_context(|| format!("{}", path.display()))?;
+    let e = npu_core::pipeline::load_binary(&bytes).with_context(|| format!("{}", path.display()))?;
     let feeds = parse_inputs(inputs)?;
     let ins = || -> Result<Vec<Input>> {
         e.binary

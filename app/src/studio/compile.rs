@@ -469,7 +469,7 @@ fn latency_badge(us: f64, total: f64, side: &str) -> String {
 
 /// Writes the compiled binary of `r` to `path` atomically; the status line.
 pub fn write_binary(r: &CompileResult, path: &std::path::Path) -> Result<String, String> {
-    let bytes = npu_core::compiler::binary::write(&r.program, &r.compiled);
+    let bytes = npu_core::pipeline::write_binary(&r.program, &r.compiled);
     npu_core::export::write_atomic(path, &bytes).map_err(|e| format!("Could not write {}: {e}", path.display()))?;
     let h = r.compiled.headline();
     Ok(format!(

@@ -1,6 +1,6 @@
 //! The Emulate stage: the compiled binary written to bytes and run by the emulator on the
 //! first evaluation sample, every tensor compared with FP32, the fake-quant simulation and
-//! the integer reference ([`npu_core::emulator::trace`]). It feeds the "Emulated SQNR"
+//! the integer reference ([`npu_core::pipeline::compare_emulation`]). It feeds the "Emulated SQNR"
 //! overlay (what the device delivers, beside the simulated one), the "Gap" overlay (where
 //! the simulation promises more than the binary delivers) and the inspector's values of
 //! the selected node, side by side.
@@ -8,10 +8,8 @@
 use super::compile::CompileResult;
 use super::jobs::{Job, JobError, JobProgress, take_finished};
 use super::quantize::Session;
-use npu_core::compiler::binary;
-use npu_core::emulator::{Emulator, trace};
 use npu_core::ir::NodeId;
-use npu_core::sim::integer::Input;
+use npu_core::pipeline::{self, Emulator, Input, TensorTrace};
 use std::collections::HashMap;
 
 /// Values the inspector lists per column.
@@ -20,7 +18,7 @@ const FIRST: usize = 6;
 /// One node of the open model, as the binary computed its output.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmulatedNode {
-    pub trace: trace::TensorTrace,
+    pub trace: TensorTrace,
     /// The first values of its output: simulated (fake-quant), integer reference, emulated.
     pub simulated: Vec<f32>,
     pub integer: Vec<f32>,
@@ -58,8 +56,8 @@ fn first_sample(
 ) -> Result<(Emulator, String, HashMap<String, npu_core::ir::Tensor>), JobError> {
     let fail = |e: String| JobError::Failed(format!("Emulate failed: {e}"));
     p.set(0.05, "writing the binary");
-    let bytes = binary::write(program, compiled);
-    let e = Emulator::load(&bytes).map_err(|e| fail(e.to_string()))?;
+    let bytes = pipeline::write_binary(program, compiled);
+    let e = pipeline::load_binary(&bytes).map_err(|e| fail(e.to_string()))?;
     p.check()?;
     p.set(0.15, "reading the first sample");
     let samples = npu_core::pipeline::Samples::open(&setup.data, &setup.preprocess).map_err(|e| fail(e.to_string()))?;
@@ -71,36 +69,26 @@ fn first_sample(
     Ok((e, label, sample))
 }
 
-/// The names of the binary's inputs.
-fn binary_inputs(e: &Emulator) -> impl Iterator<Item = &str> {
-    e.binary
-        .inputs
-        .iter()
-        .map(|&i| e.binary.tensors[i].tensor.name.as_str())
+/// A sample's tensor `name`, as floats (quantized on entry), or with `integers`, an integer
+/// tensor as its codes.
+fn feed_one(sample: &HashMap<String, npu_core::ir::Tensor>, name: &str, integers: bool) -> Result<Input, String> {
+    let t = sample.get(name).ok_or_else(|| format!("the sample has no input {name}"))?;
+    Ok(
+        match t
+            .as_i64_vec()
+            .filter(|_| integers && t.dtype() != npu_core::ir::DType::F32)
+        {
+            Some(codes) => Input::Codes(codes.iter().map(|&c| c as i32).collect()),
+            None => Input::Float(t.to_f32().iter().copied().collect()),
+        },
+    )
 }
 
-/// A sample's tensors under `names`, as floats (quantized on entry), or with `integers`,
-/// integer tensors as their codes.
-fn feed(
-    sample: &HashMap<String, npu_core::ir::Tensor>,
-    names: &mut dyn Iterator<Item = &str>,
-    integers: bool,
-) -> Result<Vec<Input>, JobError> {
-    names
-        .map(|n| {
-            let t = sample
-                .get(n)
-                .ok_or_else(|| JobError::Failed(format!("Emulate failed: the sample has no input {n}")))?;
-            Ok(
-                match t
-                    .as_i64_vec()
-                    .filter(|_| integers && t.dtype() != npu_core::ir::DType::F32)
-                {
-                    Some(codes) => Input::Codes(codes.iter().map(|&c| c as i32).collect()),
-                    None => Input::Float(t.to_f32().iter().copied().collect()),
-                },
-            )
-        })
+/// The sample as the binary's inputs, in its order.
+fn feed(sample: &HashMap<String, npu_core::ir::Tensor>, e: &Emulator, integers: bool) -> Result<Vec<Input>, JobError> {
+    pipeline::binary_inputs(e)
+        .into_iter()
+        .map(|n| feed_one(sample, n, integers).map_err(|e| JobError::Failed(format!("Emulate failed: {e}"))))
         .collect()
 }
 
@@ -109,7 +97,7 @@ impl EmulateResult {
     /// mismatches over every tensor, and the time since `t0`.
     fn new(
         e: &Emulator,
-        rows: &[trace::TensorTrace],
+        rows: &[TensorTrace],
         nodes: HashMap<NodeId, EmulatedNode>,
         (generation, target): (u64, String),
         label: &str,
@@ -188,10 +176,9 @@ impl EmulateState {
         self.job = Some(Job::spawn("emulate", ctx, move |p| {
             let t0 = std::time::Instant::now();
             let (e, label, sample) = first_sample(&program, &compiled, &setup, &mapping.optimized, p)?;
-            let inputs = |names: &mut dyn Iterator<Item = &str>| feed(&sample, names, false);
             p.set(0.25, &format!("emulating {} steps", e.binary.steps.len()));
             let values = e
-                .run(inputs(&mut binary_inputs(&e))?)
+                .run(feed(&sample, &e, false)?)
                 .map_err(|e| JobError::Failed(format!("Emulate failed: {e}")))?;
             p.check()?;
             p.set(0.5, "running FP32, the simulation and the integer reference");
@@ -200,17 +187,16 @@ impl EmulateState {
             let fail = |e: npu_core::quant::QuantError| JobError::Failed(format!("Emulate failed: {e}"));
             let fp32 = q.values(None, &sample).map_err(fail)?;
             let sim = q.values(Some(&plan), &sample).map_err(fail)?;
-            let ins = inputs(&mut program.inputs.iter().map(|&i| program.tensors[i].name.as_str()))?;
-            let integer = npu_core::sim::integer::run(&program, ins)
-                .map_err(|e| JobError::Failed(format!("Emulate failed: the integer reference: {e}")))?;
-            p.check()?;
-            p.set(0.8, "comparing every tensor");
-            let refs = trace::References {
+            p.set(0.7, "the integer reference, and comparing every tensor");
+            let refs = pipeline::EmulationReferences {
                 fp32: &fp32,
                 simulated: Some(&sim),
-                integer: Some(&integer.values),
+                program: &program,
             };
-            let rows = trace::compare(&e, &values, &refs);
+            let compared = pipeline::compare_emulation(&e, &values, &refs, &|n| feed_one(&sample, n, false))
+                .map_err(|e| JobError::Failed(format!("Emulate failed: {e}")))?;
+            p.check()?;
+            let (integer, rows) = (compared.integer, compared.traces);
             // Optimized node name → the nodes of the open model it came from.
             let mut origin: HashMap<&str, &[NodeId]> = HashMap::new();
             for n in &mapping.optimized.graph.nodes {
@@ -236,7 +222,7 @@ impl EmulateState {
                 let n = EmulatedNode {
                     trace: row.clone(),
                     simulated: first(sim.get(&row.name).map(Vec::as_slice)),
-                    integer: dequant(k, integer.values[k].as_deref()).unwrap_or_default(),
+                    integer: dequant(k, integer[k].as_deref()).unwrap_or_default(),
                     emulated: dequant(k, values[k].as_deref()).unwrap_or_default(),
                 };
                 // Schedule order: a node's last tensor is its output.
@@ -279,11 +265,8 @@ impl EmulateState {
             let fail = |e: String| JobError::Failed(format!("Emulate failed: {e}"));
             let (e, label, sample) = first_sample(&program, &compiled, &setup, &model, p)?;
             // Integer inputs (an int8 file input) go in as their codes.
-            let inputs = |names: &mut dyn Iterator<Item = &str>| feed(&sample, names, true);
             p.set(0.25, &format!("emulating {} steps", e.binary.steps.len()));
-            let values = e
-                .run(inputs(&mut binary_inputs(&e))?)
-                .map_err(|e| fail(e.to_string()))?;
+            let values = e.run(feed(&sample, &e, true)?).map_err(|e| fail(e.to_string()))?;
             p.check()?;
             p.set(0.5, "running the file's float graph and the integer reference");
             let mut exec = npu_core::sim::Executor::new(&model, 1).map_err(|e| fail(e.to_string()))?;
@@ -301,17 +284,16 @@ impl EmulateState {
             };
             exec.run_with_hook(&sample, Some(&mut hook))
                 .map_err(|e| fail(e.to_string()))?;
-            let ins = inputs(&mut program.inputs.iter().map(|&i| program.tensors[i].name.as_str()))?;
-            let integer =
-                npu_core::sim::integer::run(&program, ins).map_err(|e| fail(format!("the integer reference: {e}")))?;
-            p.check()?;
-            p.set(0.8, "comparing every tensor");
-            let refs = trace::References {
+            p.set(0.7, "the integer reference, and comparing every tensor");
+            let refs = pipeline::EmulationReferences {
                 fp32: &float,
                 simulated: None,
-                integer: Some(&integer.values),
+                program: &program,
             };
-            let rows = trace::compare(&e, &values, &refs);
+            let compared = pipeline::compare_emulation(&e, &values, &refs, &|n| feed_one(&sample, n, true))
+                .map_err(|e| fail(e.to_string()))?;
+            p.check()?;
+            let (integer, rows) = (compared.integer, compared.traces);
             let origin = super::compile::file_origin(&model);
             let index: HashMap<&str, usize> = e
                 .binary
@@ -332,7 +314,7 @@ impl EmulateState {
                 let n = EmulatedNode {
                     trace: row.clone(),
                     simulated: Vec::new(),
-                    integer: dequant(k, integer.values[k].as_deref()).unwrap_or_default(),
+                    integer: dequant(k, integer[k].as_deref()).unwrap_or_default(),
                     emulated: dequant(k, values[k].as_deref()).unwrap_or_default(),
                 };
                 for &o in origin
