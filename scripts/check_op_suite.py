@@ -34,6 +34,7 @@ from collections import Counter
 
 import numpy as np
 
+from check_tflite_litert import sanitize
 from check_tflite_program import B, S, Builder, ROOT
 
 MANIFEST = os.path.join(ROOT, "tests", "conformance", "manifest.txt")
@@ -639,7 +640,7 @@ X_CASES = 3
 def run_export_case(args, tmp, case, data, preset, rng, stats):
     """Quantize, export, compile; LiteRT against `run --plan` and the emulated binary."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    from check_tflite_litert import compare, oriented, quantize as quantize_codes, sanitize, to_file_layout
+    from check_tflite_litert import compare, oriented, quantize as quantize_codes, to_file_layout
     model, plan, tfl, npub = (os.path.join(tmp, case + e) for e in (".onnx", ".ron", ".tflite", ".npub"))
     with open(model, "wb") as f:
         f.write(data)
@@ -667,23 +668,28 @@ def run_export_case(args, tmp, case, data, preset, rng, stats):
             np.save(p, codes)
             feeds += ["--input", f"{d['name']}={p}"]
         it.invoke()
-        for how, cmd in [
-            ("run --plan", [args.bin, "run", model, "--plan", plan] + feeds + ["--output-dir", os.path.join(tmp, "o")]),
-            ("emulate", [args.bin, "emulate", npub] + feeds + ["--output-dir", os.path.join(tmp, "e")]),
-        ]:
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                fails.append(f"{case} {how}: {r.stderr.strip()}")
-                continue
-            out = cmd[cmd.index("--output-dir") + 1]
-            for d in it.get_output_details():
-                ours = np.load(os.path.join(out, sanitize(d["name"]) + ".npy"))
-                ref = it.get_tensor(d["index"])
-                if ours.size == ref.size:
-                    # 1xCxCxC reads the same in both layouts: the orientation LiteRT's codes take.
-                    ours = oriented(to_file_layout(ours, d["shape"]).reshape(d["shape"]), ref)
-                stats["export_codes"] += compare(f"{case} {how} {d['name']}", ours, ref, fails)
+        def compared(name, ours, ref):
+            if ours.size == ref.size:
+                # 1xCxCxC reads the same in both layouts: the orientation LiteRT's codes take.
+                ours = oriented(to_file_layout(ours, ref.shape).reshape(ref.shape), ref)
+            stats["export_codes"] += compare(name, ours, ref, fails)
+        ours_against_litert(it, case, [("run --plan", [args.bin, "run", model, "--plan", plan]),
+                                       ("emulate", [args.bin, "emulate", npub])], feeds, tmp, fails, compared)
     return fails
+
+
+def ours_against_litert(it, case, engines, feeds, tmp, fails, compared):
+    """Runs each engine (`how`, command) on `feeds` and hands every output, as ours and as
+    LiteRT's, to `compared(name, ours, litert)`; a failed run is a failure naming it."""
+    for how, cmd in engines:
+        out = os.path.join(tmp, "out_" + how.split()[0])
+        r = subprocess.run(cmd + feeds + ["--output-dir", out], capture_output=True, text=True)
+        if r.returncode != 0:
+            fails.append(f"{case} {how}: {r.stderr.strip()}")
+            continue
+        for d in it.get_output_details():
+            ours = np.load(os.path.join(out, sanitize(d["name"]) + ".npy"))
+            compared(f"{case} {how} {d['name']}", ours, it.get_tensor(d["index"]))
 
 
 def wrong_shapes_are_named(args, tmp):
@@ -767,25 +773,15 @@ def run_case(args, tmp, case, data, rng, stats):
                 return None
             stats["distinct"] += np.unique(ref).size
             stats["outputs"] += 1
-        for how, cmd in [
-            ("run", [args.bin, "run", path] + feeds + ["--output-dir", os.path.join(tmp, "o")]),
-            ("emulate", [args.bin, "emulate", npub] + feeds + ["--output-dir", os.path.join(tmp, "e")]),
-        ]:
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                fails.append(f"{case} {how}: {r.stderr.strip()}")
-                continue
-            out = cmd[cmd.index("--output-dir") + 1]
-            for d in it.get_output_details():
-                ours = np.load(os.path.join(out, d["name"] + ".npy"))
-                ref = it.get_tensor(d["index"])
-                stats["codes"] += ref.size
-                if ours.shape != ref.shape:
-                    fails.append(f"{case} {how} {d['name']}: shape {ours.shape}, LiteRT {ref.shape}")
-                elif not np.array_equal(ours, ref):
-                    diff = np.abs(ours.astype(np.int64) - ref.astype(np.int64))
-                    fails.append(f"{case} {how} {d['name']}: {int((diff > 0).sum())} of {ref.size} codes differ "
-                                 f"(largest by {int(diff.max())})")
+        def compared(name, ours, ref):
+            stats["codes"] += ref.size
+            if ours.shape != ref.shape:
+                fails.append(f"{name}: shape {ours.shape}, LiteRT {ref.shape}")
+            elif not np.array_equal(ours, ref):
+                diff = np.abs(ours.astype(np.int64) - ref.astype(np.int64))
+                fails.append(f"{name}: {int((diff > 0).sum())} of {ref.size} codes differ (largest by {int(diff.max())})")
+        ours_against_litert(it, case, [("run", [args.bin, "run", path]), ("emulate", [args.bin, "emulate", npub])],
+                            feeds, tmp, fails, compared)
     return fails
 
 

@@ -6,9 +6,9 @@ use anyhow::{Context, Result, bail};
 use ndarray::{ArrayD, IxDyn};
 use npu_core::ir::Tensor;
 use npu_core::pipeline;
+use npu_core::pipeline::Input;
 use npu_core::quant::legalize::{ITensor, Program};
 use npu_core::quant::params::IntType;
-use npu_core::pipeline::Input;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -135,7 +135,10 @@ fn check_input_shapes(model: &Path, m: &npu_core::ir::Model, shapes: &HashMap<St
             continue;
         };
         let fits = given.len() == want.len()
-            && given.iter().zip(want).all(|(&g, d)| !matches!(d, Dim::Fixed(k) if *k != g));
+            && given
+                .iter()
+                .zip(want)
+                .all(|(&g, d)| !matches!(d, Dim::Fixed(k) if *k != g));
         if !fits {
             let want: Vec<String> = want.iter().map(ToString::to_string).collect();
             bail!(

@@ -113,19 +113,20 @@ pub fn quantize(a: &QuantizeArgs<'_>) -> Result<()> {
         .transpose()?;
     let pre = preprocess.unwrap_or("");
     let calib_set = open_set("calibration", calib, pre)?;
-    let (model, equalized) = pipeline::equalized(optimized(model_path)?, &recipe);
+    let transformed = pipeline::transform_weights(optimized(model_path)?, &recipe, &calib_set, threads, &Stderr);
+    end_progress();
+    let pipeline::Transformed {
+        model,
+        equalized,
+        absorbed,
+        smoothed,
+    } = transformed?;
     if let Some(e) = &equalized {
         print_equalization(e);
     }
-    let absorbed = pipeline::absorbed(model, &recipe, &calib_set, threads, &Stderr);
-    end_progress();
-    let (model, absorbed) = absorbed?;
     if let Some(a) = &absorbed {
         print_absorbed(a);
     }
-    let smoothed = pipeline::smoothed(model, &recipe, &calib_set, threads, &Stderr);
-    end_progress();
-    let (model, smoothed) = smoothed?;
     if let Some(s) = &smoothed {
         print_smoothed(s);
     }

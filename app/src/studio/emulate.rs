@@ -72,7 +72,9 @@ fn first_sample(
 /// A sample's tensor `name`, as floats (quantized on entry), or with `integers`, an integer
 /// tensor as its codes.
 fn feed_one(sample: &HashMap<String, npu_core::ir::Tensor>, name: &str, integers: bool) -> Result<Input, String> {
-    let t = sample.get(name).ok_or_else(|| format!("the sample has no input {name}"))?;
+    let t = sample
+        .get(name)
+        .ok_or_else(|| format!("the sample has no input {name}"))?;
     Ok(
         match t
             .as_i64_vec()

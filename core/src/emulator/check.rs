@@ -508,9 +508,16 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
             }
             let out: Vec<usize> = xs[..*axis].iter().chain(is).chain(&xs[axis + 1..]).copied().collect();
             if &out != ys {
-                return Err(format!("output {ys:?}, gathering {is:?} from {xs:?} along axis {axis} gives {out:?}"));
+                return Err(format!(
+                    "output {ys:?}, gathering {is:?} from {xs:?} along axis {axis} gives {out:?}"
+                ));
             }
-            if let Some(bad) = x(1).data.iter().flatten().find(|&&i| !(0..xs[*axis] as i64).contains(&i)) {
+            if let Some(bad) = x(1)
+                .data
+                .iter()
+                .flatten()
+                .find(|&&i| !(0..xs[*axis] as i64).contains(&i))
+            {
                 return Err(format!("index {bad} is out of range for axis {axis} of {}", xs[*axis]));
             }
         }

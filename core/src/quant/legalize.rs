@@ -1482,16 +1482,23 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         Some(q)
     }
 
-    /// Gather as TFLite's GATHER: a constant table on the grid of its range (a token
-    /// embedding), an activation on its own grid; constant indices checked and made
-    /// non-negative here, run-time indices carried as int32.
-    fn lower_gather(&mut self, node: &Node, x: ValueId, out: ValueId) -> Result<(), String> {
+    /// The shape of `x` and the node's `axis` attribute (default 0, negative from the end)
+    /// checked against its rank.
+    fn axis_of(&self, node: &Node, x: ValueId) -> Result<(Vec<usize>, usize), String> {
         let shape = self.shape(x).map_err(|e| e.to_string())?;
         let a = node.attr_i("axis").unwrap_or(0);
         let axis = usize::try_from(if a < 0 { a + shape.len() as i64 } else { a })
             .ok()
             .filter(|&a| a < shape.len())
             .ok_or_else(|| format!("axis {a} is out of range for rank {}", shape.len()))?;
+        Ok((shape, axis))
+    }
+
+    /// Gather as TFLite's GATHER: a constant table on the grid of its range (a token
+    /// embedding), an activation on its own grid; constant indices checked and made
+    /// non-negative here, run-time indices carried as int32.
+    fn lower_gather(&mut self, node: &Node, x: ValueId, out: ValueId) -> Result<(), String> {
+        let (shape, axis) = self.axis_of(node, x)?;
         let dim = shape[axis];
         let iv = node.input(1).ok_or("no indices")?;
         let table = match self.constant_f32(x) {
@@ -1512,34 +1519,34 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             None => self.act(x)?,
         };
         let q = self.program.tensors[table].q.clone();
-        let indices = match self.known(iv).map(|t| t.as_i64_vec().ok_or("its indices are not integers")) {
-            Some(raw) => {
-                let ishape = self.shape(iv).map_err(|e| e.to_string())?;
-                let codes = raw?
-                    .into_iter()
-                    .map(|i| {
-                        let j = if i < 0 { i + dim as i64 } else { i };
-                        if (0..dim as i64).contains(&j) {
-                            Ok(j)
-                        } else {
-                            Err(format!("index {i} is out of range for axis {axis} of {dim}"))
-                        }
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                self.push(ITensor {
-                    name: self.name(iv),
-                    shape: ishape,
-                    q: QParams::index(),
-                    data: Some(codes),
+        let known = self
+            .known(iv)
+            .map(|t| t.as_i64_vec().ok_or("its indices are not integers"));
+        let indices = if let Some(raw) = known {
+            let ishape = self.shape(iv).map_err(|e| e.to_string())?;
+            let codes = raw?
+                .into_iter()
+                .map(|i| {
+                    let j = if i < 0 { i + dim as i64 } else { i };
+                    if (0..dim as i64).contains(&j) {
+                        Ok(j)
+                    } else {
+                        Err(format!("index {i} is out of range for axis {axis} of {dim}"))
+                    }
                 })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.push(ITensor {
+                name: self.name(iv),
+                shape: ishape,
+                q: QParams::index(),
+                data: Some(codes),
+            })
+        } else {
+            let t = self.act(iv)?;
+            if self.program.tensors[t].q.ty != IntType::Index {
+                return Err(format!("its indices {} are not integers", self.name(iv)));
             }
-            None => {
-                let t = self.act(iv)?;
-                if self.program.tensors[t].q.ty != IntType::Index {
-                    return Err(format!("its indices {} are not integers", self.name(iv)));
-                }
-                t
-            }
+            t
         };
         self.on_input_grid(node, out, &q);
         let y = self.act(out)?;
@@ -1550,7 +1557,10 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
     /// A tensor for `x·x`, on the grid of `[0, m²]` in x's format where `m` is the largest
     /// magnitude x's grid holds (recorded as constraint `square-grid`).
     fn square_of(&mut self, node: &Node, xi: usize) -> Result<usize, String> {
-        let (q, shape) = (self.program.tensors[xi].q.clone(), self.program.tensors[xi].shape.clone());
+        let (q, shape) = (
+            self.program.tensors[xi].q.clone(),
+            self.program.tensors[xi].shape.clone(),
+        );
         let (lo, hi) = q.ty.range();
         let m = f64::from(q.real(lo).abs().max(q.real(hi).abs()));
         let sq = QParams::activation(q.format(), (0.0, m * m))
@@ -1560,7 +1570,11 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             &name,
             &node.name,
             "square-grid",
-            format!("x·x on the grid of [0, {:.4}] (scale {}): calibration gave it none", m * m, sq.s()),
+            format!(
+                "x·x on the grid of [0, {:.4}] (scale {}): calibration gave it none",
+                m * m,
+                sq.s()
+            ),
         );
         Ok(self.push(ITensor {
             name,
@@ -1743,12 +1757,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             "Split" => {
                 // One SLICE per output along the axis; slices copy codes, so every output
                 // is on the input's grid (TFLite's SPLIT keeps the input's parameters too).
-                let shape = self.shape(x).map_err(|e| e.to_string())?;
-                let a = node.attr_i("axis").unwrap_or(0);
-                let axis = usize::try_from(if a < 0 { a + shape.len() as i64 } else { a })
-                    .ok()
-                    .filter(|&a| a < shape.len())
-                    .ok_or_else(|| format!("axis {a} is out of range for rank {}", shape.len()))?;
+                let (shape, axis) = self.axis_of(node, x)?;
                 let mut parts = Vec::new();
                 for o in &node.outputs {
                     let o = o.ok_or("an omitted Split output has no integer form yet")?;
@@ -3464,7 +3473,10 @@ mod tests {
             let sim = r.outputs[0].sqnr_db.expect("a simulated SQNR");
             // The cube's int8 output grid bounds both (values crowd near 0): there the
             // integer form must stay within 1 dB of the fake-quant simulation.
-            assert!(db > 25.0 || (db > 20.0 && db > sim - 1.0), "{ops:?}: integer-reference output SQNR {db:.2} dB (simulated {sim:.2})");
+            assert!(
+                db > 25.0 || (db > 20.0 && db > sim - 1.0),
+                "{ops:?}: integer-reference output SQNR {db:.2} dB (simulated {sim:.2})"
+            );
         }
     }
 

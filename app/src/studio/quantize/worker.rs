@@ -508,10 +508,13 @@ fn worker(
             gptq: setup.gptq,
             ..npu_core::quant::recipe::Recipe::from_preset(&setup.preset)
         };
-        let (optimized, equalized) = pipeline::equalized(optimized, &recipe);
         let calib = Samples::open(&setup.data, &setup.preprocess).map_err(|e| JobError::Failed(e.to_string()))?;
-        let (optimized, absorbed) = pipeline::absorbed(optimized, &recipe, &calib, w.threads, progress)?;
-        let (optimized, smoothed) = pipeline::smoothed(optimized, &recipe, &calib, w.threads, progress)?;
+        let pipeline::Transformed {
+            model: optimized,
+            equalized,
+            absorbed,
+            smoothed,
+        } = pipeline::transform_weights(optimized, &recipe, &calib, w.threads, progress)?;
         let optimized = Arc::new(optimized);
         let q = pipeline::quantizer(&optimized, w.threads)?;
         let stats = pipeline::calibrate(&q, &calib, progress)?;

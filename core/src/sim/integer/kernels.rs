@@ -1191,7 +1191,10 @@ mod tests {
         let x: Vec<i32> = (0..12).collect(); // [2, 3, 2]
         let y = super::gather(&x, &[2, 3, 2], 1, &[2, 0]).expect("gathers");
         assert_eq!(y, vec![4, 5, 0, 1, 10, 11, 6, 7]);
-        assert_eq!(super::gather(&x, &[2, 3, 2], 2, &[1]).expect("gathers"), vec![1, 3, 5, 7, 9, 11]);
+        assert_eq!(
+            super::gather(&x, &[2, 3, 2], 2, &[1]).expect("gathers"),
+            vec![1, 3, 5, 7, 9, 11]
+        );
         for bad in [3, -1] {
             let e = super::gather(&x, &[2, 3, 2], 1, &[0, bad]).expect_err("refused");
             assert_eq!(e, format!("index {bad} is out of range for axis 1 of 3"));
