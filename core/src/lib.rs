@@ -9,6 +9,7 @@ pub mod import;
 pub mod ir;
 pub mod passes;
 pub mod pipeline;
+pub mod program;
 pub mod progress;
 pub mod quant;
 pub mod report;

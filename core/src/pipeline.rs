@@ -641,7 +641,7 @@ pub fn export_bundle(
                 let wide = p
                     .tensors
                     .iter()
-                    .any(|t| t.data.is_none() && t.q.ty == crate::quant::params::IntType::I16);
+                    .any(|t| t.data.is_none() && t.q.ty == crate::program::IntType::I16);
                 let path = dir.join(format!("{stem}.{}.tflite", if wide { "int16" } else { "int8" }));
                 let w = export_tflite(&p, crate::export::tflite::Io::Int8, &path)?;
                 if !w.float_nodes.is_empty() {
@@ -690,14 +690,14 @@ pub fn legalize(
     optimized: &Model,
     plan: &QuantPlan,
     shapes: &HashMap<String, Vec<usize>>,
-) -> Result<crate::quant::legalize::Program, crate::quant::legalize::LegalizeError> {
+) -> Result<crate::program::Program, crate::quant::legalize::LegalizeError> {
     crate::quant::legalize::legalize(optimized, plan, shapes)
 }
 
 /// The integer reference execution of a legalized program (LiteRT's reference-kernel
 /// arithmetic): every tensor's codes.
 pub fn run_integer(
-    program: &crate::quant::legalize::Program,
+    program: &crate::program::Program,
     inputs: Vec<crate::sim::integer::Input>,
 ) -> Result<crate::sim::integer::Run, crate::sim::integer::RunError> {
     crate::sim::integer::run(program, inputs)
@@ -716,14 +716,14 @@ pub fn target(id_or_path: &str) -> Result<crate::target::Target, crate::target::
 /// The integer program a quantized TFLite file carries (its scales, zero points and codes,
 /// one integer op per operator; see [`crate::import::tflite::program`]): `None` for any
 /// other file, an error listing the operators the reader lacks.
-pub fn file_program(path: &Path) -> Result<Option<crate::quant::legalize::Program>, ImportError> {
+pub fn file_program(path: &Path) -> Result<Option<crate::program::Program>, ImportError> {
     crate::import::tflite::program::load(path)
 }
 
 /// The compile stage on a legalized program: NPU/CPU placement with reasons, segments,
 /// activation memory and the per-layer performance estimate for `target`.
 pub fn compile(
-    program: &crate::quant::legalize::Program,
+    program: &crate::program::Program,
     target: &crate::target::Target,
     options: &crate::compiler::Options,
 ) -> crate::compiler::Compiled {
@@ -732,7 +732,7 @@ pub fn compile(
 
 /// The TFLite export of a legalized program, written atomically.
 pub fn export_tflite(
-    program: &crate::quant::legalize::Program,
+    program: &crate::program::Program,
     io: crate::export::tflite::Io,
     path: &Path,
 ) -> Result<crate::export::tflite::Written, ExportError> {
@@ -769,7 +769,7 @@ pub use crate::emulator::{EmulateError, Emulator};
 pub use crate::sim::integer::{Input, Run, RunError};
 
 /// The `.npub` binary of a compiled program (`docs/binary-format.md`).
-pub fn write_binary(program: &crate::quant::legalize::Program, compiled: &crate::compiler::Compiled) -> Vec<u8> {
+pub fn write_binary(program: &crate::program::Program, compiled: &crate::compiler::Compiled) -> Vec<u8> {
     crate::compiler::binary::write(program, compiled)
 }
 
@@ -796,7 +796,7 @@ pub fn emulator_simd() -> bool {
 pub struct EmulationReferences<'a> {
     pub fp32: &'a HashMap<String, Vec<f32>>,
     pub simulated: Option<&'a HashMap<String, Vec<f32>>>,
-    pub program: &'a crate::quant::legalize::Program,
+    pub program: &'a crate::program::Program,
 }
 
 /// An emulation compared tensor by tensor.

@@ -8,9 +8,10 @@
 use npu_core::compiler::binary::{self, BinaryError, Location, Trace};
 use npu_core::compiler::lower::Step;
 use npu_core::compiler::{Compiled, Options, Place, compile, memory};
+use npu_core::program::Program;
 use npu_core::progress::Silent;
 use npu_core::quant::data::{Preprocess, source};
-use npu_core::quant::legalize::{Program, legalize};
+use npu_core::quant::legalize::legalize;
 use npu_core::quant::observer::Calibration;
 use npu_core::quant::{QuantPlan, Quantizer};
 use npu_core::target::{Target, builtin_dir, load_dir, supported_ops_markdown};

@@ -5,11 +5,12 @@
 //! `scripts/check_tflite_litert.py`, run by `scripts/test.sh`.)
 
 use npu_core::ir::Model;
+use npu_core::program::IntType;
+use npu_core::program::{FloatOp, OpKind, Program};
 use npu_core::progress::Silent;
 use npu_core::quant::data::{Preprocess, source};
-use npu_core::quant::legalize::{FloatOp, OpKind, Program, legalize};
+use npu_core::quant::legalize::legalize;
 use npu_core::quant::observer::Calibration;
-use npu_core::quant::params::IntType;
 use npu_core::quant::{QuantPlan, Quantizer};
 use npu_core::sim::integer::{Input, run};
 use npu_tests::{data_dir, optimized};

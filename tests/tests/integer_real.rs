@@ -46,7 +46,7 @@ fn cls_integer_reference_tracks_fake_quant_and_exports() {
     for t in p
         .tensors
         .iter()
-        .filter(|t| t.data.is_some() && t.q.axis == Some(0) && t.q.ty == npu_core::quant::params::IntType::I8)
+        .filter(|t| t.data.is_some() && t.q.axis == Some(0) && t.q.ty == npu_core::program::IntType::I8)
     {
         assert!(
             t.data
@@ -112,7 +112,7 @@ fn cls_integer_reference_tracks_fake_quant_and_exports() {
     assert!(
         back.ops
             .iter()
-            .any(|o| matches!(o.kind, npu_core::quant::legalize::OpKind::Conv { .. }))
+            .any(|o| matches!(o.kind, npu_core::program::OpKind::Conv { .. }))
     );
     for n in ["astronaut", "rocket", "text"] {
         let x = npu_core::ir::npy::read(&eval_dir.join(format!("cls_{n}.npy")))
@@ -376,7 +376,7 @@ fn cls_seq_mse_raises_w4a16_held_out_sqnr() {
     for (name, clip) in &plan.weight_clip {
         let node = model.graph.nodes.iter().find(|n| &n.name == name).expect("node");
         let wname = &model.graph.values[node.input(1).expect("weight")].name;
-        let find = |p: &npu_core::quant::legalize::Program| {
+        let find = |p: &npu_core::program::Program| {
             p.tensors
                 .iter()
                 .find(|t| t.data.is_some() && t.q.scale.len() == clip.len() && t.name.starts_with(wname.as_str()))
@@ -466,8 +466,8 @@ fn magika_gptq_raises_w4a16_held_out_sqnr() {
 /// Add reads it), and the integer reference's output SQNR on three held-out batches rises.
 #[test]
 fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
-    use npu_core::quant::legalize::{FloatOp, OpKind, UnaryFn};
-    use npu_core::quant::params::IntType;
+    use npu_core::program::IntType;
+    use npu_core::program::{FloatOp, OpKind, UnaryFn};
     use npu_core::quant::recipe::Recipe;
     let path = data_dir().join("real").join("magika_standard_v3_3").join("model.onnx");
     let model = npu_tests::optimized(&path);
@@ -538,11 +538,7 @@ fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
 
 /// `p` exported as a TFLite file and read back as the file's own integer program, which
 /// must give `p`'s output values bit for bit on the int32 batch in `npy`; the program.
-fn reads_back(
-    p: &npu_core::quant::legalize::Program,
-    name: &str,
-    npy: &std::path::Path,
-) -> npu_core::quant::legalize::Program {
+fn reads_back(p: &npu_core::program::Program, name: &str, npy: &std::path::Path) -> npu_core::program::Program {
     let w = npu_core::export::tflite::write(p, npu_core::export::tflite::Io::Int8).expect("writes");
     let back = npu_core::import::tflite::program::from_bytes(&w.bytes, std::path::Path::new(name))
         .expect("reads")

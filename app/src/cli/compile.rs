@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use npu_core::compiler::{Options, Place};
 use npu_core::pipeline;
-use npu_core::quant::params::IntType;
+use npu_core::program::IntType;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;

@@ -112,7 +112,7 @@ struct BinaryInfo<'a> {
     commands: Option<Vec<CommandRow<'a>>>,
 }
 
-fn io_json(t: &npu_core::quant::legalize::ITensor) -> serde_json::Value {
+fn io_json(t: &npu_core::program::ITensor) -> serde_json::Value {
     serde_json::json!({
         "name": t.name,
         "dtype": t.q.ty.name(),

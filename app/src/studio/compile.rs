@@ -53,7 +53,7 @@ pub struct CompileResult {
     pub forced: BTreeSet<NodeId>,
     pub compiled: Arc<Compiled>,
     /// The integer program it compiled (what the binary is written from).
-    pub program: Arc<npu_core::quant::legalize::Program>,
+    pub program: Arc<npu_core::program::Program>,
     /// Node of the open model → its placement.
     pub nodes: HashMap<NodeId, NodePlacement>,
     /// How long the job took (legalize, place, cost, map to the open model).
@@ -250,7 +250,7 @@ impl CompileState {
     pub fn start_file(
         &mut self,
         model: &Arc<npu_core::ir::Model>,
-        program: &Arc<npu_core::quant::legalize::Program>,
+        program: &Arc<npu_core::program::Program>,
         ctx: Option<&egui::Context>,
     ) -> Result<(), String> {
         self.trigger = Trigger::Click;
@@ -312,7 +312,7 @@ impl CompileState {
     pub fn update_file(
         &mut self,
         model: &Arc<npu_core::ir::Model>,
-        program: &Arc<npu_core::quant::legalize::Program>,
+        program: &Arc<npu_core::program::Program>,
         ctx: Option<&egui::Context>,
     ) {
         if self.start_file(model, program, ctx).is_ok() {

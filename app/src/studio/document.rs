@@ -6,7 +6,7 @@ use super::jobs::{JobError, JobProgress};
 use crate::graph::doc::{GraphDoc, ScopeId};
 use crate::graph::scene::{Scene, SceneBuilder};
 use npu_core::ir::Model;
-use npu_core::quant::legalize::Program;
+use npu_core::program::Program;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

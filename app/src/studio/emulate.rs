@@ -48,7 +48,7 @@ pub struct EmulateResult {
 /// The compiled binary, written and loaded, and the first sample of `setup`'s data as
 /// `model`'s inputs (with its file's label).
 fn first_sample(
-    program: &npu_core::quant::legalize::Program,
+    program: &npu_core::program::Program,
     compiled: &npu_core::compiler::Compiled,
     setup: &super::commands::Setup,
     model: &npu_core::ir::Model,

@@ -6,10 +6,11 @@
 
 use super::Compiled;
 use super::lower::{Command, Lowered, Step, Tile, Unit};
-use crate::quant::legalize::{
-    Act, BinaryFn, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, SliceAxis, UnaryFn,
+use crate::program::{
+    Act, BinaryFn, Extreme, FloatOp, IOp, ITensor, OPS, OpKind, PadMode, PoolKind, Program, ReduceFn, SliceAxis,
+    UnaryFn,
 };
-use crate::quant::params::{IntType, QParams};
+use crate::program::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
 pub const VERSION_MAJOR: u16 = 1;
@@ -309,69 +310,6 @@ fn act_of(c: i32) -> Option<Act> {
         .copied()
 }
 
-/// The op codes of `docs/binary-format.md`, in order.
-pub const OP_CODES: [&str; 59] = [
-    "Conv",
-    "TransposeConv",
-    "ResizeNearest",
-    "FullyConnected",
-    "Add",
-    "Sub",
-    "Mul",
-    "Mean",
-    "MaxPool",
-    "AvgPool",
-    "HardSwish",
-    "Logistic",
-    "Tanh",
-    "Softmax",
-    "Reshape",
-    "Transpose",
-    "Concat",
-    "Requantize",
-    "Slice",
-    "BatchMatMul",
-    "Pad",
-    "ReduceMax",
-    "ReduceMin",
-    "Sqrt",
-    "Log",
-    "Exp",
-    "Maximum",
-    "Minimum",
-    "BroadcastTo",
-    "FloatLayerNorm",
-    "FloatDiv",
-    "FloatEqual",
-    "FloatWhere",
-    "FloatReciprocal",
-    "FloatCast",
-    "FloatHardSwish",
-    "Relu",
-    "FloatExp",
-    "FloatLog",
-    "FloatSqrt",
-    "FloatTanh",
-    "FloatLogistic",
-    "FloatNeg",
-    "FloatAbs",
-    "FloatRelu",
-    "FloatAdd",
-    "FloatSub",
-    "FloatMul",
-    "FloatMaximum",
-    "FloatMinimum",
-    "FloatSum",
-    "FloatReduceMax",
-    "FloatReduceMin",
-    "FloatMean",
-    "FloatSoftmax",
-    "FloatRsqrt",
-    "FloatSquaredDifference",
-    "FloatNode",
-    "Gather",
-];
-
 fn usizes(w: &mut Vec<i32>, v: &[usize]) {
     w.push(v.len() as i32);
     w.extend(v.iter().map(|&x| x as i32));
@@ -382,11 +320,11 @@ fn floats(w: &mut Vec<i32>, v: &[f32]) {
     w.extend(v.iter().map(|x| x.to_bits() as i32));
 }
 
-/// An op's code and parameter words.
+/// An op's code (its row of the op table) and parameter words.
 fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
     let mut w = Vec::new();
     let u = |x: usize| x as i32;
-    let code = match k {
+    match k {
         OpKind::Conv {
             strides,
             dilations,
@@ -397,75 +335,37 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
             w.extend(strides.iter().chain(dilations).chain(pads).map(|&x| u(x)));
             w.push(u(*groups));
             w.push(act_code(*act));
-            0
         }
         OpKind::TransposeConv { strides, act } => {
             w.extend(strides.iter().map(|&x| u(x)));
             w.push(act_code(*act));
-            1
         }
-        OpKind::ResizeNearest => 2,
-        OpKind::FullyConnected { act } => {
+        OpKind::FullyConnected { act }
+        | OpKind::Add { act }
+        | OpKind::Sub { act }
+        | OpKind::Mul { act }
+        | OpKind::Relu { act } => {
             w.push(act_code(*act));
-            3
         }
-        OpKind::Add { act } | OpKind::Sub { act } | OpKind::Mul { act } => {
-            w.push(act_code(*act));
-            match k {
-                OpKind::Add { .. } => 4,
-                OpKind::Sub { .. } => 5,
-                _ => 6,
-            }
-        }
-        OpKind::Mean { axes } | OpKind::ReduceMax { axes } | OpKind::ReduceMin { axes } => {
-            usizes(&mut w, axes);
-            match k {
-                OpKind::Mean { .. } => 7,
-                OpKind::ReduceMax { .. } => 21,
-                _ => 22,
-            }
-        }
-        OpKind::MaxPool {
+        OpKind::Mean { axes } | OpKind::Reduce { axes, .. } | OpKind::Transpose { perm: axes } => usizes(&mut w, axes),
+        OpKind::Pool {
             kernel,
             strides,
             pads,
             act,
-        }
-        | OpKind::AvgPool {
-            kernel,
-            strides,
-            pads,
-            act,
+            ..
         } => {
             w.extend(kernel.iter().chain(strides).chain(pads).map(|&x| u(x)));
             w.push(act_code(*act));
-            if matches!(k, OpKind::MaxPool { .. }) { 8 } else { 9 }
         }
-        OpKind::HardSwish => 10,
-        OpKind::Logistic => 11,
-        OpKind::Tanh => 12,
-        OpKind::Softmax { beta } => {
-            w.push(beta.to_bits() as i32);
-            13
-        }
-        OpKind::Reshape => 14,
-        OpKind::Transpose { perm } => {
-            usizes(&mut w, perm);
-            15
-        }
-        OpKind::Concat { axis } => {
-            w.push(u(*axis));
-            16
-        }
-        OpKind::Requantize => 17,
+        OpKind::Softmax { beta } => w.push(beta.to_bits() as i32),
+        OpKind::Concat { axis } | OpKind::Gather { axis } => w.push(u(*axis)),
         OpKind::Slice { axes } => {
             w.push(axes.len() as i32);
             for a in axes {
                 w.extend([u(a.axis), u(a.first), u(a.count), a.step as i32]);
             }
-            18
         }
-        OpKind::BatchMatMul => 19,
         OpKind::Pad { pads, mode } => {
             w.push(pads.len() as i32);
             for p in pads {
@@ -475,56 +375,43 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
                 PadMode::Constant(c) => w.extend([0, *c]),
                 PadMode::Reflect => w.extend([1, 0]),
             }
-            20
-        }
-        OpKind::Sqrt => 23,
-        OpKind::Log => 24,
-        OpKind::Exp => 25,
-        OpKind::Maximum => 26,
-        OpKind::Minimum => 27,
-        OpKind::BroadcastTo => 28,
-        OpKind::Gather { axis } => {
-            w.push(u(*axis));
-            58
         }
         OpKind::Float { op } => match op {
             FloatOp::LayerNorm { epsilon, gamma, beta } => {
                 w.push(epsilon.to_bits() as i32);
                 floats(&mut w, gamma);
                 floats(&mut w, beta);
-                29
             }
-            FloatOp::Div => 30,
-            FloatOp::Equal => 31,
-            FloatOp::Where => 32,
-            FloatOp::Reciprocal => 33,
-            FloatOp::Cast => 34,
-            FloatOp::HardSwish => 35,
-            FloatOp::Unary { f: UnaryFn::Rsqrt } => 55,
-            FloatOp::Binary {
-                f: BinaryFn::SquaredDifference,
-            } => 56,
-            FloatOp::Unary { f } => 37 + UnaryFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8,
-            FloatOp::Binary { f } => 45 + BinaryFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8,
-            FloatOp::Reduce { f, axes } => {
-                w.push(axes.len() as i32);
-                w.extend(axes.iter().map(|&a| u(a)));
-                50 + ReduceFn::ALL.iter().position(|g| g == f).unwrap_or(0) as u8
-            }
-            FloatOp::Softmax => 54,
+            FloatOp::Reduce { axes, .. } => usizes(&mut w, axes),
             FloatOp::Node(n) => {
                 bytes_words(&mut w, n.op.as_bytes());
                 bytes_words(&mut w, n.domain.as_bytes());
                 bytes_words(&mut w, &n.onnx);
-                57
             }
+            FloatOp::Div
+            | FloatOp::Equal
+            | FloatOp::Where
+            | FloatOp::Reciprocal
+            | FloatOp::Cast
+            | FloatOp::HardSwish
+            | FloatOp::Unary { .. }
+            | FloatOp::Binary { .. }
+            | FloatOp::Softmax => {}
         },
-        OpKind::Relu { act } => {
-            w.push(act_code(*act));
-            36
-        }
-    };
-    (code, w)
+        OpKind::ResizeNearest
+        | OpKind::HardSwish
+        | OpKind::Logistic
+        | OpKind::Tanh
+        | OpKind::Reshape
+        | OpKind::Requantize
+        | OpKind::BatchMatMul
+        | OpKind::Sqrt
+        | OpKind::Log
+        | OpKind::Exp
+        | OpKind::Extremum { .. }
+        | OpKind::BroadcastTo => {}
+    }
+    (k.code(), w)
 }
 
 /// A byte string as parameter words: its length, then four bytes per word (little-endian,
@@ -614,30 +501,24 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
             let v = r.list()?;
             match code {
                 7 => OpKind::Mean { axes: v },
-                21 => OpKind::ReduceMax { axes: v },
-                22 => OpKind::ReduceMin { axes: v },
+                21 => OpKind::Reduce {
+                    which: Extreme::Max,
+                    axes: v,
+                },
+                22 => OpKind::Reduce {
+                    which: Extreme::Min,
+                    axes: v,
+                },
                 _ => OpKind::Transpose { perm: v },
             }
         }
-        8 | 9 => {
-            let (kernel, strides, pads) = (r.arr()?, r.arr()?, r.arr()?);
-            let act = r.act()?;
-            if code == 8 {
-                OpKind::MaxPool {
-                    kernel,
-                    strides,
-                    pads,
-                    act,
-                }
-            } else {
-                OpKind::AvgPool {
-                    kernel,
-                    strides,
-                    pads,
-                    act,
-                }
-            }
-        }
+        8 | 9 => OpKind::Pool {
+            kind: if code == 8 { PoolKind::Max } else { PoolKind::Avg },
+            kernel: r.arr()?,
+            strides: r.arr()?,
+            pads: r.arr()?,
+            act: r.act()?,
+        },
         10 => OpKind::HardSwish,
         11 => OpKind::Logistic,
         12 => OpKind::Tanh,
@@ -680,8 +561,8 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
         23 => OpKind::Sqrt,
         24 => OpKind::Log,
         25 => OpKind::Exp,
-        26 => OpKind::Maximum,
-        27 => OpKind::Minimum,
+        26 => OpKind::Extremum { which: Extreme::Max },
+        27 => OpKind::Extremum { which: Extreme::Min },
         28 => OpKind::BroadcastTo,
         58 => OpKind::Gather { axis: r.un()? },
         29 => {
@@ -734,7 +615,7 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
             let domain = String::from_utf8(r.bytes()?).ok()?;
             let onnx = r.bytes()?;
             OpKind::Float {
-                op: FloatOp::Node(Box::new(crate::quant::legalize::FloatNode { op, domain, onnx })),
+                op: FloatOp::Node(Box::new(crate::program::FloatNode { op, domain, onnx })),
             }
         }
         _ => return None,
@@ -900,7 +781,7 @@ pub fn write(p: &Program, c: &Compiled) -> Vec<u8> {
         .elided
         .iter()
         .map(|&i| &p.ops[i])
-        .filter(|op| matches!(op.kind, crate::quant::legalize::OpKind::Reshape))
+        .filter(|op| matches!(op.kind, crate::program::OpKind::Reshape))
         .map(|op| (op.inputs[0], op.outputs[0]))
         .collect();
     let mut view = W::default();
@@ -1080,7 +961,7 @@ fn read_op(r: &mut R, strings: &[String], tensors: usize) -> Result<IOp, BinaryE
     let kind = decode_kind(code, &words).ok_or_else(|| {
         r.err(format!(
             "node {node}: op code {code} ({}) with {n} parameter words is not an op",
-            OP_CODES.get(usize::from(code)).unwrap_or(&"unknown")
+            OPS.get(usize::from(code)).map_or("unknown", |s| s.name)
         ))
     })?;
     let inputs = r.ids(tensors)?;
@@ -1464,7 +1345,7 @@ mod tests {
                 },
             },
             OpKind::Float {
-                op: FloatOp::Node(Box::new(crate::quant::legalize::FloatNode {
+                op: FloatOp::Node(Box::new(crate::program::FloatNode {
                     op: "LeakyRelu".into(),
                     domain: String::new(),
                     onnx: vec![8, 7, 0x12, 1, 2, 3, 4, 5, 6],
@@ -1472,16 +1353,63 @@ mod tests {
             },
             OpKind::Transpose { perm: vec![0, 2, 1] },
             OpKind::Gather { axis: 1 },
-            OpKind::AvgPool {
+            OpKind::Concat { axis: 2 },
+            OpKind::TransposeConv {
+                strides: [2, 2],
+                act: Act::Relu,
+            },
+            OpKind::FullyConnected { act: Act::None },
+            OpKind::Add { act: Act::Relu },
+            OpKind::Sub { act: Act::None },
+            OpKind::Mul { act: Act::ReluN1To1 },
+            OpKind::Mean { axes: vec![2, 3] },
+            OpKind::Reduce {
+                which: Extreme::Max,
+                axes: vec![1],
+            },
+            OpKind::Reduce {
+                which: Extreme::Min,
+                axes: vec![0, 1],
+            },
+            OpKind::Float {
+                op: FloatOp::Reduce {
+                    f: ReduceFn::Sum,
+                    axes: vec![1],
+                },
+            },
+            OpKind::Float {
+                op: FloatOp::Reduce {
+                    f: ReduceFn::Max,
+                    axes: vec![1],
+                },
+            },
+            OpKind::Float {
+                op: FloatOp::Reduce {
+                    f: ReduceFn::Min,
+                    axes: vec![1],
+                },
+            },
+            OpKind::Pool {
+                kind: PoolKind::Max,
+                kernel: [2, 2],
+                strides: [2, 2],
+                pads: [0, 0, 0, 0],
+                act: Act::Relu,
+            },
+            OpKind::Pool {
+                kind: PoolKind::Avg,
                 kernel: [3, 3],
                 strides: [2, 2],
                 pads: [1, 1, 1, 1],
                 act: Act::None,
             },
         ];
-        for k in kinds {
+        // Every op without parameters, from its code alone.
+        let plain: Vec<OpKind> = (0..OPS.len() as u8).filter_map(|c| decode_kind(c, &[])).collect();
+        let mut covered = std::collections::BTreeSet::new();
+        for k in kinds.into_iter().chain(plain) {
             let (c, w) = encode_kind(&k);
-            assert_eq!(OP_CODES[usize::from(c)].trim_start_matches("Float"), k.name(), "{k:?}");
+            covered.insert(c);
             assert_eq!(decode_kind(c, &w), Some(k.clone()));
             // A word short or a word too many is refused.
             if !w.is_empty() {
@@ -1491,6 +1419,15 @@ mod tests {
             more.push(0);
             assert_eq!(decode_kind(c, &more), None, "{k:?}");
         }
+        // Each row of the op table decodes to an op whose code is that row.
+        let missing: Vec<&str> = OPS
+            .iter()
+            .enumerate()
+            .filter(|(c, _)| !covered.contains(&(*c as u8)))
+            .map(|(_, s)| s.name)
+            .collect();
+        assert!(missing.is_empty(), "op table rows without a round trip: {missing:?}");
+        assert_eq!(decode_kind(OPS.len() as u8, &[]), None);
     }
 
     #[test]

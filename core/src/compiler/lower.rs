@@ -15,8 +15,8 @@
 //! [`Rule::StrideOrSplit`]: crate::target::Rule::StrideOrSplit
 
 use super::Place;
-use crate::quant::legalize::{IOp, ITensor, OpKind, Program};
-use crate::quant::params::IntType;
+use crate::program::IntType;
+use crate::program::{IOp, ITensor, OpKind, Program};
 use crate::sim::integer::{channel_multipliers, eval_op, fixed};
 use crate::target::{OpView, Target};
 use serde::{Deserialize, Serialize};
@@ -63,16 +63,11 @@ impl Unit {
             | OpKind::TransposeConv { .. }
             | OpKind::FullyConnected { .. }
             | OpKind::BatchMatMul => Self::Mac,
-            OpKind::MaxPool { .. }
-            | OpKind::AvgPool { .. }
-            | OpKind::Mean { .. }
-            | OpKind::ReduceMax { .. }
-            | OpKind::ReduceMin { .. } => Self::Pool,
+            OpKind::Pool { .. } | OpKind::Mean { .. } | OpKind::Reduce { .. } => Self::Pool,
             OpKind::Add { .. }
             | OpKind::Sub { .. }
             | OpKind::Mul { .. }
-            | OpKind::Maximum
-            | OpKind::Minimum
+            | OpKind::Extremum { .. }
             | OpKind::Relu { .. } => Self::Elementwise,
             k if lut_op(k) => Self::Lut,
             OpKind::Softmax { .. } => Self::Lut,

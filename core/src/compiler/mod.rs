@@ -16,7 +16,7 @@ pub mod perf;
 pub use partition::{Place, Placement, Segment};
 pub use perf::{LayerPerf, Totals};
 
-use crate::quant::legalize::Program;
+use crate::program::Program;
 use crate::target::Target;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;

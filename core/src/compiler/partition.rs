@@ -2,8 +2,8 @@
 //! contiguous segments it forms.
 
 use super::Options;
-use crate::quant::legalize::{FloatOp, OpKind, Program};
-use crate::quant::params::IntType;
+use crate::program::IntType;
+use crate::program::{FloatOp, OpKind, Program};
 use crate::target::{OpView, Target, op_view};
 use serde::{Deserialize, Serialize};
 
@@ -72,7 +72,7 @@ pub fn place(p: &Program, i: usize, target: &Target, opts: &Options) -> (Place, 
             let why = p
                 .constraints
                 .iter()
-                .find(|c| c.rule == crate::quant::legalize::FALLBACK_RULE && c.node == op.node)
+                .find(|c| c.rule == crate::program::FALLBACK_RULE && c.node == op.node)
                 .map_or_else(
                     || format!("{} has no integer form: runs in float on the host", n.op),
                     |c| format!("{}: {}", n.op, c.detail),

@@ -7,7 +7,7 @@
 use super::Boundary;
 use super::memory::{MemoryPlan, tensor_bytes};
 use super::partition::{Place, Segment};
-use crate::quant::legalize::{FloatOp, OpKind, Program, UnaryFn};
+use crate::program::{FloatOp, OpKind, Program, UnaryFn};
 use crate::target::{OpView, Precision, Target};
 use serde::{Deserialize, Serialize};
 
@@ -136,11 +136,9 @@ fn host_ops(p: &Program, i: usize, v: &OpView, m: u64) -> (f64, bool) {
         OpKind::Reshape => (0.0, false),
         // One copy per output element and a read per index, not a pass over the table.
         OpKind::Gather { .. } => (out + numel(&p.tensors[op.inputs[1]].shape) as f64, false),
-        OpKind::MaxPool { kernel, .. } | OpKind::AvgPool { kernel, .. } => {
-            (out * (kernel[0] * kernel[1]) as f64, false)
-        }
+        OpKind::Pool { kernel, .. } => (out * (kernel[0] * kernel[1]) as f64, false),
         OpKind::Softmax { .. } => (out * 6.0, false),
-        OpKind::Mean { .. } | OpKind::ReduceMax { .. } | OpKind::ReduceMin { .. } => (ins, false),
+        OpKind::Mean { .. } | OpKind::Reduce { .. } => (ins, false),
         _ if m > 0 => (m as f64, false),
         _ => (out.max(ins), false),
     }
@@ -190,14 +188,14 @@ fn npu_compute(p: &Program, i: usize, v: &OpView, m: u64, t: &Target) -> f64 {
             let k = v.inputs.first().and_then(|s| s.last()).copied().unwrap_or(1);
             blocked(n, k).max(output_stage)
         }
-        OpKind::MaxPool { kernel, .. } | OpKind::AvgPool { kernel, .. } => {
+        OpKind::Pool { kernel, .. } => {
             (out * (kernel[0] * kernel[1]) as f64 / c.pool_elements_per_cycle).max(output_stage)
         }
-        OpKind::Mean { .. } | OpKind::ReduceMax { .. } | OpKind::ReduceMin { .. } => {
+        OpKind::Mean { .. } | OpKind::Reduce { .. } => {
             let ins: f64 = v.inputs.iter().map(|s| numel(s) as f64).sum();
             (ins / c.pool_elements_per_cycle).max(output_stage)
         }
-        OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Maximum | OpKind::Minimum | OpKind::Relu { .. } => {
+        OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Extremum { .. } | OpKind::Relu { .. } => {
             out * c.add_cycles_per_element
         }
         OpKind::Mul { .. } => out * c.mul_cycles_per_element,
@@ -219,7 +217,7 @@ pub fn layer(p: &Program, i: usize, v: &OpView, place: Place, t: &Target, offchi
     let mut fm_off = 0;
     for &x in &op.inputs {
         let tt = &p.tensors[x];
-        let b = if tt.q.ty == crate::quant::params::IntType::I4 && !t.int4_weights {
+        let b = if tt.q.ty == crate::program::IntType::I4 && !t.int4_weights {
             numel(&tt.shape)
         } else {
             tensor_bytes(tt.q.ty, tt.shape.iter().product())

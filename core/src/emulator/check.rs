@@ -5,8 +5,8 @@
 
 use crate::compiler::binary::{Binary, Location};
 use crate::compiler::lower::{Step, Unit};
-use crate::quant::legalize::{FloatOp, IOp, ITensor, OpKind, PadMode};
-use crate::quant::params::IntType;
+use crate::program::IntType;
+use crate::program::{FloatOp, IOp, ITensor, OpKind, PadMode};
 
 /// The most elements one tensor may have (its codes are held as `i32`).
 const MAX_ELEMENTS: usize = 1 << 28;
@@ -247,30 +247,8 @@ fn broadcasts(shape: &[usize], out: &[usize]) -> bool {
 
 /// One op's operand count, parameters and shapes.
 pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
-    let want = match &op.kind {
-        OpKind::Conv { .. }
-        | OpKind::TransposeConv { .. }
-        | OpKind::FullyConnected { .. }
-        | OpKind::Float { op: FloatOp::Where } => 3..=3,
-        OpKind::Add { .. }
-        | OpKind::Sub { .. }
-        | OpKind::Mul { .. }
-        | OpKind::BatchMatMul
-        | OpKind::Maximum
-        | OpKind::Minimum
-        | OpKind::Gather { .. }
-        | OpKind::Float {
-            op: FloatOp::Div | FloatOp::Equal | FloatOp::Binary { .. },
-        } => 2..=2,
-        OpKind::Concat { .. } => 1..=usize::MAX,
-        OpKind::Float { op: FloatOp::Node(_) } => 0..=usize::MAX,
-        _ => 1..=1,
-    };
-    let outputs = if matches!(op.kind, OpKind::Float { op: FloatOp::Node(_) }) {
-        1..=usize::MAX
-    } else {
-        1..=1
-    };
+    let spec = op.kind.spec();
+    let (want, outputs) = (&spec.inputs, &spec.outputs);
     if !want.contains(&op.inputs.len()) || !outputs.contains(&op.outputs.len()) {
         return Err(format!(
             "{} with {} inputs and {} outputs",
@@ -286,20 +264,7 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
     }
     // Ops that copy codes keep their type, so every tensor holds codes of its own type
     // (the kernels clamp the rest), which the MAC path relies on.
-    let copies = matches!(
-        op.kind,
-        OpKind::Reshape
-            | OpKind::Transpose { .. }
-            | OpKind::Concat { .. }
-            | OpKind::Slice { .. }
-            | OpKind::Pad { .. }
-            | OpKind::BroadcastTo
-            | OpKind::ResizeNearest
-            | OpKind::Maximum
-            | OpKind::Minimum
-            | OpKind::ReduceMax { .. }
-            | OpKind::ReduceMin { .. }
-    );
+    let copies = spec.copies;
     if let Some(t) = op.inputs.iter().map(|&i| ts[i]).find(|t| copies && t.q.ty != y.q.ty) {
         return Err(format!(
             "{} copies {} ({:?}) into {} ({:?})",
@@ -412,7 +377,7 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                 ));
             }
         }
-        OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Mul { .. } | OpKind::Maximum | OpKind::Minimum => {
+        OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Mul { .. } | OpKind::Extremum { .. } => {
             for k in 0..2 {
                 if !broadcasts(&x(k).shape, ys) {
                     return Err(format!("input {:?} does not broadcast to {ys:?}", x(k).shape));
@@ -424,7 +389,7 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                 return Err(format!("input {xs:?} does not broadcast to {ys:?}"));
             }
         }
-        OpKind::Mean { axes } | OpKind::ReduceMax { axes } | OpKind::ReduceMin { axes } => {
+        OpKind::Mean { axes } | OpKind::Reduce { axes, .. } => {
             axis_ok(axes, xs.len())?;
             let kept: Option<usize> = elements(
                 &(0..xs.len())
@@ -436,7 +401,7 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                 return Err(format!("output {ys:?} from input {xs:?} reduced over {axes:?}"));
             }
         }
-        OpKind::MaxPool { kernel, strides, .. } | OpKind::AvgPool { kernel, strides, .. } => {
+        OpKind::Pool { kernel, strides, .. } => {
             let [n, c, _, _] = rank4(xs, "input")?;
             let [yn, yc, _, _] = rank4(ys, "output")?;
             positive(kernel, "kernel")?;

@@ -8,7 +8,7 @@
 //! when the binary loads; running it gives the window's codes.
 
 use crate::compiler::lower::Tile;
-use crate::quant::legalize::{IOp, ITensor, OpKind, PadMode, Program, SliceAxis};
+use crate::program::{IOp, ITensor, OpKind, PadMode, Program, SliceAxis};
 use crate::sim::integer::kernels::nearest_source;
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -172,8 +172,7 @@ pub fn plan(p: &Program, op: &IOp, w: &Window) -> Option<Plan> {
         OpKind::Add { .. }
         | OpKind::Sub { .. }
         | OpKind::Mul { .. }
-        | OpKind::Maximum
-        | OpKind::Minimum
+        | OpKind::Extremum { .. }
         | OpKind::Requantize
         | OpKind::Relu { .. }
         | OpKind::HardSwish
@@ -235,13 +234,8 @@ pub fn plan(p: &Program, op: &IOp, w: &Window) -> Option<Plan> {
                 },
             )
         }
-        OpKind::MaxPool {
-            kernel,
-            strides,
-            pads,
-            act,
-        }
-        | OpKind::AvgPool {
+        OpKind::Pool {
+            kind,
             kernel,
             strides,
             pads,
@@ -251,21 +245,12 @@ pub fn plan(p: &Program, op: &IOp, w: &Window) -> Option<Plan> {
             let (ry, py) = halo(&w[2], strides[0], 1, kernel[0], pads[0], xs[2])?;
             let (rx, px) = halo(&w[3], strides[1], 1, kernel[1], pads[1], xs[3])?;
             let pads = [py[0], px[0], py[1], px[1]];
-            let (kernel, strides, act) = (*kernel, *strides, *act);
-            let kind = if matches!(op.kind, OpKind::MaxPool { .. }) {
-                OpKind::MaxPool {
-                    kernel,
-                    strides,
-                    pads,
-                    act,
-                }
-            } else {
-                OpKind::AvgPool {
-                    kernel,
-                    strides,
-                    pads,
-                    act,
-                }
+            let kind = OpKind::Pool {
+                kind: *kind,
+                kernel: *kernel,
+                strides: *strides,
+                pads,
+                act: *act,
             };
             simple(
                 vec![(0, vec![(0, w[0].clone()), (1, w[1].clone()), (2, ry), (3, rx)])],
@@ -653,8 +638,8 @@ fn run_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::legalize::Act;
-    use crate::quant::params::{IntType, QParams};
+    use crate::program::{Act, PoolKind};
+    use crate::program::{IntType, QParams};
     use crate::sim::integer::eval_op;
 
     /// A test operand: shape, type, and whether it is a constant (per-channel weights
@@ -851,7 +836,8 @@ mod tests {
         use IntType::I8;
         let x = |s: &[usize]| arg(s, I8);
         same_as_whole(
-            OpKind::AvgPool {
+            OpKind::Pool {
+                kind: PoolKind::Avg,
                 kernel: [3, 3],
                 strides: [2, 2],
                 pads: [1, 1, 1, 1],
@@ -862,7 +848,8 @@ mod tests {
             &[(2, 3, 1), (1, 3, 1)],
         );
         same_as_whole(
-            OpKind::MaxPool {
+            OpKind::Pool {
+                kind: PoolKind::Max,
                 kernel: [5, 5],
                 strides: [1, 1],
                 pads: [2, 2, 2, 2],

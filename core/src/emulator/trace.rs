@@ -12,8 +12,8 @@
 
 use super::Emulator;
 use crate::compiler::lower::Step;
-use crate::quant::legalize::{ITensor, quantize_code};
-use crate::quant::params::IntType;
+use crate::program::IntType;
+use crate::program::{ITensor, quantize_code};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 

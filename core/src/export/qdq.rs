@@ -9,7 +9,8 @@
 //! the pairs use onnxruntime's `com.microsoft` domain, which takes `axis` at any opset.
 
 use crate::ir::{Attr, Constant, DType, Model, Node, Tensor, Value, ValueId};
-use crate::quant::params::{IntType, QParams, bias_codes, int8_operand, weight_codes};
+use crate::program::{IntType, QParams};
+use crate::quant::params::{bias_codes, int8_operand, weight_codes};
 use crate::quant::scheme::{ActFormat, WeightFormat};
 use crate::quant::{QuantPlan, Quantizer, is_bias, is_data_operand, weight_axis};
 use ndarray::{ArrayD, IxDyn};

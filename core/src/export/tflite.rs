@@ -14,10 +14,10 @@
 //! becomes an explicit PAD (with the zero point; −128 before a max pool).
 
 use crate::ir::Tensor;
-use crate::quant::legalize::{
-    Act, BinaryFn, FloatNode, FloatOp, IOp, ITensor, OpKind, PadMode, Program, ReduceFn, UnaryFn,
+use crate::program::{
+    Act, BinaryFn, Extreme, FloatNode, FloatOp, IOp, ITensor, OpKind, PadMode, PoolKind, Program, ReduceFn, UnaryFn,
 };
-use crate::quant::params::{IntType, QParams};
+use crate::program::{IntType, QParams};
 use crate::sim::integer::kernels::transpose;
 use std::collections::HashMap;
 use tflite_schema as tfl;
@@ -142,11 +142,7 @@ fn layouts(p: &Program) -> Vec<bool> {
     for op in &p.ops {
         let spatial = matches!(
             op.kind,
-            OpKind::Conv { .. }
-                | OpKind::TransposeConv { .. }
-                | OpKind::MaxPool { .. }
-                | OpKind::AvgPool { .. }
-                | OpKind::ResizeNearest
+            OpKind::Conv { .. } | OpKind::TransposeConv { .. } | OpKind::Pool { .. } | OpKind::ResizeNearest
         );
         if spatial {
             forced[op.inputs[0]] = true;
@@ -168,11 +164,8 @@ fn layouts(p: &Program) -> Vec<bool> {
             | OpKind::Sqrt
             | OpKind::Log
             | OpKind::Exp
-            | OpKind::Maximum
-            | OpKind::Minimum => true,
-            OpKind::Mean { .. } | OpKind::ReduceMax { .. } | OpKind::ReduceMin { .. } => {
-                p.tensors[op.outputs[0]].shape.len() == 4
-            }
+            | OpKind::Extremum { .. } => true,
+            OpKind::Mean { .. } | OpKind::Reduce { .. } => p.tensors[op.outputs[0]].shape.len() == 4,
             _ => false,
         };
         if !agnostic {
@@ -1755,21 +1748,21 @@ impl Writer<'_> {
                 self.flush(pending);
             }
             OpKind::Mean { axes } => self.reduce(op, tfl::BuiltinOperator::MEAN, axes),
-            OpKind::ReduceMax { axes } => self.reduce(op, tfl::BuiltinOperator::REDUCE_MAX, axes),
-            OpKind::ReduceMin { axes } => self.reduce(op, tfl::BuiltinOperator::REDUCE_MIN, axes),
-            OpKind::MaxPool {
-                kernel,
-                strides,
-                pads,
-                act,
+            OpKind::Reduce { which, axes } => {
+                let code = match which {
+                    Extreme::Max => tfl::BuiltinOperator::REDUCE_MAX,
+                    Extreme::Min => tfl::BuiltinOperator::REDUCE_MIN,
+                };
+                self.reduce(op, code, axes);
             }
-            | OpKind::AvgPool {
+            OpKind::Pool {
+                kind,
                 kernel,
                 strides,
                 pads,
                 act,
             } => {
-                let max = matches!(op.kind, OpKind::MaxPool { .. });
+                let max = *kind == PoolKind::Max;
                 let mut x = self.tensor_as(op.inputs[0], true);
                 let pad = padding(
                     [xt.shape[2], xt.shape[3]],
@@ -1972,13 +1965,13 @@ impl Writer<'_> {
                 self.flush(pending);
             }
             OpKind::Float { op: fop } => self.float(op, fop),
-            OpKind::Maximum | OpKind::Minimum => {
+            OpKind::Extremum { which } => {
                 let layout = self.nhwc[op.outputs[0]];
                 let rank = yt.shape.len();
                 let a = self.operand(op.inputs[0], rank, layout);
                 let b = self.operand(op.inputs[1], rank, layout);
                 let (y, pending) = self.output_as(op.outputs[0], layout);
-                let code = if matches!(op.kind, OpKind::Maximum) {
+                let code = if *which == Extreme::Max {
                     tfl::BuiltinOperator::MAXIMUM
                 } else {
                     tfl::BuiltinOperator::MINIMUM

@@ -5,10 +5,11 @@
 //! next to the fake-quant figures, and each legalization constraint with the local SQNR
 //! of its tensor under both.
 
-use super::legalize::{Constraint, Program, legalize, quantize_code};
+use super::legalize::legalize;
 use super::scheme::ErrorStats;
 use super::{QuantPlan, Quantizer};
 use crate::ir::{Tensor, ValueId};
+use crate::program::{Constraint, Program, quantize_code};
 use crate::sim::integer::{Input, eval_op_all, run};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -9,12 +9,15 @@
 //! input grid a HardSwish look-up needs when its producer is fused, Concat inputs moved to
 //! the output's grid, a HardSigmoid folded into its convolution.
 
-use super::params::{IntType, QParams, bias_codes, check_graph, int8_weight_codes, operand_codes, weight_codes};
+use super::params::{bias_codes, check_graph, int8_weight_codes, operand_codes, weight_codes};
 use super::scheme::ActFormat;
 use super::scheme::WeightFormat;
 use super::{QuantError, QuantPlan, Quantizer};
 use crate::ir::{Graph, Model, Node, NodeId, Tensor, ValueId, concrete};
-use serde::{Deserialize, Serialize};
+use crate::program::{
+    Act, BinaryFn, Constraint, Extreme, FALLBACK_RULE, FloatNode, FloatOp, IOp, ITensor, IntType, OpKind, PadMode,
+    PoolKind, Program, QParams, ReduceFn, SliceAxis, UnaryFn, quantize_code,
+};
 use std::collections::HashMap;
 
 /// Ops whose integer kernel copies codes: their output shares the input's grid.
@@ -59,9 +62,6 @@ pub const FLOAT_LAYER_OPS: &[&str] = &[
     "LayerNormalization",
 ];
 
-/// The constraint rule that records why a node runs in the float fallback.
-pub const FALLBACK_RULE: &str = "float-fallback";
-
 /// Data movement that carries a float32 tensor as it is (its codes are the float's bits).
 const FLOAT_CARRIERS: &[&str] = &[
     "Reshape",
@@ -91,419 +91,6 @@ pub(crate) fn read_in_float(g: &Graph, consumers: &[Vec<NodeId>], plan: &QuantPl
                     .flatten()
                     .all(|&o| read_in_float(g, consumers, plan, o))
     })
-}
-
-/// A fused activation, applied as TFLite's `CalculateActivationRangeQuantized` clamp.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Act {
-    None,
-    Relu,
-    Relu6,
-    ReluN1To1,
-}
-
-/// One integer op; tensors in the graph's layout (NCHW for images).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum OpKind {
-    /// Inputs: x, weights (OIHW, int8 per output channel), bias (int32). Depthwise when
-    /// `groups` equals the input channels.
-    Conv {
-        strides: [usize; 2],
-        dilations: [usize; 2],
-        /// Top, left, bottom, right.
-        pads: [usize; 4],
-        groups: usize,
-        act: Act,
-    },
-    /// Inputs: x, weights (`[C_out, C_in, kH, kW]`, int8 per output channel), bias
-    /// (int32). No padding; output `(in − 1)·stride + k`.
-    TransposeConv {
-        strides: [usize; 2],
-        act: Act,
-    },
-    /// Nearest-neighbour resize (TFLite's index rule, no corner alignment).
-    ResizeNearest,
-    /// Inputs: x (`[.., K]`), weights (`[N, K]`, int8 per output channel), bias (int32).
-    FullyConnected {
-        act: Act,
-    },
-    Add {
-        act: Act,
-    },
-    Sub {
-        act: Act,
-    },
-    Mul {
-        act: Act,
-    },
-    Mean {
-        axes: Vec<usize>,
-    },
-    MaxPool {
-        kernel: [usize; 2],
-        strides: [usize; 2],
-        pads: [usize; 4],
-        act: Act,
-    },
-    AvgPool {
-        kernel: [usize; 2],
-        strides: [usize; 2],
-        pads: [usize; 4],
-        act: Act,
-    },
-    HardSwish,
-    Logistic,
-    Tanh,
-    /// Over the last axis.
-    Softmax {
-        beta: f32,
-    },
-    Reshape,
-    Transpose {
-        perm: Vec<usize>,
-    },
-    Concat {
-        axis: usize,
-    },
-    /// int8 → int8 on another grid (TFLite's QUANTIZE between integer tensors).
-    Requantize,
-    /// A standalone RELU, RELU6 or RELU_N1_TO_1 (TFLite's `ReluX`): the input moved to the
-    /// output's grid with the multiplier of the float32 quotient `s_in / s_out`, then
-    /// clamped to the activation's range on that grid.
-    Relu {
-        act: Act,
-    },
-    /// A strided copy: per axis of the input, the first index, the count and the step
-    /// (axes not listed are copied whole). Output on the input's grid.
-    Slice {
-        axes: Vec<SliceAxis>,
-    },
-    /// Inputs: a (`[.., M, K]`), b (`[.., K, N]`), both activations; batch dims broadcast.
-    /// TFLite's BATCH_MATMUL: int32 accumulator, the multiplier of f32(s_a·s_b)/s_out.
-    BatchMatMul,
-    /// Padding per axis (before, after): a constant (its code on the input's grid) or a
-    /// reflection. Output on the input's grid.
-    Pad {
-        pads: Vec<[usize; 2]>,
-        mode: PadMode,
-    },
-    /// The raw maximum (minimum) over `axes`; output on the input's grid.
-    ReduceMax {
-        axes: Vec<usize>,
-    },
-    ReduceMin {
-        axes: Vec<usize>,
-    },
-    /// TFLite's int8 SQRT: `(int)(sqrtf(s_in·(x − zp_in)) / s_out) + zp_out`, truncating.
-    Sqrt,
-    /// TFLite's int8 LOG and EXP: 256-entry float32 look-up tables.
-    Log,
-    Exp,
-    /// MAXIMUM / MINIMUM of raw codes: both inputs and the output on one grid.
-    Maximum,
-    Minimum,
-    /// BROADCAST_TO the output's shape (a copy).
-    BroadcastTo,
-    /// TFLite's GATHER: the slices of input 0 along `axis` at the int32 indices of input 1,
-    /// each in `[0, dim)` (LiteRT refuses others at run time, and so does the integer
-    /// reference). Output `x[..axis] ++ indices ++ x[axis + 1..]`, on the input's grid.
-    Gather {
-        axis: usize,
-    },
-    /// An op with no integer form, run in float32 between TFLite's DEQUANTIZE of its
-    /// integer inputs and QUANTIZE of its output (a boolean output is not quantized).
-    Float {
-        op: FloatOp,
-    },
-}
-
-/// How [`OpKind::Pad`] fills.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PadMode {
-    Constant(i32),
-    Reflect,
-}
-
-/// The float32 ops of [`OpKind::Float`], each as LiteRT's float reference kernels compute.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum FloatOp {
-    /// LayerNormalization over the last axis, as the TFLite float ops MEAN,
-    /// SQUARED_DIFFERENCE, MEAN, ADD ε, RSQRT, SUB, MUL, MUL γ, ADD β compute it.
-    LayerNorm {
-        epsilon: f32,
-        gamma: Vec<f32>,
-        beta: Vec<f32>,
-    },
-    /// DIV with broadcasting.
-    Div,
-    /// EQUAL with broadcasting; a boolean output.
-    Equal,
-    /// SELECT_V2 (inputs: condition, then, else) with broadcasting.
-    Where,
-    /// `1 / x` (TFLite DIV by the tensor).
-    Reciprocal,
-    /// CAST to float32 (from booleans or int32).
-    Cast,
-    /// HARD_SWISH in float32 (no int16 kernel).
-    HardSwish,
-    /// An element-wise function of one input (a layer the plan keeps in float).
-    Unary { f: UnaryFn },
-    /// An element-wise function of two inputs, with broadcasting.
-    Binary { f: BinaryFn },
-    /// A reduction over `axes` of the input (the output's shape says whether they are kept).
-    Reduce { f: ReduceFn, axes: Vec<usize> },
-    /// SOFTMAX over the last axis (beta 1).
-    Softmax,
-    /// A node with no integer form, kept as the ONNX op it is and run in float32 on the
-    /// host by the simulator's kernel (the float fallback).
-    Node(Box<FloatNode>),
-}
-
-/// The float fallback's op: one ONNX node as a one-node ONNX model whose graph inputs are
-/// the program op's inputs in order (constants are initializers) and whose graph outputs
-/// are the program op's outputs in order.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FloatNode {
-    /// The ONNX op type.
-    pub op: String,
-    /// Its domain (`""` for the default ONNX domain).
-    pub domain: String,
-    /// The one-node model, as ONNX protobuf bytes.
-    pub onnx: Vec<u8>,
-}
-
-/// The element-wise functions of [`FloatOp::Unary`], each as LiteRT's float reference kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum UnaryFn {
-    Exp,
-    Log,
-    Sqrt,
-    Tanh,
-    Logistic,
-    Neg,
-    Abs,
-    Relu,
-    /// `1 / sqrt(x)` (RSQRT; from a TFLite file's float ops, e.g. a LayerNorm island).
-    Rsqrt,
-}
-
-/// The element-wise functions of [`FloatOp::Binary`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BinaryFn {
-    Add,
-    Sub,
-    Mul,
-    Maximum,
-    Minimum,
-    /// `(a − b)·(a − b)` (SQUARED_DIFFERENCE; from a TFLite file's float ops).
-    SquaredDifference,
-}
-
-/// The reductions of [`FloatOp::Reduce`]: TFLite's SUM, REDUCE_MAX, REDUCE_MIN and MEAN.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ReduceFn {
-    Sum,
-    Max,
-    Min,
-    Mean,
-}
-
-impl UnaryFn {
-    /// The functions of the binary format's op codes 37–44 (in order); [`Self::Rsqrt`] has
-    /// its own code.
-    pub const ALL: [Self; 8] = [
-        Self::Exp,
-        Self::Log,
-        Self::Sqrt,
-        Self::Tanh,
-        Self::Logistic,
-        Self::Neg,
-        Self::Abs,
-        Self::Relu,
-    ];
-}
-
-impl BinaryFn {
-    /// The functions of the binary format's op codes 45–49 (in order);
-    /// [`Self::SquaredDifference`] has its own code.
-    pub const ALL: [Self; 5] = [Self::Add, Self::Sub, Self::Mul, Self::Maximum, Self::Minimum];
-}
-
-impl ReduceFn {
-    pub const ALL: [Self; 4] = [Self::Sum, Self::Max, Self::Min, Self::Mean];
-}
-
-impl FloatOp {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::LayerNorm { .. } => "LayerNorm",
-            Self::Div => "Div",
-            Self::Equal => "Equal",
-            Self::Where => "Where",
-            Self::Reciprocal => "Reciprocal",
-            Self::Cast => "Cast",
-            Self::HardSwish => "HardSwish",
-            Self::Unary { f } => match f {
-                UnaryFn::Exp => "Exp",
-                UnaryFn::Log => "Log",
-                UnaryFn::Sqrt => "Sqrt",
-                UnaryFn::Tanh => "Tanh",
-                UnaryFn::Logistic => "Logistic",
-                UnaryFn::Neg => "Neg",
-                UnaryFn::Abs => "Abs",
-                UnaryFn::Relu => "Relu",
-                UnaryFn::Rsqrt => "Rsqrt",
-            },
-            Self::Binary { f } => match f {
-                BinaryFn::Add => "Add",
-                BinaryFn::Sub => "Sub",
-                BinaryFn::Mul => "Mul",
-                BinaryFn::Maximum => "Maximum",
-                BinaryFn::Minimum => "Minimum",
-                BinaryFn::SquaredDifference => "SquaredDifference",
-            },
-            Self::Reduce { f, .. } => match f {
-                ReduceFn::Sum => "Sum",
-                ReduceFn::Max => "ReduceMax",
-                ReduceFn::Min => "ReduceMin",
-                ReduceFn::Mean => "Mean",
-            },
-            Self::Softmax => "Softmax",
-            Self::Node(_) => "Node",
-        }
-    }
-
-    /// The op's name as a user knows it: the ONNX op type for the float fallback.
-    pub fn display_name(&self) -> String {
-        match self {
-            Self::Node(n) => n.op.clone(),
-            other => other.name().to_string(),
-        }
-    }
-}
-
-/// One axis of a [`OpKind::Slice`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SliceAxis {
-    pub axis: usize,
-    pub first: usize,
-    pub count: usize,
-    pub step: isize,
-}
-
-impl OpKind {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Conv { .. } => "Conv",
-            Self::FullyConnected { .. } => "FullyConnected",
-            Self::TransposeConv { .. } => "TransposeConv",
-            Self::ResizeNearest => "ResizeNearest",
-            Self::Add { .. } => "Add",
-            Self::Sub { .. } => "Sub",
-            Self::Mul { .. } => "Mul",
-            Self::Mean { .. } => "Mean",
-            Self::MaxPool { .. } => "MaxPool",
-            Self::AvgPool { .. } => "AvgPool",
-            Self::HardSwish => "HardSwish",
-            Self::Logistic => "Logistic",
-            Self::Tanh => "Tanh",
-            Self::Softmax { .. } => "Softmax",
-            Self::Reshape => "Reshape",
-            Self::Transpose { .. } => "Transpose",
-            Self::Concat { .. } => "Concat",
-            Self::Requantize => "Requantize",
-            Self::Relu { .. } => "Relu",
-            Self::Slice { .. } => "Slice",
-            Self::BatchMatMul => "BatchMatMul",
-            Self::Pad { .. } => "Pad",
-            Self::ReduceMax { .. } => "ReduceMax",
-            Self::ReduceMin { .. } => "ReduceMin",
-            Self::Sqrt => "Sqrt",
-            Self::Log => "Log",
-            Self::Exp => "Exp",
-            Self::Maximum => "Maximum",
-            Self::Minimum => "Minimum",
-            Self::BroadcastTo => "BroadcastTo",
-            Self::Gather { .. } => "Gather",
-            Self::Float { op } => op.name(),
-        }
-    }
-
-    /// Runs in float32 between a dequantization and a quantization (no int8 form).
-    pub fn is_float(&self) -> bool {
-        matches!(self, Self::Float { .. })
-    }
-}
-
-/// A tensor of the program: an activation (codes made at run time) or a constant.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ITensor {
-    /// The graph value's name; hidden tensors (a fused pre-activation, a requantized
-    /// Concat input) get the value's name and a suffix after `:`.
-    pub name: String,
-    pub shape: Vec<usize>,
-    pub q: QParams,
-    /// Constant codes (float32 constants as their bits).
-    pub data: Option<Vec<i64>>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct IOp {
-    /// The graph node it comes from.
-    pub node: String,
-    pub kind: OpKind,
-    pub inputs: Vec<usize>,
-    pub outputs: Vec<usize>,
-}
-
-/// A place where the integer scheme overrides what calibration chose.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Constraint {
-    pub tensor: String,
-    pub node: String,
-    /// A short stable key: `fixed-output-grid`, `lut-input-grid`, `concat-requantize`,
-    /// `folded-hardsigmoid`, `int16-softmax-floor` and the others `Legalizer::constraint`
-    /// is called with.
-    pub rule: String,
-    pub detail: String,
-}
-
-/// An integer program: what the reference executor runs and the TFLite exporter writes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Program {
-    /// [`graph_id`] of the optimized graph.
-    pub graph: String,
-    pub tensors: Vec<ITensor>,
-    pub ops: Vec<IOp>,
-    pub inputs: Vec<usize>,
-    pub outputs: Vec<usize>,
-    pub constraints: Vec<Constraint>,
-}
-
-impl Program {
-    /// The nodes the float fallback runs in float on the host: (node, ONNX op, why it has
-    /// no integer form).
-    pub fn fallbacks(&self) -> Vec<(String, String, String)> {
-        self.ops
-            .iter()
-            .filter_map(|op| match &op.kind {
-                OpKind::Float { op: FloatOp::Node(n) } => {
-                    let why = self
-                        .constraints
-                        .iter()
-                        .find(|c| c.rule == FALLBACK_RULE && c.node == op.node)
-                        .map(|c| c.detail.clone())
-                        .unwrap_or_default();
-                    Some((op.node.clone(), n.op.clone(), why))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    pub fn tensor_id(&self, name: &str) -> Option<usize> {
-        self.tensors.iter().position(|t| t.name == name)
-    }
 }
 
 /// Why a plan cannot become an integer program; each names what it concerns.
@@ -2000,20 +1587,16 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let strides = attr2(node, "strides", 1);
                 let xi = self.act(x)?;
                 let y = self.act(out)?;
-                let kind = if node.op == "MaxPool" {
-                    OpKind::MaxPool {
-                        kernel,
-                        strides,
-                        pads,
-                        act: Act::None,
-                    }
-                } else {
-                    OpKind::AvgPool {
-                        kernel,
-                        strides,
-                        pads,
-                        act: Act::None,
-                    }
+                let kind = OpKind::Pool {
+                    kind: if node.op == "MaxPool" {
+                        PoolKind::Max
+                    } else {
+                        PoolKind::Avg
+                    },
+                    kernel,
+                    strides,
+                    pads,
+                    act: Act::None,
                 };
                 self.op(node, kind, vec![xi], vec![y]);
                 Ok(())
@@ -2218,10 +1801,13 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     });
                     self.op(node, OpKind::Mean { axes }, vec![xi], vec![mean]);
                     self.op(node, OpKind::Mul { act: Act::None }, vec![mean, count], vec![y]);
-                } else if node.op == "ReduceMax" {
-                    self.op(node, OpKind::ReduceMax { axes }, vec![xi], vec![y]);
                 } else {
-                    self.op(node, OpKind::ReduceMin { axes }, vec![xi], vec![y]);
+                    let which = if node.op == "ReduceMax" {
+                        Extreme::Max
+                    } else {
+                        Extreme::Min
+                    };
+                    self.op(node, OpKind::Reduce { which, axes }, vec![xi], vec![y]);
                 }
                 Ok(())
             }
@@ -2238,7 +1824,8 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let y = self.act(out)?;
                 self.op(
                     node,
-                    OpKind::ReduceMax {
+                    OpKind::Reduce {
+                        which: Extreme::Max,
                         axes: (2..rank).collect(),
                     },
                     vec![xi],
@@ -2273,11 +1860,8 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 };
                 self.on_input_grid(node, out, &q);
                 let y = self.act(out)?;
-                let kind = if node.op == "Max" {
-                    OpKind::Maximum
-                } else {
-                    OpKind::Minimum
-                };
+                let which = if node.op == "Max" { Extreme::Max } else { Extreme::Min };
+                let kind = OpKind::Extremum { which };
                 self.op(node, kind, vec![a, b], vec![y]);
                 Ok(())
             }
@@ -2447,13 +2031,16 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 None => Some(Bound::Tensor(v)),
             }
         };
-        let steps: Vec<(OpKind, Bound, &str)> = [(OpKind::Maximum, 1, "min"), (OpKind::Minimum, 2, "max")]
-            .into_iter()
-            .filter_map(|(k, i, which)| match bound(i, which)? {
-                Bound::Value(b) if !b.is_finite() || b.abs() >= f32::MAX => None,
-                b => Some((k, b, which)),
-            })
-            .collect();
+        let steps: Vec<(OpKind, Bound, &str)> = [
+            (OpKind::Extremum { which: Extreme::Max }, 1, "min"),
+            (OpKind::Extremum { which: Extreme::Min }, 2, "max"),
+        ]
+        .into_iter()
+        .filter_map(|(k, i, which)| match bound(i, which)? {
+            Bound::Value(b) if !b.is_finite() || b.abs() >= f32::MAX => None,
+            b => Some((k, b, which)),
+        })
+        .collect();
         let a = self.act(x)?;
         let q = self.program.tensors[a].q.clone();
         self.on_input_grid(node, out, &q);
@@ -2981,7 +2568,7 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
             self.op(node, OpKind::Requantize, vec![pre], vec![r]);
             r
         };
-        self.op(node, OpKind::Maximum, vec![pos, neg], vec![yi]);
+        self.op(node, OpKind::Extremum { which: Extreme::Max }, vec![pos, neg], vec![yi]);
         Ok(())
     }
 
@@ -3378,16 +2965,6 @@ fn clip_as_act(lo: f32, hi: f32, q: &QParams) -> Option<Act> {
     } else {
         None
     }
-}
-
-/// TFLite's QUANTIZE of one float: `round(x / s) + zp` in float32, saturated.
-pub fn quantize_code(x: f32, q: &QParams) -> i32 {
-    if q.ty == IntType::F32 {
-        // A float32 tensor's codes are its bits.
-        return x.to_bits() as i32;
-    }
-    let (lo, hi) = q.ty.range();
-    ((x / q.s()).round() as i32).saturating_add(q.zp()).clamp(lo, hi)
 }
 
 #[cfg(test)]

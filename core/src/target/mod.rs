@@ -269,10 +269,11 @@ impl Target {
         let mut seen = std::collections::HashSet::new();
         for (i, op) in self.ops.iter().enumerate() {
             let field = format!("ops[{i}] ({})", op.op);
-            if !rules::OP_CLASSES.contains(&op.op.as_str()) {
+            let known = rules::op_classes();
+            if !known.contains(&op.op.as_str()) {
                 return Err(bad(
                     &format!("ops[{i}].op"),
-                    format!("unknown op '{}' (known: {})", op.op, rules::OP_CLASSES.join(", ")),
+                    format!("unknown op '{}' (known: {})", op.op, known.join(", ")),
                 ));
             }
             if !seen.insert(op.op.clone()) {
@@ -402,6 +403,26 @@ pub fn supported_ops_markdown(targets: &[Target]) -> String {
          compile` show the failing rule's sentence. Ops are named as TFLite builtins; ops with \
          no integer form (float islands such as LayerNormalization) always run on the host.\n",
     );
+    s.push_str(
+        "\n## The op table\n\nEvery op of the integer program (`core/src/program/ops.rs`), by its op \
+         code in the binary format (`docs/binary-format.md`): the TFLite builtins it is written \
+         as, its inputs and what it computes. Ops named `Float…` have no integer form: they run \
+         in float32 on the host between a DEQUANTIZE and a QUANTIZE.\n\n\
+         | code | op | TFLite | inputs | computes |\n| --- | --- | --- | --- | --- |\n",
+    );
+    for (code, o) in crate::program::OPS.iter().enumerate() {
+        let inputs = match (*o.inputs.start(), *o.inputs.end()) {
+            (a, b) if a == b => a.to_string(),
+            (a, usize::MAX) => format!("{a} or more"),
+            (a, b) => format!("{a}–{b}"),
+        };
+        let builtins = if o.builtins.is_empty() {
+            "—".to_string()
+        } else {
+            o.builtins.join(", ")
+        };
+        let _ = writeln!(s, "| {code} | {} | {builtins} | {inputs} | {} |", o.name, o.summary);
+    }
     for t in targets {
         let _ = write!(
             s,
@@ -436,6 +457,13 @@ pub fn supported_ops_markdown(targets: &[Target]) -> String {
                     rules.join("<br>")
                 }
             );
+        }
+        let host: Vec<&str> = rules::op_classes()
+            .into_iter()
+            .filter(|c| !t.ops.iter().any(|o| o.op == *c))
+            .collect();
+        if !host.is_empty() {
+            let _ = writeln!(s, "\nOn the host CPU (not listed): {}.", host.join(", "));
         }
     }
     s

@@ -2,48 +2,15 @@
 //! and, when the op fails it, says why in the sentence the user reads.
 
 use super::Precision;
-use crate::quant::legalize::{Act, IOp, OpKind, PadMode, Program};
-use crate::quant::params::IntType;
+use crate::program::IntType;
+use crate::program::{Act, IOp, OpKind, PadMode, Program};
 use serde::{Deserialize, Serialize};
 
-/// The op names a target's table may list (TFLite builtin names, as the TFLite export
-/// writes the ops).
-pub const OP_CLASSES: &[&str] = &[
-    "ADD",
-    "AVERAGE_POOL_2D",
-    "BATCH_MATMUL",
-    "BROADCAST_TO",
-    "CONCATENATION",
-    "CONV_2D",
-    "DEPTHWISE_CONV_2D",
-    "EXP",
-    "FULLY_CONNECTED",
-    "HARD_SWISH",
-    "LOG",
-    "LOGISTIC",
-    "MAXIMUM",
-    "MAX_POOL_2D",
-    "MEAN",
-    "MINIMUM",
-    "MIRROR_PAD",
-    "MUL",
-    "PAD",
-    "QUANTIZE",
-    "REDUCE_MAX",
-    "REDUCE_MIN",
-    "RELU",
-    "RELU6",
-    "RELU_N1_TO_1",
-    "RESHAPE",
-    "RESIZE_NEAREST_NEIGHBOR",
-    "SOFTMAX",
-    "SQRT",
-    "STRIDED_SLICE",
-    "SUB",
-    "TANH",
-    "TRANSPOSE",
-    "TRANSPOSE_CONV",
-];
+/// The op names a target's table may list: the TFLite builtins of the op table's integer
+/// ops, as the TFLite export writes them.
+pub fn op_classes() -> Vec<&'static str> {
+    crate::program::integer_builtins()
+}
 
 /// What the rules look at in one integer op.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,7 +55,8 @@ fn precision_of(ty: IntType) -> Option<Precision> {
     }
 }
 
-/// The TFLite builtin an integer op is written as.
+/// The TFLite builtin an integer op is written as: its op table row's, or of the row's
+/// builtins the one its parameters pick.
 pub fn op_class(p: &Program, op: &IOp) -> String {
     let c = match &op.kind {
         OpKind::Conv { groups, .. } => {
@@ -99,44 +67,17 @@ pub fn op_class(p: &Program, op: &IOp) -> String {
                 "CONV_2D"
             }
         }
-        OpKind::TransposeConv { .. } => "TRANSPOSE_CONV",
-        OpKind::ResizeNearest => "RESIZE_NEAREST_NEIGHBOR",
-        OpKind::FullyConnected { .. } => "FULLY_CONNECTED",
-        OpKind::Add { .. } => "ADD",
-        OpKind::Sub { .. } => "SUB",
-        OpKind::Mul { .. } => "MUL",
-        OpKind::Mean { .. } => "MEAN",
-        OpKind::MaxPool { .. } => "MAX_POOL_2D",
-        OpKind::AvgPool { .. } => "AVERAGE_POOL_2D",
-        OpKind::HardSwish => "HARD_SWISH",
-        OpKind::Logistic => "LOGISTIC",
-        OpKind::Tanh => "TANH",
-        OpKind::Softmax { .. } => "SOFTMAX",
-        OpKind::Reshape => "RESHAPE",
-        OpKind::Transpose { .. } => "TRANSPOSE",
-        OpKind::Concat { .. } => "CONCATENATION",
-        OpKind::Requantize => "QUANTIZE",
         OpKind::Relu { act } => match act {
             Act::Relu6 => "RELU6",
             Act::ReluN1To1 => "RELU_N1_TO_1",
             _ => "RELU",
         },
-        OpKind::Slice { .. } => "STRIDED_SLICE",
-        OpKind::BatchMatMul => "BATCH_MATMUL",
         OpKind::Pad { mode, .. } => match mode {
             PadMode::Constant(_) => "PAD",
             PadMode::Reflect => "MIRROR_PAD",
         },
-        OpKind::ReduceMax { .. } => "REDUCE_MAX",
-        OpKind::ReduceMin { .. } => "REDUCE_MIN",
-        OpKind::Sqrt => "SQRT",
-        OpKind::Log => "LOG",
-        OpKind::Exp => "EXP",
-        OpKind::Maximum => "MAXIMUM",
-        OpKind::Minimum => "MINIMUM",
-        OpKind::BroadcastTo => "BROADCAST_TO",
-        OpKind::Gather { .. } => "GATHER",
         OpKind::Float { op } => return format!("float32 {}", op.display_name()),
+        k => k.spec().builtins.first().copied().unwrap_or("unknown"),
     };
     c.to_string()
 }
@@ -214,17 +155,14 @@ pub fn op_view(p: &Program, op: &IOp) -> OpView {
             v.strides = Some(*strides);
         }
         OpKind::FullyConnected { .. } => weights(&mut v),
-        OpKind::MaxPool {
-            kernel, strides, pads, ..
-        }
-        | OpKind::AvgPool {
+        OpKind::Pool {
             kernel, strides, pads, ..
         } => {
             v.kernel = Some(*kernel);
             v.strides = Some(*strides);
             v.padded = pads.iter().any(|&x| x > 0);
         }
-        OpKind::Mean { axes } | OpKind::ReduceMax { axes } | OpKind::ReduceMin { axes } => {
+        OpKind::Mean { axes } | OpKind::Reduce { axes, .. } => {
             let shape = v.inputs.first().cloned().unwrap_or_default();
             v.reduced = Some(axes.iter().map(|&a| shape.get(a).copied().unwrap_or(1)).product());
         }

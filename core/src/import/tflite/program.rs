@@ -10,8 +10,8 @@
 use super::{File, TO_NCHW, TO_NHWC, builtin, dtype, op_name, parse, quant_of, same_pad, tensor_name};
 use crate::import::{ImportError, UnsupportedOp};
 use crate::ir::DType;
-use crate::quant::legalize::{Act, FloatOp, IOp, ITensor, OpKind, PadMode, Program, SliceAxis};
-use crate::quant::params::{IntType, QParams};
+use crate::program::{Act, Extreme, FloatOp, IOp, ITensor, OpKind, PadMode, PoolKind, Program, SliceAxis};
+use crate::program::{IntType, QParams};
 use fb::BuiltinOperator as B;
 use std::path::Path;
 use tflite_schema as fb;
@@ -523,7 +523,7 @@ impl<'f> Lower<'f> {
         ins: &[Option<usize>],
         o: usize,
     ) -> R<Option<(FloatOp, Vec<Option<usize>>)>> {
-        use crate::quant::legalize::{BinaryFn as Bf, ReduceFn as Rf, UnaryFn as Uf};
+        use crate::program::{BinaryFn as Bf, ReduceFn as Rf, UnaryFn as Uf};
         let opts = &op.builtin_options;
         let fused = match code {
             B::ADD => opts.as_add_options().map(|a| a.fused_activation_function),
@@ -855,11 +855,8 @@ impl<'f> Lower<'f> {
                 let a = self.get(x, layout)?;
                 let b = self.get(z, layout)?;
                 let y = self.out(o, layout)?;
-                let kind = if code == B::MAXIMUM {
-                    OpKind::Maximum
-                } else {
-                    OpKind::Minimum
-                };
+                let which = if code == B::MAXIMUM { Extreme::Max } else { Extreme::Min };
+                let kind = OpKind::Extremum { which };
                 self.op(node, kind, vec![a, b], vec![y]);
             }
             B::REDUCE_MAX | B::REDUCE_MIN => {
@@ -867,11 +864,12 @@ impl<'f> Lower<'f> {
                 let axes = self.axes_of(x, a)?;
                 let xi = self.get(x, Layout::Nhwc)?;
                 let y = self.out(o, Layout::Nhwc)?;
-                let kind = if code == B::REDUCE_MAX {
-                    OpKind::ReduceMax { axes }
+                let which = if code == B::REDUCE_MAX {
+                    Extreme::Max
                 } else {
-                    OpKind::ReduceMin { axes }
+                    Extreme::Min
                 };
+                let kind = OpKind::Reduce { which, axes };
                 self.op(node, kind, vec![xi], vec![y]);
             }
             B::BATCH_MATMUL => {
@@ -901,20 +899,16 @@ impl<'f> Lower<'f> {
                 let y = self.out(o, Layout::Nchw)?;
                 let act = act_of(p.fused_activation_function)?;
                 let (kernel, strides, pads) = ([kh, kw], [sh, sw], [t0, l0, b0, r0]);
-                let kind = if code == B::MAX_POOL_2D {
-                    OpKind::MaxPool {
-                        kernel,
-                        strides,
-                        pads,
-                        act,
-                    }
-                } else {
-                    OpKind::AvgPool {
-                        kernel,
-                        strides,
-                        pads,
-                        act,
-                    }
+                let kind = OpKind::Pool {
+                    kind: if code == B::MAX_POOL_2D {
+                        PoolKind::Max
+                    } else {
+                        PoolKind::Avg
+                    },
+                    kernel,
+                    strides,
+                    pads,
+                    act,
                 };
                 self.op(node, kind, vec![xi], vec![y]);
             }

@@ -5,8 +5,8 @@ use super::fixed::{
     downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, mbqm64, quantize_multiplier, rdbpot, rdbpot16,
     sat_shl16, sdhm16, srdhm, srdhm16,
 };
-use crate::quant::legalize::{Act, BinaryFn, FloatOp, PadMode, ReduceFn, UnaryFn};
-use crate::quant::params::QParams;
+use crate::program::QParams;
+use crate::program::{Act, BinaryFn, FloatOp, PadMode, ReduceFn, UnaryFn};
 use rayon::prelude::*;
 
 /// TFLite's `CalculateActivationRangeQuantized`: `Q(f) = zp + (int) roundf(f / s)`.
@@ -157,11 +157,7 @@ pub struct AddParams {
 impl AddParams {
     /// `add.cc`'s Prepare: left shift 20 for int8, 15 for int16's general path.
     pub fn new(a: &QParams, b: &QParams, y: &QParams, range: (i32, i32)) -> Self {
-        let shift = if y.ty == crate::quant::params::IntType::I16 {
-            15
-        } else {
-            20
-        };
+        let shift = if y.ty == crate::program::IntType::I16 { 15 } else { 20 };
         let twice_max = 2.0 * a.s().max(b.s());
         let ra = f64::from(a.s()) / f64::from(twice_max);
         let rb = f64::from(b.s()) / f64::from(twice_max);
@@ -672,7 +668,7 @@ pub fn gather(x: &[i32], shape: &[usize], axis: usize, indices: &[i32]) -> Resul
 
 /// A strided copy (SLICE / STRIDED_SLICE): per listed axis the first index, the count and
 /// the step; other axes whole.
-pub fn slice(x: &[i32], shape: &[usize], axes: &[crate::quant::legalize::SliceAxis]) -> Vec<i32> {
+pub fn slice(x: &[i32], shape: &[usize], axes: &[crate::program::SliceAxis]) -> Vec<i32> {
     let rank = shape.len();
     let mut first = vec![0isize; rank];
     let mut count: Vec<usize> = shape.to_vec();

@@ -8,8 +8,8 @@
 pub mod fixed;
 pub mod kernels;
 
-use crate::quant::legalize::{FloatNode, FloatOp, IOp, OpKind, Program, quantize_code};
-use crate::quant::params::{IntType, QParams};
+use crate::program::{Extreme, FloatNode, FloatOp, IOp, OpKind, PoolKind, Program, quantize_code};
+use crate::program::{IntType, QParams};
 use rayon::prelude::*;
 
 /// Every tensor's codes after a run (`None`: not computed).
@@ -320,13 +320,8 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             })?
         }
         OpKind::Mean { axes } => kernels::mean(v(0)?, &t(0).shape, axes, xq, yq),
-        OpKind::MaxPool {
-            kernel,
-            strides,
-            pads,
-            act,
-        }
-        | OpKind::AvgPool {
+        OpKind::Pool {
+            kind,
             kernel,
             strides,
             pads,
@@ -339,7 +334,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             *strides,
             [pads[0], pads[1]],
             kernels::act_range(*act, yq),
-            matches!(op.kind, OpKind::MaxPool { .. }),
+            *kind == PoolKind::Max,
         ),
         OpKind::HardSwish if wide => return Err("TFLite's HARD_SWISH has no int16 kernel".into()),
         OpKind::HardSwish => {
@@ -388,9 +383,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             out
         }
         OpKind::Pad { pads, mode } => kernels::pad(v(0)?, &t(0).shape, pads, *mode),
-        OpKind::ReduceMax { axes } | OpKind::ReduceMin { axes } => {
-            kernels::reduce_extreme(v(0)?, &t(0).shape, axes, matches!(op.kind, OpKind::ReduceMax { .. }))
-        }
+        OpKind::Reduce { which, axes } => kernels::reduce_extreme(v(0)?, &t(0).shape, axes, *which == Extreme::Max),
         OpKind::Sqrt => {
             let (lo, hi) = yq.ty.range();
             v(0)?
@@ -422,12 +415,9 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             };
             v(0)?.iter().map(|&a| table[(a + 128).clamp(0, 255) as usize]).collect()
         }
-        OpKind::Maximum | OpKind::Minimum => {
-            let max = matches!(op.kind, OpKind::Maximum);
-            kernels::broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
-                if max { a.max(b) } else { a.min(b) }
-            })?
-        }
+        OpKind::Extremum { which } => kernels::broadcast2(v(0)?, &t(0).shape, v(1)?, &t(1).shape, &y.shape, |a, b| {
+            which.pick(a, b)
+        })?,
         OpKind::Gather { axis } => kernels::gather(v(0)?, &t(0).shape, *axis, v(1)?)?,
         OpKind::BroadcastTo => {
             let x = v(0)?;
