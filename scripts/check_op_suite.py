@@ -393,6 +393,20 @@ def broadcast_to_opts(rng, b, shape):
     return [int32(b, out)], None, out
 
 
+def arg_extreme(code, kind):
+    def make(rng, ty):
+        b = Builder()
+        shape = rand_shape(rng, int(rng.integers(1, 5)))
+        x = b.tensor(shape, ty, *grid(rng, ty), name="x")
+        axis = int(rng.integers(0, len(shape)))
+        a = int32(b, [axis - len(shape) if rng.random() < 0.3 else axis])
+        y = b.tensor(shape[:axis] + shape[axis + 1:], np.int32, 1.0, 0, name="y")
+        b.tensors[y].quantization = None
+        b.op(code, [x, a], [y], *opts(kind, outputType=S.TensorType.INT32), version=2)
+        return b.build([x], [y])
+    return make
+
+
 def transpose_conv(rng, ty):
     b = Builder()
     h, w_, c = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
@@ -448,6 +462,9 @@ OPS = [
     ("SQUEEZE", squeeze, (I8, I16), 4),
     ("BROADCAST_TO", same_grid_unary(B.BROADCAST_TO, broadcast_to_opts, 2), (I8, I16), 6),
     ("TRANSPOSE_CONV", transpose_conv, (I8, I16), 8),
+    # LiteRT has no int16 ARG_MAX / ARG_MIN (it refuses the file); a 16-bit plan runs them in float.
+    ("ARG_MAX", arg_extreme(B.ARG_MAX, "ArgMaxOptions"), (I8,), 8),
+    ("ARG_MIN", arg_extreme(B.ARG_MIN, "ArgMinOptions"), (I8,), 8),
 ]
 
 
@@ -455,16 +472,16 @@ OPS = [
 # (synthetic calibration), exported by `npu-studio export --format tflite` and run in LiteRT
 # against `run --plan` (the integer reference) and the emulated U55 binary on the same codes.
 
-def onnx_case(op, inputs, consts=(), attrs=None, outputs=1, opset=14):
+def onnx_case(op, inputs, consts=(), attrs=None, outputs=1, opset=14, out_type=None):
     """`inputs`: [(name, shape)] graph inputs; `consts`: [(name, array)] initializers, read
-    after the inputs in order."""
+    after the inputs in order; `out_type`: the outputs' ONNX element type (float)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
     inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in consts]
     outs = [f"y{k}" for k in range(outputs)]
     node = helper.make_node(op, [n for n, _ in inputs] + [n for n, _ in consts], outs, **(attrs or {}))
-    g = helper.make_graph([node], "case", ins, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+    g = helper.make_graph([node], "case", ins, [helper.make_tensor_value_info(o, out_type or TensorProto.FLOAT, None)
                                                 for o in outs], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
@@ -612,6 +629,15 @@ def x_resize(rng):
                      {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
 
 
+def x_arg(op):
+    def make(rng):
+        shape = rand_shape(rng, int(rng.integers(1, 4)), 2, 7)
+        attrs = {"axis": int(rng.integers(-len(shape), len(shape))), "keepdims": int(rng.integers(0, 2))}
+        from onnx import TensorProto
+        return onnx_case(op, [("x", shape)], attrs=attrs, out_type=TensorProto.INT64)
+    return make
+
+
 def x_batchnorm(rng):
     c = int(rng.integers(1, 6))
     shape = image(rng, c, 1, 6)
@@ -632,6 +658,7 @@ X_OPS = [
     ("Conv", x_conv(False)), ("DepthwiseConv", x_conv(True)), ("MatMul", x_matmul),
     ("AveragePool", x_pool("AveragePool")), ("MaxPool", x_pool("MaxPool")), ("Resize", x_resize),
     ("BatchNormalization", x_batchnorm),
+    ("ArgMax", x_arg("ArgMax")), ("ArgMin", x_arg("ArgMin")),
 ]
 X_SCHEMES = ("w8a8", "w8a16")
 X_CASES = 3

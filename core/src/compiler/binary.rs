@@ -14,7 +14,7 @@ use crate::program::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 4;
+pub const VERSION_MINOR: u16 = 5;
 /// Bytes before the section table.
 pub const HEADER_BYTES: usize = 96;
 /// Bytes of one section-table entry.
@@ -359,7 +359,7 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
             w.push(act_code(*act));
         }
         OpKind::Softmax { beta } => w.push(beta.to_bits() as i32),
-        OpKind::Concat { axis } | OpKind::Gather { axis } => w.push(u(*axis)),
+        OpKind::Concat { axis } | OpKind::Gather { axis } | OpKind::ArgExtreme { axis, .. } => w.push(u(*axis)),
         OpKind::Slice { axes } => {
             w.push(axes.len() as i32);
             for a in axes {
@@ -565,6 +565,10 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
         27 => OpKind::Extremum { which: Extreme::Min },
         28 => OpKind::BroadcastTo,
         58 => OpKind::Gather { axis: r.un()? },
+        59 | 60 => OpKind::ArgExtreme {
+            which: if code == 59 { Extreme::Max } else { Extreme::Min },
+            axis: r.un()?,
+        },
         29 => {
             let epsilon = f32::from_bits(r.next()? as u32);
             let gamma = r.floats()?;
@@ -1353,6 +1357,14 @@ mod tests {
             },
             OpKind::Transpose { perm: vec![0, 2, 1] },
             OpKind::Gather { axis: 1 },
+            OpKind::ArgExtreme {
+                which: Extreme::Max,
+                axis: 3,
+            },
+            OpKind::ArgExtreme {
+                which: Extreme::Min,
+                axis: 0,
+            },
             OpKind::Concat { axis: 2 },
             OpKind::TransposeConv {
                 strides: [2, 2],

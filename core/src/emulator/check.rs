@@ -458,6 +458,21 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                 ));
             }
         }
+        OpKind::ArgExtreme { axis, .. } => {
+            if *axis >= xs.len() || xs[*axis] == 0 {
+                return Err(format!("axis {axis} of an input of shape {xs:?}"));
+            }
+            if !x(0).q.ty.is_quantized() || y.q.ty != IntType::Index {
+                return Err(format!("indexes {:?} into {:?} (int32 indices out)", x(0).q.ty, y.q.ty));
+            }
+            let mut out = xs.clone();
+            out.remove(*axis);
+            if &out != ys {
+                return Err(format!(
+                    "output {ys:?}, the input {xs:?} without axis {axis} is {out:?}"
+                ));
+            }
+        }
         OpKind::Gather { axis } => {
             let is = &x(1).shape;
             if *axis >= xs.len() {

@@ -1999,6 +1999,29 @@ impl Writer<'_> {
                 );
                 self.flush(pending);
             }
+            OpKind::ArgExtreme { which, axis } => {
+                // In the graph's layout, as GATHER: the output drops an axis.
+                let x = self.tensor_as(op.inputs[0], false);
+                let a = self.int32_const(format!("{}:axis", yt.name), &[*axis as i32]);
+                let (y, pending) = self.output_as(op.outputs[0], false);
+                let version = if xt.q.ty == IntType::I8 { 2 } else { 1 };
+                let (code, options) = match which {
+                    Extreme::Max => (
+                        tfl::BuiltinOperator::ARG_MAX,
+                        tfl::BuiltinOptionsT::ArgMaxOptions(Box::new(tfl::ArgMaxOptionsT {
+                            output_type: tfl::TensorType::INT32,
+                        })),
+                    ),
+                    Extreme::Min => (
+                        tfl::BuiltinOperator::ARG_MIN,
+                        tfl::BuiltinOptionsT::ArgMinOptions(Box::new(tfl::ArgMinOptionsT {
+                            output_type: tfl::TensorType::INT32,
+                        })),
+                    ),
+                };
+                self.emit(code, version, vec![x, a], vec![y], options);
+                self.flush(pending);
+            }
             OpKind::Gather { axis } => {
                 // In the graph's layout: the output's rank differs from the input's.
                 let x = self.tensor_as(op.inputs[0], false);

@@ -1812,6 +1812,45 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 Ok(())
             }
             "Gather" => self.lower_gather(node, x, out),
+            "ArgMax" | "ArgMin" => {
+                // TFLite's ARG_MAX / ARG_MIN take the first of equal codes and drop the axis;
+                // `keepdims` is a RESHAPE after it.
+                let (shape, axis) = self.axis_of(node, x)?;
+                if node.attr_i("select_last_index").unwrap_or(0) != 0 {
+                    return Err("select_last_index has no integer form (TFLite's ARG_MAX takes the first)".into());
+                }
+                let xi = self.act(x)?;
+                match self.program.tensors[xi].q.ty {
+                    IntType::I8 => {}
+                    IntType::I16 => return Err("TFLite's ARG_MAX and ARG_MIN have no int16 kernel".into()),
+                    _ => return Err(format!("its input {} is not quantized", self.name(x))),
+                }
+                let y = self.act(out)?;
+                if self.program.tensors[y].q.ty != IntType::Index {
+                    return Err(format!("its output {} is not an integer tensor", self.name(out)));
+                }
+                let which = if node.op == "ArgMax" {
+                    Extreme::Max
+                } else {
+                    Extreme::Min
+                };
+                let kind = OpKind::ArgExtreme { which, axis };
+                if node.attr_i("keepdims").unwrap_or(1) == 0 {
+                    self.op(node, kind, vec![xi], vec![y]);
+                } else {
+                    let mut dropped = shape;
+                    dropped.remove(axis);
+                    let mid = self.push(ITensor {
+                        name: format!("{}:dropped", self.name(out)),
+                        shape: dropped,
+                        q: QParams::index(),
+                        data: None,
+                    });
+                    self.op(node, kind, vec![xi], vec![mid]);
+                    self.op(node, OpKind::Reshape, vec![mid], vec![y]);
+                }
+                Ok(())
+            }
             "Expand" => {
                 let xi = self.act(x)?;
                 let y = self.act(out)?;
@@ -3106,6 +3145,44 @@ mod tests {
         let (xc, yc) = (run.values[xt].as_ref().expect("x"), run.values[yt].as_ref().expect("y"));
         for (k, row) in [5usize, 0, 5, 2].into_iter().enumerate() {
             assert_eq!(yc[k * 4..k * 4 + 4], xc[row * 4..row * 4 + 4], "row {k}");
+        }
+    }
+
+    /// ArgMax as TFLite's ARG_MAX on the input's codes (the first of equal codes), its
+    /// `keepdims` a RESHAPE after it; ArgMin likewise without `keepdims`.
+    #[test]
+    fn arg_max_is_an_integer_arg_max_of_the_input_codes() {
+        for (op, keep, which) in [("ArgMax", 1, Extreme::Max), ("ArgMin", 0, Extreme::Min)] {
+            let m = sequential(
+                &[1, 5, 7],
+                vec![(op, vec![], vec![("axis", Attr::Int(1)), ("keepdims", Attr::Int(keep))])],
+            );
+            let q = Quantizer::new(&m, 1).expect("quantizer");
+            let plan = w8a8_on_synthetic(&q, &m, 4, Calibration::MinMax);
+            let p = legalize(&m, &plan, &HashMap::new()).expect("legalizes");
+            assert!(p.fallbacks().is_empty(), "{op}: {:?}", p.fallbacks());
+            let arg = p
+                .ops
+                .iter()
+                .find(|o| matches!(o.kind, OpKind::ArgExtreme { .. }))
+                .expect("an arg op");
+            assert_eq!(arg.kind, OpKind::ArgExtreme { which, axis: 1 });
+            let y = p.outputs[0];
+            assert_eq!(p.tensors[y].shape, if keep == 1 { vec![1, 1, 7] } else { vec![1, 7] });
+            assert_eq!(p.tensors[y].q.ty, IntType::Index);
+            let x: Vec<f32> = (0..35).map(|i| ((i * 17 % 35) as f32 - 17.0) / 20.0).collect();
+            let run = crate::sim::integer::run(&p, vec![crate::sim::integer::Input::Float(x)]).expect("runs");
+            let xc = run.values[arg.inputs[0]].as_ref().expect("input codes");
+            let got = run.values[y].as_ref().expect("indices");
+            for col in 0..7 {
+                let column: Vec<i32> = (0..5).map(|r| xc[r * 7 + col]).collect();
+                let best = match which {
+                    Extreme::Max => *column.iter().max().expect("rows"),
+                    Extreme::Min => *column.iter().min().expect("rows"),
+                };
+                let first = column.iter().position(|&c| c == best).expect("found") as i32;
+                assert_eq!(got[col], first, "{op}, column {col}: codes {column:?}");
+            }
         }
     }
 

@@ -16,18 +16,25 @@ use fb::BuiltinOperator as B;
 use std::path::Path;
 use tflite_schema as fb;
 
-/// Whether a parsed file computes on integers: some operator reads or writes an int8 or
-/// int16 tensor with scales.
+/// Whether a parsed file computes on integers: some operator other than DEQUANTIZE writes
+/// an int8 or int16 tensor with scales, or reads one that is not a constant (an ARG_MAX
+/// on a quantized input writes int32; a float model's hybrid ops read int8 weights).
 fn is_integer(file: &File) -> bool {
     let sg = &file.model.subgraphs.as_deref().unwrap_or_default()[file.subgraph];
     let tensors = sg.tensors.as_deref().unwrap_or_default();
+    let quantized =
+        |t: &fb::TensorT| matches!(t.type_, fb::TensorType::INT8 | fb::TensorType::INT16) && quant_of(t).is_some();
     sg.operators.iter().flatten().any(|op| {
         let codes = file.model.operator_codes.as_deref().unwrap_or_default();
+        let tensor = |&t: &i32| usize::try_from(t).ok().and_then(|t| tensors.get(t));
         builtin(&codes[op.opcode_index as usize]) != B::DEQUANTIZE
-            && op.outputs.iter().flatten().any(|&t| {
-                let t = &tensors[t as usize];
-                matches!(t.type_, fb::TensorType::INT8 | fb::TensorType::INT16) && quant_of(t).is_some()
-            })
+            && (op.outputs.iter().flatten().filter_map(tensor).any(quantized)
+                || op
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .filter_map(tensor)
+                    .any(|t| quantized(t) && file.data(t).is_none()))
     })
 }
 
@@ -1138,6 +1145,32 @@ impl<'f> Lower<'f> {
                     let y = self.out(o, Layout::Nhwc)?;
                     self.op(node, OpKind::Reshape, vec![mid], vec![y]);
                 }
+            }
+            B::ARG_MAX | B::ARG_MIN => {
+                let (x, a) = (req(0)?, req(1)?);
+                let out_type = if code == B::ARG_MAX {
+                    opts.as_arg_max_options().map(|o| o.output_type)
+                } else {
+                    opts.as_arg_min_options().map(|o| o.output_type)
+                };
+                if out_type != Some(fb::TensorType::INT32) {
+                    return unsupported("indices out that are not int32");
+                }
+                let axes = self.axes_of(x, a)?;
+                let rank = self.shape(x).len();
+                let [axis] = axes[..] else {
+                    return invalid("an axis tensor of more than one value");
+                };
+                if axis >= rank {
+                    return invalid(format!("axis {axis} of a rank-{rank} input"));
+                }
+                let xi = self.get(x, Layout::Nhwc)?;
+                if !self.prog.tensors[xi].q.ty.is_quantized() {
+                    return unsupported("an input that is not quantized");
+                }
+                let y = self.out(o, Layout::Nhwc)?;
+                let which = if code == B::ARG_MAX { Extreme::Max } else { Extreme::Min };
+                self.op(node, OpKind::ArgExtreme { which, axis }, vec![xi], vec![y]);
             }
             B::GATHER => {
                 let (x, i) = (req(0)?, req(1)?);

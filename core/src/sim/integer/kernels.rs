@@ -666,6 +666,32 @@ pub fn gather(x: &[i32], shape: &[usize], axis: usize, indices: &[i32]) -> Resul
     Ok(y)
 }
 
+/// ARG_MAX / ARG_MIN (`arg_min_max.h`): along `axis`, the index of the first code that
+/// beats every earlier one (`std::greater` / `std::less`: ties keep the first).
+pub fn arg_extreme(x: &[i32], shape: &[usize], axis: usize, which: crate::program::Extreme) -> Vec<i32> {
+    let dim = shape[axis].max(1);
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let beats = |a: i32, b: i32| match which {
+        crate::program::Extreme::Max => a > b,
+        crate::program::Extreme::Min => a < b,
+    };
+    let mut y = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |k: usize| x[(o * dim + k) * inner + i];
+            let (mut best, mut index) = (at(0), 0);
+            for k in 1..dim {
+                if beats(at(k), best) {
+                    (best, index) = (at(k), k);
+                }
+            }
+            y.push(index as i32);
+        }
+    }
+    y
+}
+
 /// A strided copy (SLICE / STRIDED_SLICE): per listed axis the first index, the count and
 /// the step; other axes whole.
 pub fn slice(x: &[i32], shape: &[usize], axes: &[crate::program::SliceAxis]) -> Vec<i32> {
@@ -1182,6 +1208,18 @@ fn lut_int16_f64(s_in: f64, zp_in: i32, s_out: f64, zp_out: i32, f: impl Fn(f64)
 mod tests {
     /// GATHER along a middle axis picks whole inner rows for each outer index; an index
     /// at or beyond the axis, or a negative one, is an error naming it.
+    #[test]
+    fn arg_extreme_takes_the_first_of_ties_along_the_axis() {
+        use super::arg_extreme;
+        use crate::program::Extreme;
+        // Shape [2, 3]: along axis 1 and along axis 0.
+        let x = [4, 9, 9, -3, -3, 7];
+        assert_eq!(arg_extreme(&x, &[2, 3], 1, Extreme::Max), vec![1, 2]);
+        assert_eq!(arg_extreme(&x, &[2, 3], 1, Extreme::Min), vec![0, 0]);
+        assert_eq!(arg_extreme(&x, &[2, 3], 0, Extreme::Max), vec![0, 0, 0]);
+        assert_eq!(arg_extreme(&x, &[2, 3], 0, Extreme::Min), vec![1, 1, 1]);
+    }
+
     #[test]
     fn gather_picks_rows_and_refuses_indices_outside_the_axis() {
         let x: Vec<i32> = (0..12).collect(); // [2, 3, 2]

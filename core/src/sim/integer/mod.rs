@@ -419,6 +419,7 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
             which.pick(a, b)
         })?,
         OpKind::Gather { axis } => kernels::gather(v(0)?, &t(0).shape, *axis, v(1)?)?,
+        OpKind::ArgExtreme { which, axis } => kernels::arg_extreme(v(0)?, &t(0).shape, *axis, *which),
         OpKind::BroadcastTo => {
             let x = v(0)?;
             kernels::broadcast2(x, &t(0).shape, &[0], &[1], &y.shape, |a, _| a)?
