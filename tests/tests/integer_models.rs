@@ -5,8 +5,7 @@
 //! `scripts/check_tflite_litert.py`, run by `scripts/test.sh`.)
 
 use npu_core::ir::Model;
-use npu_core::program::IntType;
-use npu_core::program::{FloatOp, OpKind, Program};
+use npu_core::program::{FloatOp, IntType, OpKind, Program};
 use npu_core::progress::Silent;
 use npu_core::quant::data::{Preprocess, source};
 use npu_core::quant::legalize::legalize;

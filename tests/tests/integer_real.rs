@@ -466,8 +466,7 @@ fn magika_gptq_raises_w4a16_held_out_sqnr() {
 /// Add reads it), and the integer reference's output SQNR on three held-out batches rises.
 #[test]
 fn magika_layers_kept_in_float_run_in_float32_and_raise_held_out_sqnr() {
-    use npu_core::program::IntType;
-    use npu_core::program::{FloatOp, OpKind, UnaryFn};
+    use npu_core::program::{FloatOp, IntType, OpKind, UnaryFn};
     use npu_core::quant::recipe::Recipe;
     let path = data_dir().join("real").join("magika_standard_v3_3").join("model.onnx");
     let model = npu_tests::optimized(&path);

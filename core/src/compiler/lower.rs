@@ -15,8 +15,7 @@
 //! [`Rule::StrideOrSplit`]: crate::target::Rule::StrideOrSplit
 
 use super::Place;
-use crate::program::IntType;
-use crate::program::{IOp, ITensor, OpKind, Program};
+use crate::program::{IOp, ITensor, IntType, OpKind, Program};
 use crate::sim::integer::{channel_multipliers, eval_op, fixed};
 use crate::target::{OpView, Target};
 use serde::{Deserialize, Serialize};

@@ -1,8 +1,7 @@
 //! Activation memory: live ranges in program order (a RESHAPE's output shares its input's
 //! buffer), the peak of bytes alive at once and the sum of all activations beside it.
 
-use crate::program::IntType;
-use crate::program::{OpKind, Program};
+use crate::program::{IntType, OpKind, Program};
 use serde::{Deserialize, Serialize};
 
 /// Bytes per element of a stored tensor (int4 packed two per byte, rounded up per tensor).

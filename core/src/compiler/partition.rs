@@ -2,8 +2,7 @@
 //! contiguous segments it forms.
 
 use super::Options;
-use crate::program::IntType;
-use crate::program::{FloatOp, OpKind, Program};
+use crate::program::{FloatOp, IntType, OpKind, Program};
 use crate::target::{OpView, Target, op_view};
 use serde::{Deserialize, Serialize};
 

@@ -5,8 +5,7 @@
 
 use crate::compiler::binary::{Binary, Location};
 use crate::compiler::lower::{Step, Unit};
-use crate::program::IntType;
-use crate::program::{FloatOp, IOp, ITensor, OpKind, PadMode};
+use crate::program::{FloatOp, IOp, ITensor, IntType, OpKind, PadMode};
 
 /// The most elements one tensor may have (its codes are held as `i32`).
 const MAX_ELEMENTS: usize = 1 << 28;

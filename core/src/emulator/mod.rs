@@ -17,8 +17,7 @@ pub mod trace;
 
 use crate::compiler::binary::{self, Binary, BinaryError};
 use crate::compiler::lower::{Step, Unit};
-use crate::program::IntType;
-use crate::program::{IOp, OpKind, Program};
+use crate::program::{IOp, IntType, OpKind, Program};
 use crate::sim::integer::kernels::{ConvGeom, act_range, broadcast2};
 use crate::sim::integer::{Input, RunError, eval_op, eval_op_all, mul_multiplier, prepare};
 

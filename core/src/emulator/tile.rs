@@ -638,8 +638,7 @@ fn run_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::{Act, PoolKind};
-    use crate::program::{IntType, QParams};
+    use crate::program::{Act, IntType, PoolKind, QParams};
     use crate::sim::integer::eval_op;
 
     /// A test operand: shape, type, and whether it is a constant (per-channel weights

@@ -12,8 +12,7 @@
 
 use super::Emulator;
 use crate::compiler::lower::Step;
-use crate::program::IntType;
-use crate::program::{ITensor, quantize_code};
+use crate::program::{ITensor, IntType, quantize_code};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 

@@ -2,8 +2,7 @@
 //! and, when the op fails it, says why in the sentence the user reads.
 
 use super::Precision;
-use crate::program::IntType;
-use crate::program::{Act, IOp, OpKind, PadMode, Program};
+use crate::program::{Act, IOp, IntType, OpKind, PadMode, Program};
 use serde::{Deserialize, Serialize};
 
 /// The op names a target's table may list: the TFLite builtins of the op table's integer

@@ -10,8 +10,9 @@
 use super::{File, TO_NCHW, TO_NHWC, builtin, dtype, op_name, parse, quant_of, same_pad, tensor_name};
 use crate::import::{ImportError, UnsupportedOp};
 use crate::ir::DType;
-use crate::program::{Act, Extreme, FloatOp, IOp, ITensor, OpKind, PadMode, PoolKind, Program, SliceAxis};
-use crate::program::{IntType, QParams};
+use crate::program::{
+    Act, Extreme, FloatOp, IOp, ITensor, IntType, OpKind, PadMode, PoolKind, Program, QParams, SliceAxis,
+};
 use fb::BuiltinOperator as B;
 use std::path::Path;
 use tflite_schema as fb;

@@ -5,8 +5,7 @@ use super::fixed::{
     downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, mbqm64, quantize_multiplier, rdbpot, rdbpot16,
     sat_shl16, sdhm16, srdhm, srdhm16,
 };
-use crate::program::QParams;
-use crate::program::{Act, BinaryFn, FloatOp, PadMode, ReduceFn, UnaryFn};
+use crate::program::{Act, BinaryFn, FloatOp, PadMode, QParams, ReduceFn, UnaryFn};
 use rayon::prelude::*;
 
 /// TFLite's `CalculateActivationRangeQuantized`: `Q(f) = zp + (int) roundf(f / s)`.

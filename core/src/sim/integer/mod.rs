@@ -8,8 +8,7 @@
 pub mod fixed;
 pub mod kernels;
 
-use crate::program::{Extreme, FloatNode, FloatOp, IOp, OpKind, PoolKind, Program, quantize_code};
-use crate::program::{IntType, QParams};
+use crate::program::{Extreme, FloatNode, FloatOp, IOp, IntType, OpKind, PoolKind, Program, QParams, quantize_code};
 use rayon::prelude::*;
 
 /// Every tensor's codes after a run (`None`: not computed).
