@@ -353,6 +353,120 @@ def nonnegative(code):
     return make
 
 
+def rsqrt(rng, ty):
+    """RSQRT on a grid whose lowest code is the zero point (int8 −128, int16 0: LiteRT fails on
+    codes below it; the int16 case's input is named so that it gets non-negative codes)."""
+    b = Builder()
+    shape = rand_shape(rng, int(rng.integers(1, 5)))
+    if ty == I8:
+        si = float(rng.uniform(0.005, 0.1))
+        x = b.tensor(shape, ty, si, -128, name="x")
+        top = 1 / np.sqrt(si)
+        y = b.tensor(shape, ty, top / float(rng.uniform(60, 250)), int(rng.integers(-128, -60)), name="y")
+    else:
+        si = float(rng.uniform(1e-5, 1e-3))
+        x = b.tensor(shape, ty, si, 0, name="x_nonneg")
+        y = b.tensor(shape, ty, 1 / np.sqrt(si) / float(rng.uniform(3000, 30000)), 0, name="y")
+    b.op(B.RSQRT, [x], [y], version=2 if ty == I8 else 3)
+    return b.build([x], [y])
+
+
+def squared_difference(rng, ty):
+    b = Builder()
+    a_shape = rand_shape(rng, int(rng.integers(1, 5)))
+    b_shape = broadcast_partner(rng, a_shape) if rng.random() < 0.6 else list(a_shape)
+    if rng.random() < 0.5:
+        a_shape, b_shape = b_shape, a_shape
+    out = list(np.broadcast_shapes(tuple(a_shape), tuple(b_shape)))
+    ga, gb = grid(rng, ty), grid(rng, ty)
+    x = b.tensor(a_shape, ty, *ga, name="a")
+    y = b.tensor(b_shape, ty, *gb, name="b")
+    # Squares of differences up to ~(128·(s_a + s_b))²: the output grid covers a random part.
+    so = (128 * (ga[0] + gb[0])) ** 2 / 255 * float(rng.uniform(0.05, 0.6))
+    z = b.tensor(out, ty, so, int(rng.integers(-128, -100)), name="y")
+    b.op(B.SQUARED_DIFFERENCE, [x, y], [z], *opts("SquaredDifferenceOptions"), version=2)
+    return b.build([x, y], [z])
+
+
+def block_move(code):
+    """DEPTH_TO_SPACE / SPACE_TO_DEPTH on an NHWC input, block 2 or 3."""
+    def make(rng, ty):
+        b = Builder()
+        k = int(rng.integers(2, 4))
+        n, h, w, c = 1, *(int(v) for v in rng.integers(1, 4, 3))
+        if code == B.DEPTH_TO_SPACE:
+            shape, out, kind = [n, h, w, c * k * k], [n, h * k, w * k, c], "DepthToSpaceOptions"
+        else:
+            shape, out, kind = [n, h * k, w * k, c], [n, h, w, c * k * k], "SpaceToDepthOptions"
+        g = grid(rng, ty)
+        x = b.tensor(shape, ty, *g, name="x")
+        y = b.tensor(out, ty, *g, name="y")
+        b.op(code, [x], [y], *opts(kind, blockSize=k), version=1)
+        return b.build([x], [y])
+    return make
+
+
+def tile_opts(rng, b, shape):
+    reps = [int(r) for r in rng.integers(1, 4, len(shape))]
+    return [int32(b, reps)], None, [d * r for d, r in zip(shape, reps)]
+
+
+def pack(rng, ty):
+    b = Builder()
+    shape = rand_shape(rng, int(rng.integers(1, 4)))
+    n = int(rng.integers(2, 4))
+    axis = int(rng.integers(-len(shape) - 1, len(shape) + 1))
+    g = grid(rng, ty)
+    xs = [b.tensor(shape, ty, *g, name=f"x{k}") for k in range(n)]
+    out = list(shape)
+    out.insert(axis if axis >= 0 else axis + len(shape) + 1, n)
+    y = b.tensor(out, ty, *g, name="y")
+    b.op(B.PACK, xs, [y], *opts("PackOptions", valuesCount=n, axis=axis), version=1)
+    return b.build(xs, [y])
+
+
+def split_family(code):
+    """SPLIT (equal parts), SPLIT_V (given sizes, one of them −1) and UNPACK along a random axis."""
+    def make(rng, ty):
+        b = Builder()
+        shape = rand_shape(rng, int(rng.integers(1, 5)), 1, 5)
+        axis = int(rng.integers(0, len(shape)))
+        g = grid(rng, ty)
+        if code == B.SPLIT:
+            n = int(rng.integers(1, 4))
+            shape[axis] = n * int(rng.integers(1, 3))
+            sizes = [shape[axis] // n] * n
+        elif code == B.SPLIT_V:
+            shape[axis] = int(rng.integers(2, 7))
+            cuts = sorted(int(c) for c in rng.choice(np.arange(1, shape[axis]), int(rng.integers(1, min(3, shape[axis] - 1) + 1)),
+                                                     replace=False))
+            sizes = [e - a for a, e in zip([0] + cuts, cuts + [shape[axis]])]
+        else:
+            shape[axis] = int(rng.integers(1, 4))
+            sizes = [1] * shape[axis]
+        x = b.tensor(shape, ty, *g, name="x")
+        ys = []
+        for k, n in enumerate(sizes):
+            out = list(shape)
+            if code == B.UNPACK:
+                out.pop(axis)
+            else:
+                out[axis] = n
+            ys.append(b.tensor(out, ty, *g, name=f"y{k}"))
+        neg = axis - len(shape) if rng.random() < 0.3 else axis
+        if code == B.SPLIT:
+            b.op(code, [int32(b, [neg], []), x], ys, *opts("SplitOptions", numSplits=len(sizes)), version=1)
+        elif code == B.SPLIT_V:
+            given = list(sizes)
+            given[int(rng.integers(0, len(given)))] = -1
+            b.op(code, [x, int32(b, given), int32(b, [neg], [])], ys, *opts("SplitVOptions", numSplits=len(sizes)),
+                 version=1)
+        else:
+            b.op(code, [x], ys, *opts("UnpackOptions", num=len(sizes), axis=neg), version=1)
+        return b.build([x], ys)
+    return make
+
+
 def padv2_opts(rng, b, shape):
     pads = rng.integers(0, 3, (len(shape), 2))
     g = b.tensors[0].quantization
@@ -465,6 +579,17 @@ OPS = [
     # LiteRT has no int16 ARG_MAX / ARG_MIN (it refuses the file); a 16-bit plan runs them in float.
     ("ARG_MAX", arg_extreme(B.ARG_MAX, "ArgMaxOptions"), (I8,), 8),
     ("ARG_MIN", arg_extreme(B.ARG_MIN, "ArgMinOptions"), (I8,), 8),
+    ("RSQRT", rsqrt, (I8, I16), 8),
+    # LiteRT has no int16 DEPTH_TO_SPACE / SPACE_TO_DEPTH (ours, a reshape and a transpose, has).
+    ("DEPTH_TO_SPACE", block_move(B.DEPTH_TO_SPACE), (I8,), 6),
+    ("SPACE_TO_DEPTH", block_move(B.SPACE_TO_DEPTH), (I8,), 6),
+    ("TILE", same_grid_unary(B.TILE, tile_opts), (I8, I16), 6),
+    ("PACK", pack, (I8, I16), 6),
+    ("UNPACK", split_family(B.UNPACK), (I8, I16), 6),
+    ("SPLIT", split_family(B.SPLIT), (I8, I16), 6),
+    ("SPLIT_V", split_family(B.SPLIT_V), (I8, I16), 6),
+    # LiteRT's SQUARED_DIFFERENCE has no int16 kernel.
+    ("SQUARED_DIFFERENCE", squared_difference, (I8,), 8),
 ]
 
 
@@ -638,6 +763,25 @@ def x_arg(op):
     return make
 
 
+def x_depth_to_space(rng):
+    b = int(rng.integers(2, 4))
+    mode = str(rng.choice(["DCR", "CRD"]))
+    return onnx_case("DepthToSpace", [("x", image(rng, b * b * int(rng.integers(1, 4)), 1, 5))], (),
+                     {"blocksize": b, "mode": mode})
+
+
+def x_space_to_depth(rng):
+    b = int(rng.integers(2, 4))
+    shape = [1, int(rng.integers(1, 4)), b * int(rng.integers(1, 4)), b * int(rng.integers(1, 4))]
+    return onnx_case("SpaceToDepth", [("x", shape)], (), {"blocksize": b})
+
+
+def x_tile(rng):
+    shape = rand_shape(rng, int(rng.integers(1, 5)), 1, 5)
+    reps = rng.integers(1, 4, len(shape)).astype(np.int64)
+    return onnx_case("Tile", [("x", shape)], [("r", reps)])
+
+
 def x_batchnorm(rng):
     c = int(rng.integers(1, 6))
     shape = image(rng, c, 1, 6)
@@ -659,13 +803,18 @@ X_OPS = [
     ("AveragePool", x_pool("AveragePool")), ("MaxPool", x_pool("MaxPool")), ("Resize", x_resize),
     ("BatchNormalization", x_batchnorm),
     ("ArgMax", x_arg("ArgMax")), ("ArgMin", x_arg("ArgMin")),
+    ("DepthToSpace", x_depth_to_space), ("SpaceToDepth", x_space_to_depth), ("Tile", x_tile),
 ]
+# Export cases that run in float on purpose: LiteRT has no int16 ARG_MAX / ARG_MIN. Every
+# other case must export with every op in integer arithmetic.
+X_FLOAT = {("ArgMax", "w8a16"), ("ArgMin", "w8a16")}
 X_SCHEMES = ("w8a8", "w8a16")
 X_CASES = 3
 
 
-def run_export_case(args, tmp, case, data, preset, rng, stats):
-    """Quantize, export, compile; LiteRT against `run --plan` and the emulated binary."""
+def run_export_case(args, tmp, case, data, preset, rng, stats, integer=True):
+    """Quantize, export, compile; LiteRT against `run --plan` and the emulated binary.
+    `integer`: the export must write every op in integer arithmetic (no float fallback)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
     from check_tflite_litert import compare, oriented, quantize as quantize_codes, to_file_layout
     model, plan, tfl, npub = (os.path.join(tmp, case + e) for e in (".onnx", ".ron", ".tflite", ".npub"))
@@ -679,6 +828,8 @@ def run_export_case(args, tmp, case, data, preset, rng, stats):
         r = subprocess.run([args.bin] + cmd, capture_output=True, text=True)
         if r.returncode != 0:
             return [f"{case} {what} failed: {r.stderr.strip()}"]
+        if what == "export" and integer and "every op runs in integer arithmetic" not in r.stdout:
+            return [f"{case} export: not all in integer arithmetic: {r.stdout.strip()}"]
     import onnx
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in onnx.load(model).graph.input}
     it = Interpreter(model_path=tfl, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
@@ -784,6 +935,8 @@ def run_case(args, tmp, case, data, rng, stats):
             # Codes over a random stretch of the range around 0 (whole range at most).
             info = np.iinfo(d["dtype"])
             lo, hi = int(rng.integers(info.min, info.min // 4)), int(rng.integers(info.max // 4, info.max + 1))
+            if d["name"].endswith("_nonneg"):
+                lo = 0
             x = rng.integers(lo, hi + 1, d["shape"]).astype(d["dtype"])
             it.set_tensor(d["index"], x)
             xp = os.path.join(tmp, f"{case}_{d['name']}.npy")
@@ -859,7 +1012,8 @@ def main():
                 bad = 0
                 for c in range(X_CASES):
                     case = f"onnx_{name.lower()}_{preset}_{c}"
-                    f = run_export_case(args, tmp, case, make(rng), preset, rng, stats)
+                    f = run_export_case(args, tmp, case, make(rng), preset, rng, stats,
+                                        integer=(name, preset) not in X_FLOAT)
                     failures += f
                     bad += bool(f)
                     per[(f"onnx:{name}", preset)] += 1

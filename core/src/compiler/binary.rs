@@ -14,7 +14,7 @@ use crate::program::{IntType, QParams};
 
 pub const MAGIC: [u8; 4] = *b"NPUB";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 5;
+pub const VERSION_MINOR: u16 = 6;
 /// Bytes before the section table.
 pub const HEADER_BYTES: usize = 96;
 /// Bytes of one section-table entry.
@@ -406,6 +406,8 @@ fn encode_kind(k: &OpKind) -> (u8, Vec<i32>) {
         | OpKind::Requantize
         | OpKind::BatchMatMul
         | OpKind::Sqrt
+        | OpKind::Rsqrt
+        | OpKind::SquaredDifference
         | OpKind::Log
         | OpKind::Exp
         | OpKind::Extremum { .. }
@@ -564,6 +566,8 @@ fn decode_kind(code: u8, w: &[i32]) -> Option<OpKind> {
         26 => OpKind::Extremum { which: Extreme::Max },
         27 => OpKind::Extremum { which: Extreme::Min },
         28 => OpKind::BroadcastTo,
+        61 => OpKind::Rsqrt,
+        62 => OpKind::SquaredDifference,
         58 => OpKind::Gather { axis: r.un()? },
         59 | 60 => OpKind::ArgExtreme {
             which: if code == 59 { Extreme::Max } else { Extreme::Min },

@@ -3,7 +3,7 @@
 //! - A convolution, transposed convolution, fully connected layer or batched matmul is one
 //!   MAC command with its bias, its fused clamp and its requantization (the integer plan's
 //!   per-channel multipliers and shifts, as `QuantizeMultiplier` makes them).
-//! - An int8 Logistic, Tanh, HardSwish, Exp, Log or Sqrt becomes a 256-entry table. When
+//! - An int8 Logistic, Tanh, HardSwish, Exp, Log, Sqrt or Rsqrt becomes a 256-entry table. When
 //!   its input comes from a MAC or elementwise command of the same segment and nothing else
 //!   reads that input, the table is applied in that command's output stage (the
 //!   intermediate tensor is never written); otherwise it is a LUT command of its own.
@@ -67,6 +67,7 @@ impl Unit {
             | OpKind::Sub { .. }
             | OpKind::Mul { .. }
             | OpKind::Extremum { .. }
+            | OpKind::SquaredDifference
             | OpKind::Relu { .. } => Self::Elementwise,
             k if lut_op(k) => Self::Lut,
             OpKind::Softmax { .. } => Self::Lut,
@@ -79,7 +80,13 @@ impl Unit {
 fn lut_op(k: &OpKind) -> bool {
     matches!(
         k,
-        OpKind::Logistic | OpKind::Tanh | OpKind::HardSwish | OpKind::Exp | OpKind::Log | OpKind::Sqrt
+        OpKind::Logistic
+            | OpKind::Tanh
+            | OpKind::HardSwish
+            | OpKind::Exp
+            | OpKind::Log
+            | OpKind::Sqrt
+            | OpKind::Rsqrt
     )
 }
 

@@ -198,9 +198,15 @@ fn npu_compute(p: &Program, i: usize, v: &OpView, m: u64, t: &Target) -> f64 {
         OpKind::Add { .. } | OpKind::Sub { .. } | OpKind::Extremum { .. } | OpKind::Relu { .. } => {
             out * c.add_cycles_per_element
         }
-        OpKind::Mul { .. } => out * c.mul_cycles_per_element,
+        OpKind::Mul { .. } | OpKind::SquaredDifference => out * c.mul_cycles_per_element,
         OpKind::Softmax { .. } => lut * 3.0,
-        OpKind::Logistic | OpKind::Tanh | OpKind::HardSwish | OpKind::Exp | OpKind::Log | OpKind::Sqrt => lut,
+        OpKind::Logistic
+        | OpKind::Tanh
+        | OpKind::HardSwish
+        | OpKind::Exp
+        | OpKind::Log
+        | OpKind::Sqrt
+        | OpKind::Rsqrt => lut,
         OpKind::Reshape => 0.0,
         _ => moved,
     }

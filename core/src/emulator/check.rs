@@ -383,6 +383,31 @@ pub fn op(ts: &[&ITensor], op: &IOp) -> Result<(), String> {
                 }
             }
         }
+        OpKind::SquaredDifference => {
+            for k in 0..2 {
+                if !broadcasts(&x(k).shape, ys) {
+                    return Err(format!("input {:?} does not broadcast to {ys:?}", x(k).shape));
+                }
+            }
+            if [x(0), x(1), y].iter().any(|t| t.q.ty != IntType::I8) {
+                return Err(format!(
+                    "SquaredDifference of {:?} and {:?} into {:?} (LiteRT has an int8 kernel only)",
+                    x(0).q.ty,
+                    x(1).q.ty,
+                    y.q.ty
+                ));
+            }
+        }
+        OpKind::Rsqrt => {
+            same_size()?;
+            let ty = x(0).q.ty;
+            if !matches!(ty, IntType::I8 | IntType::I16) || y.q.ty != ty {
+                return Err(format!("Rsqrt of {ty:?} into {:?} (int8 or int16, one type)", y.q.ty));
+            }
+            if ty == IntType::I16 && (x(0).q.zp() != 0 || y.q.zp() != 0) {
+                return Err("an int16 Rsqrt needs zero points 0".into());
+            }
+        }
         OpKind::BroadcastTo => {
             if !broadcasts(xs, ys) {
                 return Err(format!("input {xs:?} does not broadcast to {ys:?}"));

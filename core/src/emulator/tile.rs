@@ -180,7 +180,9 @@ pub fn plan(p: &Program, op: &IOp, w: &Window) -> Option<Plan> {
         | OpKind::Tanh
         | OpKind::Exp
         | OpKind::Log
-        | OpKind::Sqrt => {
+        | OpKind::Sqrt
+        | OpKind::Rsqrt
+        | OpKind::SquaredDifference => {
             let operands = (0..op.inputs.len())
                 .map(|k| Some((k, aligned(shape(k)?)?)))
                 .collect::<Option<Vec<_>>>()?;

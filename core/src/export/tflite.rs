@@ -162,6 +162,8 @@ fn layouts(p: &Program) -> Vec<bool> {
             | OpKind::Slice { .. }
             | OpKind::Pad { .. }
             | OpKind::Sqrt
+            | OpKind::Rsqrt
+            | OpKind::SquaredDifference
             | OpKind::Log
             | OpKind::Exp
             | OpKind::Extremum { .. } => true,
@@ -1983,6 +1985,30 @@ impl Writer<'_> {
                     vec![y],
                     tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default()),
                 );
+                self.flush(pending);
+            }
+            OpKind::SquaredDifference => {
+                let layout = self.nhwc[op.outputs[0]];
+                let rank = yt.shape.len();
+                let a = self.operand(op.inputs[0], rank, layout);
+                let b = self.operand(op.inputs[1], rank, layout);
+                let (y, pending) = self.output_as(op.outputs[0], layout);
+                self.emit(
+                    tfl::BuiltinOperator::SQUARED_DIFFERENCE,
+                    2,
+                    vec![a, b],
+                    vec![y],
+                    tfl::BuiltinOptionsT::SquaredDifferenceOptions(Box::default()),
+                );
+                self.flush(pending);
+            }
+            OpKind::Rsqrt => {
+                let layout = self.nhwc[op.outputs[0]];
+                let x = self.tensor_as(op.inputs[0], layout);
+                let (y, pending) = self.output_as(op.outputs[0], layout);
+                // Version 2 is the int8 kernel, 3 the int16 one.
+                let version = if xt.q.ty == IntType::I16 { 3 } else { 2 };
+                self.emit(tfl::BuiltinOperator::RSQRT, version, vec![x], vec![y], tfl::BuiltinOptionsT::NONE);
                 self.flush(pending);
             }
             OpKind::BroadcastTo => {

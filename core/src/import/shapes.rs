@@ -737,6 +737,40 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
             };
             vec![(i0.0, s)]
         }
+        "DepthToSpace" | "SpaceToDepth" => {
+            // NCHW: channels ÷ b², height and width × b (and the reverse).
+            let b = node.attr_i("blocksize").and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0);
+            let s = match (i0.1.clone(), b) {
+                (Some(x), Some(b)) if x.len() == 4 => {
+                    // `d · f`, or `d / f` where f divides it.
+                    let scale = |d: &Dim, f: usize, mul: bool| match d {
+                        Dim::Fixed(v) if mul => Dim::Fixed(v * f),
+                        Dim::Fixed(v) if v % f == 0 => Dim::Fixed(v / f),
+                        Dim::Fixed(_) | Dim::Sym(_) => sym(),
+                    };
+                    let d2s = op == "DepthToSpace";
+                    Some(vec![x[0].clone(), scale(&x[1], b * b, !d2s), scale(&x[2], b, d2s), scale(&x[3], b, d2s)])
+                }
+                _ => None,
+            };
+            vec![(i0.0, s)]
+        }
+        "Tile" => {
+            let s = match (i0.1.clone(), known(1).and_then(Tensor::as_i64_vec)) {
+                (Some(x), Some(r)) if r.len() == x.len() => Some(
+                    x.iter()
+                        .zip(&r)
+                        .map(|(d, &k)| match (d, usize::try_from(k)) {
+                            (_, Ok(1)) => d.clone(),
+                            (Dim::Fixed(v), Ok(k)) => Dim::Fixed(v * k),
+                            _ => sym(),
+                        })
+                        .collect(),
+                ),
+                _ => None,
+            };
+            vec![(i0.0, s)]
+        }
         "Transpose" => {
             let s = i0.1.clone().map(|x| {
                 let perm: Vec<usize> = node.attr_ints("perm").map_or_else(

@@ -124,6 +124,14 @@ pub enum OpKind {
         which: Extreme,
         axis: usize,
     },
+    /// TFLite's RSQRT: int8 by the gemmlowp inverse square root of `x − zp_in` and the
+    /// multiplier of `1 / (√s_in · s_out)`; int16 by a 513-entry table. An input code
+    /// below the zero point is an error, as in LiteRT.
+    Rsqrt,
+    /// TFLite's int8 SQUARED_DIFFERENCE with broadcasting: both inputs moved to a common
+    /// grid (left shift 7, multipliers of `s / 2·max(s_a, s_b)`), the difference squared,
+    /// then the multiplier of `(2·max(s_a, s_b))² / (2¹⁴·s_out)`.
+    SquaredDifference,
     /// An op with no integer form, run in float32 between TFLite's DEQUANTIZE of its
     /// integer inputs and QUANTIZE of its output (a boolean output is not quantized).
     Float {
@@ -369,6 +377,8 @@ impl OpKind {
             Self::ArgExtreme {
                 which: Extreme::Min, ..
             } => 60,
+            Self::Rsqrt => 61,
+            Self::SquaredDifference => 62,
         }
     }
 
@@ -432,7 +442,7 @@ const THREE: RangeInclusive<usize> = 3..=3;
 
 /// The op table, row `i` being op code `i` of the binary format (`docs/binary-format.md`).
 #[rustfmt::skip]
-pub const OPS: [OpSpec; 61] = [
+pub const OPS: [OpSpec; 63] = [
     op("Conv", &["CONV_2D", "DEPTHWISE_CONV_2D"], THREE, false, "convolution with int8 (or int4) per-channel weights, int32 (int64 under 16-bit activations) bias and a fused activation"),
     op("TransposeConv", &["TRANSPOSE_CONV"], THREE, false, "transposed convolution without padding, output (in − 1)·stride + k"),
     op("ResizeNearest", &["RESIZE_NEAREST_NEIGHBOR"], ONE, true, "nearest-neighbour resize (no corner alignment, no half pixels)"),
@@ -501,6 +511,8 @@ pub const OPS: [OpSpec; 61] = [
     op("Gather", &["GATHER"], TWO, false, "the slices along an axis at int32 indices, on the input's grid"),
     op("ArgMax", &["ARG_MAX"], ONE, false, "the int32 index of the first largest code along an axis (dropped)"),
     op("ArgMin", &["ARG_MIN"], ONE, false, "the int32 index of the first smallest code along an axis (dropped)"),
+    op("Rsqrt", &["RSQRT"], ONE, false, "1 / sqrt(x): the gemmlowp inverse square root (int8) or a 513-entry table (int16); codes below the zero point are refused"),
+    op("SquaredDifference", &["SQUARED_DIFFERENCE"], TWO, false, "broadcasting (a − b)², int8: inputs rescaled to a common grid, squared, requantized"),
 ];
 
 /// The TFLite builtins integer ops are written as: the op names a target's table may list.

@@ -1851,6 +1851,95 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 }
                 Ok(())
             }
+            "DepthToSpace" | "SpaceToDepth" => {
+                // TFLite's DEPTH_TO_SPACE / SPACE_TO_DEPTH are NHWC copies; in the graph's
+                // NCHW they are a RESHAPE to rank 6, a TRANSPOSE and a RESHAPE back.
+                let shape = self.shape(x).map_err(|e| e.to_string())?;
+                let [n, c, h, w] = <[usize; 4]>::try_from(shape.as_slice())
+                    .map_err(|_| format!("its input {} of shape {shape:?} is not rank 4", self.name(x)))?;
+                let b = usize::try_from(node.attr_i("blocksize").unwrap_or(0)).unwrap_or(0);
+                if b == 0 {
+                    return Err("blocksize is missing or not positive".into());
+                }
+                let (split, perm) = if node.op == "DepthToSpace" {
+                    if c % (b * b) != 0 {
+                        return Err(format!("{c} channels do not split into blocks of {b}×{b}"));
+                    }
+                    match node.attr_s("mode").unwrap_or("DCR") {
+                        "DCR" => (vec![n, b, b, c / (b * b), h, w], vec![0, 3, 4, 1, 5, 2]),
+                        "CRD" => (vec![n, c / (b * b), b, b, h, w], vec![0, 1, 4, 2, 5, 3]),
+                        m => return Err(format!("mode {m} is neither DCR nor CRD")),
+                    }
+                } else {
+                    if h % b != 0 || w % b != 0 {
+                        return Err(format!("{h}×{w} does not split into blocks of {b}×{b}"));
+                    }
+                    (vec![n, c, h / b, b, w / b, b], vec![0, 3, 5, 1, 2, 4])
+                };
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                let q = self.program.tensors[xi].q.clone();
+                let name = self.name(out);
+                let moved: Vec<usize> = perm.iter().map(|&p| split[p]).collect();
+                let a = self.push(ITensor {
+                    name: format!("{name}:blocks"),
+                    shape: split,
+                    q: q.clone(),
+                    data: None,
+                });
+                let t = self.push(ITensor {
+                    name: format!("{name}:moved"),
+                    shape: moved,
+                    q,
+                    data: None,
+                });
+                self.op(node, OpKind::Reshape, vec![xi], vec![a]);
+                self.op(node, OpKind::Transpose { perm }, vec![a], vec![t]);
+                self.op(node, OpKind::Reshape, vec![t], vec![y]);
+                Ok(())
+            }
+            "Tile" => {
+                // A RESHAPE that puts a unit axis before each repeated one, a BROADCAST_TO
+                // of it to the repeat counts, and a RESHAPE to the output.
+                let xs = self.shape(x).map_err(|e| e.to_string())?;
+                let ys = self.shape(out).map_err(|e| e.to_string())?;
+                if xs.len() != ys.len() || xs.iter().zip(&ys).any(|(&a, &b)| a == 0 || b % a != 0) {
+                    return Err(format!("output {ys:?} is not a tiling of input {xs:?}"));
+                }
+                let (mut unit, mut wide) = (Vec::new(), Vec::new());
+                for (&a, &b) in xs.iter().zip(&ys) {
+                    if b != a {
+                        unit.push(1);
+                        wide.push(b / a);
+                    }
+                    unit.push(a);
+                    wide.push(a);
+                }
+                let xi = self.act(x)?;
+                let y = self.act(out)?;
+                if unit.len() == xs.len() {
+                    self.op(node, OpKind::Reshape, vec![xi], vec![y]);
+                    return Ok(());
+                }
+                let q = self.program.tensors[xi].q.clone();
+                let name = self.name(out);
+                let a = self.push(ITensor {
+                    name: format!("{name}:unit_axes"),
+                    shape: unit,
+                    q: q.clone(),
+                    data: None,
+                });
+                let t = self.push(ITensor {
+                    name: format!("{name}:repeated"),
+                    shape: wide,
+                    q,
+                    data: None,
+                });
+                self.op(node, OpKind::Reshape, vec![xi], vec![a]);
+                self.op(node, OpKind::BroadcastTo, vec![a], vec![t]);
+                self.op(node, OpKind::Reshape, vec![t], vec![y]);
+                Ok(())
+            }
             "Expand" => {
                 let xi = self.act(x)?;
                 let y = self.act(out)?;

@@ -332,6 +332,36 @@ impl<'f> Lower<'f> {
         }))
     }
 
+    /// Refuses an op that copies codes from `x` into `y` on another grid.
+    fn same_grid(&self, x: usize, y: usize) -> R<()> {
+        let (a, b) = (self.q(x)?, self.q(y)?);
+        if a.ty != b.ty || a.scale != b.scale || a.zero_point != b.zero_point {
+            return unsupported(format!("'{}' copied onto another grid ('{}')", self.name(x), self.name(y)));
+        }
+        Ok(())
+    }
+
+    /// Ops one after another from `x` to `y` through hidden tensors on `x`'s grid (each
+    /// step's shape; the last step writes `y`).
+    fn chain(&mut self, node: &str, x: usize, steps: Vec<(OpKind, Vec<usize>)>, y: usize) {
+        let q = self.prog.tensors[x].q.clone();
+        let (mut cur, last) = (x, steps.len().saturating_sub(1));
+        for (k, (kind, shape)) in steps.into_iter().enumerate() {
+            let next = if k == last {
+                y
+            } else {
+                self.push(ITensor {
+                    name: format!("{node}:{k}"),
+                    shape,
+                    q: q.clone(),
+                    data: None,
+                })
+            };
+            self.op(node, kind, vec![cur], vec![next]);
+            cur = next;
+        }
+    }
+
     fn is_const(&self, t: usize) -> bool {
         self.raw(t).is_some()
     }
@@ -840,17 +870,26 @@ impl<'f> Lower<'f> {
                 };
                 self.op(node, kind, vec![xi], vec![y]);
             }
-            B::SQRT | B::LOG | B::EXP => {
+            B::SQRT | B::RSQRT | B::LOG | B::EXP => {
                 let x = req(0)?;
                 let layout = self.elementwise_layout(&[x], o);
                 let xi = self.get(x, layout)?;
                 let y = self.out(o, layout)?;
                 let kind = match code {
                     B::SQRT => OpKind::Sqrt,
+                    B::RSQRT => OpKind::Rsqrt,
                     B::LOG => OpKind::Log,
                     _ => OpKind::Exp,
                 };
                 self.op(node, kind, vec![xi], vec![y]);
+            }
+            B::SQUARED_DIFFERENCE => {
+                let (x, z) = (req(0)?, req(1)?);
+                let layout = self.elementwise_layout(&[x, z], o);
+                let a = self.get(x, layout)?;
+                let b = self.get(z, layout)?;
+                let y = self.out(o, layout)?;
+                self.op(node, OpKind::SquaredDifference, vec![a, b], vec![y]);
             }
             B::MAXIMUM | B::MINIMUM => {
                 let (x, z) = (req(0)?, req(1)?);
@@ -1145,6 +1184,145 @@ impl<'f> Lower<'f> {
                     self.op(&format!("{node}:slice"), OpKind::Slice { axes }, vec![xi], vec![mid]);
                     let y = self.out(o, Layout::Nhwc)?;
                     self.op(node, OpKind::Reshape, vec![mid], vec![y]);
+                }
+            }
+            B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => {
+                // NHWC block moves as RESHAPE to rank 6, TRANSPOSE of the two middle axes,
+                // RESHAPE: the codes copied, as the reference kernels copy them.
+                let x = req(0)?;
+                self.same_grid(x, o)?;
+                let b = if code == B::DEPTH_TO_SPACE {
+                    opts.as_depth_to_space_options().map_or(0, |d| d.block_size)
+                } else {
+                    opts.as_space_to_depth_options().map_or(0, |d| d.block_size)
+                };
+                let b = usize::try_from(b).ok().filter(|&b| b > 0).ok_or(Why::Invalid(format!("block size {b}")))?;
+                let [n, h, w, c] = <[usize; 4]>::try_from(self.shape(x).as_slice())
+                    .map_err(|_| Why::Invalid("the input is not rank 4".into()))?;
+                let split = if code == B::DEPTH_TO_SPACE {
+                    if c % (b * b) != 0 {
+                        return invalid(format!("{c} channels in blocks of {b}×{b}"));
+                    }
+                    vec![n, h, w, b, b, c / (b * b)]
+                } else {
+                    if h % b != 0 || w % b != 0 {
+                        return invalid(format!("{h}×{w} in blocks of {b}×{b}"));
+                    }
+                    vec![n, h / b, b, w / b, b, c]
+                };
+                let perm = vec![0, 1, 3, 2, 4, 5];
+                let moved = perm.iter().map(|&p| split[p]).collect();
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                let steps = vec![
+                    (OpKind::Reshape, split),
+                    (OpKind::Transpose { perm }, moved),
+                    (OpKind::Reshape, vec![]),
+                ];
+                self.chain(node, xi, steps, y);
+            }
+            B::TILE => {
+                // A RESHAPE with a unit axis before each repeated one, BROADCAST_TO the
+                // repeat counts, RESHAPE to the output.
+                let x = req(0)?;
+                self.same_grid(x, o)?;
+                let (xs, ys) = (self.shape(x), self.shape(o));
+                if xs.len() != ys.len() || xs.iter().zip(&ys).any(|(&a, &b)| a == 0 || b % a != 0) {
+                    return invalid(format!("output {ys:?} is not a tiling of input {xs:?}"));
+                }
+                let (mut unit, mut wide) = (Vec::new(), Vec::new());
+                for (&a, &b) in xs.iter().zip(&ys) {
+                    if b != a {
+                        unit.push(1);
+                        wide.push(b / a);
+                    }
+                    unit.push(a);
+                    wide.push(a);
+                }
+                let xi = self.get(x, Layout::Nhwc)?;
+                let y = self.out(o, Layout::Nhwc)?;
+                let steps = vec![
+                    (OpKind::Reshape, unit),
+                    (OpKind::BroadcastTo, wide),
+                    (OpKind::Reshape, vec![]),
+                ];
+                self.chain(node, xi, steps, y);
+            }
+            B::PACK => {
+                // Each input RESHAPEd with a unit axis, then CONCATENATION on it.
+                let rank = self.shape(o).len();
+                let axis = opts.as_pack_options().map_or(0, |p| p.axis);
+                let axis = usize::try_from(if axis < 0 { axis + rank as i32 } else { axis })
+                    .ok()
+                    .filter(|&a| a < rank)
+                    .ok_or(Why::Invalid(format!("axis {axis} of a rank-{rank} output")))?;
+                let mut parts = Vec::new();
+                for k in 0..ins.len() {
+                    let x = req(k)?;
+                    self.same_grid(x, o)?;
+                    let mut shape = self.shape(x);
+                    shape.insert(axis, 1);
+                    let xi = self.get(x, Layout::Nhwc)?;
+                    let q = self.prog.tensors[xi].q.clone();
+                    let part = self.push(ITensor {
+                        name: format!("{node}:{k}"),
+                        shape,
+                        q,
+                        data: None,
+                    });
+                    self.op(node, OpKind::Reshape, vec![xi], vec![part]);
+                    parts.push(part);
+                }
+                let y = self.out(o, Layout::Nhwc)?;
+                self.op(node, OpKind::Concat { axis }, parts, vec![y]);
+            }
+            B::UNPACK | B::SPLIT | B::SPLIT_V => {
+                // One strided slice per output along the axis (UNPACK: one index, the
+                // axis RESHAPEd away).
+                let (x, axis_t) = match code {
+                    B::SPLIT => (req(1)?, Some(req(0)?)),
+                    B::SPLIT_V => (req(0)?, Some(req(2)?)),
+                    _ => (req(0)?, None),
+                };
+                let xs = self.shape(x);
+                let rank = xs.len() as i64;
+                let axis = match axis_t {
+                    Some(a) => match self.codes_of(a)?[..] {
+                        [v] => v,
+                        _ => return invalid("an axis tensor of more than one value"),
+                    },
+                    None => i64::from(opts.as_unpack_options().map_or(0, |u| u.axis)),
+                };
+                let axis = usize::try_from(if axis < 0 { axis + rank } else { axis })
+                    .ok()
+                    .filter(|&a| a < xs.len())
+                    .ok_or(Why::Invalid(format!("axis {axis} of a rank-{rank} input")))?;
+                let xi = self.get(x, Layout::Nhwc)?;
+                let mut first = 0;
+                for &t in &outs {
+                    self.same_grid(x, t)?;
+                    let count = if code == B::UNPACK { 1 } else { self.shape(t).get(axis).copied().unwrap_or(0) };
+                    if first + count > xs[axis] {
+                        return invalid(format!("the outputs take more than {} along axis {axis}", xs[axis]));
+                    }
+                    let sl = vec![SliceAxis {
+                        axis,
+                        first,
+                        count,
+                        step: 1,
+                    }];
+                    first += count;
+                    let y = self.out(t, Layout::Nhwc)?;
+                    if code == B::UNPACK {
+                        let mut shape = xs.clone();
+                        shape[axis] = 1;
+                        self.chain(node, xi, vec![(OpKind::Slice { axes: sl }, shape), (OpKind::Reshape, vec![])], y);
+                    } else {
+                        self.op(node, OpKind::Slice { axes: sl }, vec![xi], vec![y]);
+                    }
+                }
+                if first != xs[axis] {
+                    return invalid(format!("the outputs take {first} of {} along axis {axis}", xs[axis]));
                 }
             }
             B::ARG_MAX | B::ARG_MIN => {

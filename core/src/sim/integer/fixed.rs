@@ -209,6 +209,40 @@ pub fn get_reciprocal(x: i32, integer_digits: i32) -> (i32, i32) {
     (one_over_one_plus_x(shifted), num_bits_over_unit)
 }
 
+/// `GetInvSqrtQuantizedMultiplierExp(x, reverse_shift = −1)` (`internal/common.h`): 1/√x
+/// as a multiplier and a shift for [`mbqm`], by five Newton–Raphson steps in gemmlowp's Q3.28
+/// fixed point. `x ≤ 1` gives `(i32::MAX, 0)`, as the reference does.
+pub fn inv_sqrt_multiplier(x: i32) -> (i32, i32) {
+    if x <= 1 {
+        return (i32::MAX, 0);
+    }
+    let mut input = x;
+    let mut shift = 11;
+    while input >= 1 << 29 {
+        input /= 4;
+        shift += 1;
+    }
+    let max_left_shift_bits = (input as u32).leading_zeros() as i32 - 1;
+    let pairs = max_left_shift_bits / 2 - 1;
+    shift -= pairs;
+    input <<= 2 * pairs;
+    // Q3.28 values: x/2 and 1.5; products of two are Q6.25, of three Q9.22.
+    let half_input = rdbpot(input >> 1, 1);
+    let three_halves = (1 << 28) + (1 << 27);
+    let mut r = 1 << 28;
+    for _ in 0..5 {
+        let r3 = sat_rmul_pot(srdhm(srdhm(r, r), r), 6);
+        r = sat_rmul_pot(srdhm(three_halves, r).wrapping_sub(srdhm(half_input, r3)), 3);
+    }
+    // · √2/2 in Q0.31.
+    let mut m = srdhm(r, 1_518_500_250);
+    if shift < 0 {
+        m <<= -shift;
+        shift = 0;
+    }
+    (m, -shift)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +316,17 @@ mod tests {
         assert_eq!(one_over_one_plus_x(0), i32::MAX);
         assert_eq!(one_over_one_plus_x(123_456_789), 2_030_738_432);
         assert_eq!(get_reciprocal(3 << 19, 12), (1_431_655_762, 1));
+    }
+
+    #[test]
+    fn the_inverse_square_root_is_within_gemmlowp_precision() {
+        assert_eq!(inv_sqrt_multiplier(1), (i32::MAX, 0));
+        assert_eq!(inv_sqrt_multiplier(0), (i32::MAX, 0));
+        for x in [2, 3, 4, 17, 255, 1000, 65_535, 1 << 20, (1 << 29) + 7, i32::MAX] {
+            let (m, s) = inv_sqrt_multiplier(x);
+            let got = f64::from(m) / 2f64.powi(31) * 2f64.powi(s);
+            let want = 1.0 / f64::from(x).sqrt();
+            assert!((got / want - 1.0).abs() < 1e-5, "1/sqrt({x}): {got} vs {want}");
+        }
     }
 }

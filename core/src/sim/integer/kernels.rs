@@ -2,7 +2,7 @@
 //! (`tflite/kernels/internal/reference/...`), in the graph's layout (NCHW).
 
 use super::fixed::{
-    downscale_to_i16, exp_on_negative_values_5, get_reciprocal, mbqm, mbqm64, quantize_multiplier, rdbpot, rdbpot16,
+    downscale_to_i16, exp_on_negative_values_5, get_reciprocal, inv_sqrt_multiplier, mbqm, mbqm64, quantize_multiplier, rdbpot, rdbpot16,
     sat_shl16, sdhm16, srdhm, srdhm16,
 };
 use crate::program::{Act, BinaryFn, FloatOp, PadMode, QParams, ReduceFn, UnaryFn};
@@ -1025,6 +1025,53 @@ pub fn reduce_extreme(x: &[i32], shape: &[usize], axes: &[usize], max: bool) -> 
     out
 }
 
+/// RSQRT int8 (`RsqrtEvalQuantizedInt8`): `v = x − zp_in` (0 gives 127), `1/√v` as
+/// [`inv_sqrt_multiplier`], applied to 1 with 20 extra bits, then the multiplier of
+/// `1 / (√s_in · s_out)` (float32 product, as the reference) and the output zero point.
+/// Codes below the input zero point must be refused before.
+pub fn rsqrt_int8(x: &[i32], xq: &QParams, yq: &QParams) -> Vec<i32> {
+    const SHIFT: i32 = 20;
+    let (m, s) = quantize_multiplier(1.0 / f64::from(xq.s().sqrt() * yq.s()));
+    x.iter()
+        .map(|&a| {
+            let v = a - xq.zp();
+            if v == 0 {
+                return 127;
+            }
+            let (im, is) = inv_sqrt_multiplier(v);
+            let d = mbqm(1, im, is + SHIFT);
+            (mbqm(d, m, s - SHIFT) + yq.zp()).clamp(-128, 127)
+        })
+        .collect()
+}
+
+/// SQUARED_DIFFERENCE int8 (`squared_difference.cc`), broadcasting: each input's offset
+/// code shifted left by 7 and scaled by `s / (2·max(s_a, s_b))`, the difference squared
+/// (at most 255²·2¹⁴, no overflow), then the multiplier of `(2·max)² / (2¹⁴·s_out)`.
+#[expect(clippy::too_many_arguments, reason = "two operands with their shapes and grids, and the output's")]
+pub fn squared_difference(
+    a: &[i32],
+    sa: &[usize],
+    qa: &QParams,
+    b: &[i32],
+    sb: &[usize],
+    qb: &QParams,
+    sy: &[usize],
+    qy: &QParams,
+) -> Result<Vec<i32>, String> {
+    const LEFT: i32 = 7;
+    // 2·max of the float32 scales is exact in float32.
+    let twice = f64::from(2.0 * qa.s().max(qb.s()));
+    let (m1, s1) = quantize_multiplier(f64::from(qa.s()) / twice);
+    let (m2, s2) = quantize_multiplier(f64::from(qb.s()) / twice);
+    let (mo, so) = quantize_multiplier(twice * twice / f64::from((1 << (2 * LEFT)) as f32 * qy.s()));
+    let (za, zb, zy) = (qa.zp(), qb.zp(), qy.zp());
+    broadcast2(a, sa, b, sb, sy, |x, y| {
+        let d = mbqm((x - za) << LEFT, m1, s1) - mbqm((y - zb) << LEFT, m2, s2);
+        (mbqm(d * d, mo, so) + zy).clamp(-128, 127)
+    })
+}
+
 /// The 16-bit look-up table of `LUTPopulateInt16<float>` (513 entries over the input
 /// grid's span, interpolation error halved), for RSQRT/LOG/EXP int16.
 pub fn lut_int16(x: &QParams, y: &QParams, f: impl Fn(f32) -> f32) -> Vec<i32> {
@@ -1205,8 +1252,41 @@ fn lut_int16_f64(s_in: f64, zp_in: i32, s_out: f64, zp_out: i32, f: impl Fn(f64)
 
 #[cfg(test)]
 mod tests {
-    /// GATHER along a middle axis picks whole inner rows for each outer index; an index
-    /// at or beyond the axis, or a negative one, is an error naming it.
+    use crate::program::{IntType, QParams};
+
+    /// Output codes of LiteRT 2.3's BUILTIN_REF kernels for these inputs and grids (one-op
+    /// files built from the schema), which the kernels must reproduce.
+    #[test]
+    fn rsqrt_and_squared_difference_give_litert_s_codes() {
+        let q8 = |s, z| QParams::per_tensor(IntType::I8, s, z);
+        let x = [-128, -127, -126, -120, -100, -64, 0, 1, 50, 100, 126, 127];
+        assert_eq!(
+            super::rsqrt_int8(&x, &q8(0.02, -128), &q8(0.05, -20)),
+            vec![127, 121, 80, 30, 7, -2, -7, -8, -9, -11, -11, -11]
+        );
+        let (x16, y16) = (
+            QParams::per_tensor(IntType::I16, 0.0002, 0),
+            QParams::per_tensor(IntType::I16, 0.002, 0),
+        );
+        let top = 32767.0 * y16.s();
+        let table = super::lut_int16(&x16, &y16, |d| if d <= 0.0 { top } else { 1.0 / d.sqrt() });
+        let x = [0, 1, 2, 5, 100, 1000, 5000, 20000, 32000, 32767];
+        let y: Vec<i32> = x.iter().map(|&a| super::lut16_lookup(a, &table)).collect();
+        assert_eq!(y, vec![26011, 25832, 25653, 25115, 8091, 1118, 500, 250, 197, 195]);
+        let y = super::squared_difference(
+            &[-128, 0, 127, 40, -60, 5],
+            &[2, 3],
+            &q8(0.03, 5),
+            &[-10, 100, -128],
+            &[3],
+            &q8(0.05, -10),
+            &[2, 3],
+            &q8(0.25, -128),
+        )
+        .expect("broadcasts");
+        assert_eq!(y, vec![-64, 0, 127, -124, 94, 11]);
+    }
+
     #[test]
     fn arg_extreme_takes_the_first_of_ties_along_the_axis() {
         use super::arg_extreme;
@@ -1219,6 +1299,8 @@ mod tests {
         assert_eq!(arg_extreme(&x, &[2, 3], 0, Extreme::Min), vec![1, 1, 1]);
     }
 
+    /// GATHER along a middle axis picks whole inner rows for each outer index; an index
+    /// at or beyond the axis, or a negative one, is an error naming it.
     #[test]
     fn gather_picks_rows_and_refuses_indices_outside_the_axis() {
         let x: Vec<i32> = (0..12).collect(); // [2, 3, 2]

@@ -396,6 +396,24 @@ pub fn eval_op(p: &Program, op: &IOp, values: &[Option<Vec<i32>>]) -> Result<Vec
                 })
                 .collect::<Result<_, String>>()?
         }
+        OpKind::Rsqrt => {
+            let zp = xq.zp();
+            let below = |a: i32| format!("input code {a} is below the zero point {zp}, where TFLite's RSQRT fails");
+            let x = v(0)?;
+            if let Some(&a) = x.iter().find(|&&a| a < zp) {
+                return Err(below(a));
+            }
+            if wide {
+                let top = 32767.0 * yq.s();
+                let table = kernels::lut_int16(xq, yq, |d| if d <= 0.0 { top } else { 1.0 / d.sqrt() });
+                x.iter().map(|&a| kernels::lut16_lookup(a, &table)).collect()
+            } else {
+                kernels::rsqrt_int8(x, xq, yq)
+            }
+        }
+        OpKind::SquaredDifference => {
+            kernels::squared_difference(v(0)?, &t(0).shape, &t(0).q, v(1)?, &t(1).shape, &t(1).q, &y.shape, yq)?
+        }
         OpKind::Log | OpKind::Exp if wide => {
             let table = if matches!(op.kind, OpKind::Log) {
                 let floor = -32768.0 * yq.s();
