@@ -80,13 +80,7 @@ impl Unit {
 fn lut_op(k: &OpKind) -> bool {
     matches!(
         k,
-        OpKind::Logistic
-            | OpKind::Tanh
-            | OpKind::HardSwish
-            | OpKind::Exp
-            | OpKind::Log
-            | OpKind::Sqrt
-            | OpKind::Rsqrt
+        OpKind::Logistic | OpKind::Tanh | OpKind::HardSwish | OpKind::Exp | OpKind::Log | OpKind::Sqrt | OpKind::Rsqrt
     )
 }
 

@@ -2008,7 +2008,13 @@ impl Writer<'_> {
                 let (y, pending) = self.output_as(op.outputs[0], layout);
                 // Version 2 is the int8 kernel, 3 the int16 one.
                 let version = if xt.q.ty == IntType::I16 { 3 } else { 2 };
-                self.emit(tfl::BuiltinOperator::RSQRT, version, vec![x], vec![y], tfl::BuiltinOptionsT::NONE);
+                self.emit(
+                    tfl::BuiltinOperator::RSQRT,
+                    version,
+                    vec![x],
+                    vec![y],
+                    tfl::BuiltinOptionsT::NONE,
+                );
                 self.flush(pending);
             }
             OpKind::BroadcastTo => {

@@ -739,7 +739,10 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
         }
         "DepthToSpace" | "SpaceToDepth" => {
             // NCHW: channels ÷ b², height and width × b (and the reverse).
-            let b = node.attr_i("blocksize").and_then(|b| usize::try_from(b).ok()).filter(|&b| b > 0);
+            let b = node
+                .attr_i("blocksize")
+                .and_then(|b| usize::try_from(b).ok())
+                .filter(|&b| b > 0);
             let s = match (i0.1.clone(), b) {
                 (Some(x), Some(b)) if x.len() == 4 => {
                     // `d · f`, or `d / f` where f divides it.
@@ -749,7 +752,12 @@ fn rule<'k>(node: &Node, ins: &[Option<Io>], known: &dyn Fn(usize) -> Option<&'k
                         Dim::Fixed(_) | Dim::Sym(_) => sym(),
                     };
                     let d2s = op == "DepthToSpace";
-                    Some(vec![x[0].clone(), scale(&x[1], b * b, !d2s), scale(&x[2], b, d2s), scale(&x[3], b, d2s)])
+                    Some(vec![
+                        x[0].clone(),
+                        scale(&x[1], b * b, !d2s),
+                        scale(&x[2], b, d2s),
+                        scale(&x[3], b, d2s),
+                    ])
                 }
                 _ => None,
             };

@@ -336,7 +336,11 @@ impl<'f> Lower<'f> {
     fn same_grid(&self, x: usize, y: usize) -> R<()> {
         let (a, b) = (self.q(x)?, self.q(y)?);
         if a.ty != b.ty || a.scale != b.scale || a.zero_point != b.zero_point {
-            return unsupported(format!("'{}' copied onto another grid ('{}')", self.name(x), self.name(y)));
+            return unsupported(format!(
+                "'{}' copied onto another grid ('{}')",
+                self.name(x),
+                self.name(y)
+            ));
         }
         Ok(())
     }
@@ -1196,7 +1200,10 @@ impl<'f> Lower<'f> {
                 } else {
                     opts.as_space_to_depth_options().map_or(0, |d| d.block_size)
                 };
-                let b = usize::try_from(b).ok().filter(|&b| b > 0).ok_or(Why::Invalid(format!("block size {b}")))?;
+                let b = usize::try_from(b)
+                    .ok()
+                    .filter(|&b| b > 0)
+                    .ok_or(Why::Invalid(format!("block size {b}")))?;
                 let [n, h, w, c] = <[usize; 4]>::try_from(self.shape(x).as_slice())
                     .map_err(|_| Why::Invalid("the input is not rank 4".into()))?;
                 let split = if code == B::DEPTH_TO_SPACE {
@@ -1301,7 +1308,11 @@ impl<'f> Lower<'f> {
                 let mut first = 0;
                 for &t in &outs {
                     self.same_grid(x, t)?;
-                    let count = if code == B::UNPACK { 1 } else { self.shape(t).get(axis).copied().unwrap_or(0) };
+                    let count = if code == B::UNPACK {
+                        1
+                    } else {
+                        self.shape(t).get(axis).copied().unwrap_or(0)
+                    };
                     if first + count > xs[axis] {
                         return invalid(format!("the outputs take more than {} along axis {axis}", xs[axis]));
                     }
@@ -1316,7 +1327,12 @@ impl<'f> Lower<'f> {
                     if code == B::UNPACK {
                         let mut shape = xs.clone();
                         shape[axis] = 1;
-                        self.chain(node, xi, vec![(OpKind::Slice { axes: sl }, shape), (OpKind::Reshape, vec![])], y);
+                        self.chain(
+                            node,
+                            xi,
+                            vec![(OpKind::Slice { axes: sl }, shape), (OpKind::Reshape, vec![])],
+                            y,
+                        );
                     } else {
                         self.op(node, OpKind::Slice { axes: sl }, vec![xi], vec![y]);
                     }

@@ -2,8 +2,8 @@
 //! (`tflite/kernels/internal/reference/...`), in the graph's layout (NCHW).
 
 use super::fixed::{
-    downscale_to_i16, exp_on_negative_values_5, get_reciprocal, inv_sqrt_multiplier, mbqm, mbqm64, quantize_multiplier, rdbpot, rdbpot16,
-    sat_shl16, sdhm16, srdhm, srdhm16,
+    downscale_to_i16, exp_on_negative_values_5, get_reciprocal, inv_sqrt_multiplier, mbqm, mbqm64, quantize_multiplier,
+    rdbpot, rdbpot16, sat_shl16, sdhm16, srdhm, srdhm16,
 };
 use crate::program::{Act, BinaryFn, FloatOp, PadMode, QParams, ReduceFn, UnaryFn};
 use rayon::prelude::*;
@@ -1048,7 +1048,10 @@ pub fn rsqrt_int8(x: &[i32], xq: &QParams, yq: &QParams) -> Vec<i32> {
 /// SQUARED_DIFFERENCE int8 (`squared_difference.cc`), broadcasting: each input's offset
 /// code shifted left by 7 and scaled by `s / (2·max(s_a, s_b))`, the difference squared
 /// (at most 255²·2¹⁴, no overflow), then the multiplier of `(2·max)² / (2¹⁴·s_out)`.
-#[expect(clippy::too_many_arguments, reason = "two operands with their shapes and grids, and the output's")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "two operands with their shapes and grids, and the output's"
+)]
 pub fn squared_difference(
     a: &[i32],
     sa: &[usize],
