@@ -16,6 +16,25 @@ use serde::{Deserialize, Serialize};
 /// The constraint rule that records why a node runs in the float fallback.
 pub const FALLBACK_RULE: &str = "float-fallback";
 
+/// TILE as copies of codes: the input's shape with a unit axis before each repeated one,
+/// and that shape with the repeat counts in place of the units (a RESHAPE, then a
+/// BROADCAST_TO, then a RESHAPE to `ys`). `None` when `ys` is not a tiling of `xs`.
+pub fn tile_shapes(xs: &[usize], ys: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
+    if xs.len() != ys.len() || xs.iter().zip(ys).any(|(&a, &b)| a == 0 || b % a != 0) {
+        return None;
+    }
+    let (mut unit, mut wide) = (Vec::new(), Vec::new());
+    for (&a, &b) in xs.iter().zip(ys) {
+        if b != a {
+            unit.push(1);
+            wide.push(b / a);
+        }
+        unit.push(a);
+        wide.push(a);
+    }
+    Some((unit, wide))
+}
+
 /// TFLite's QUANTIZE of one float: `round(x / s) + zp` in float32, saturated.
 pub fn quantize_code(x: f32, q: &QParams) -> i32 {
     if q.ty == IntType::F32 {

@@ -1903,18 +1903,9 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 // of it to the repeat counts, and a RESHAPE to the output.
                 let xs = self.shape(x).map_err(|e| e.to_string())?;
                 let ys = self.shape(out).map_err(|e| e.to_string())?;
-                if xs.len() != ys.len() || xs.iter().zip(&ys).any(|(&a, &b)| a == 0 || b % a != 0) {
+                let Some((unit, wide)) = crate::program::tile_shapes(&xs, &ys) else {
                     return Err(format!("output {ys:?} is not a tiling of input {xs:?}"));
-                }
-                let (mut unit, mut wide) = (Vec::new(), Vec::new());
-                for (&a, &b) in xs.iter().zip(&ys) {
-                    if b != a {
-                        unit.push(1);
-                        wide.push(b / a);
-                    }
-                    unit.push(a);
-                    wide.push(a);
-                }
+                };
                 let xi = self.act(x)?;
                 let y = self.act(out)?;
                 if unit.len() == xs.len() {

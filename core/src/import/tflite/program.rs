@@ -1234,18 +1234,9 @@ impl<'f> Lower<'f> {
                 let x = req(0)?;
                 self.same_grid(x, o)?;
                 let (xs, ys) = (self.shape(x), self.shape(o));
-                if xs.len() != ys.len() || xs.iter().zip(&ys).any(|(&a, &b)| a == 0 || b % a != 0) {
+                let Some((unit, wide)) = crate::program::tile_shapes(&xs, &ys) else {
                     return invalid(format!("output {ys:?} is not a tiling of input {xs:?}"));
-                }
-                let (mut unit, mut wide) = (Vec::new(), Vec::new());
-                for (&a, &b) in xs.iter().zip(&ys) {
-                    if b != a {
-                        unit.push(1);
-                        wide.push(b / a);
-                    }
-                    unit.push(a);
-                    wide.push(a);
-                }
+                };
                 let xi = self.get(x, Layout::Nhwc)?;
                 let y = self.out(o, Layout::Nhwc)?;
                 let steps = vec![
