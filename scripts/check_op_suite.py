@@ -68,17 +68,22 @@ def opts(kind, **kw):
 
 # Each maker takes (rng, ty) and returns the file's bytes.
 
+def broadcast_operands(rng, ty, b):
+    """Two inputs on random grids whose shapes broadcast (either way round): (a, b, output
+    shape, grid of a, grid of b)."""
+    a_shape = rand_shape(rng, int(rng.integers(1, 5)))
+    b_shape = broadcast_partner(rng, a_shape) if rng.random() < 0.6 else list(a_shape)
+    if rng.random() < 0.5:
+        a_shape, b_shape = b_shape, a_shape
+    out = list(np.broadcast_shapes(tuple(a_shape), tuple(b_shape)))
+    ga, gb = grid(rng, ty), grid(rng, ty)
+    return b.tensor(a_shape, ty, *ga, name="a"), b.tensor(b_shape, ty, *gb, name="b"), out, ga, gb
+
+
 def binary(code, kind):
     def make(rng, ty):
         b = Builder()
-        a_shape = rand_shape(rng, int(rng.integers(1, 5)))
-        b_shape = broadcast_partner(rng, a_shape) if rng.random() < 0.6 else list(a_shape)
-        if rng.random() < 0.5:
-            a_shape, b_shape = b_shape, a_shape
-        out = list(np.broadcast_shapes(tuple(a_shape), tuple(b_shape)))
-        ga, gb = grid(rng, ty), grid(rng, ty)
-        x = b.tensor(a_shape, ty, *ga, name="a")
-        y = b.tensor(b_shape, ty, *gb, name="b")
+        x, y, out, ga, gb = broadcast_operands(rng, ty, b)
         # The output grid near the result's range, so codes neither saturate nor collapse.
         top = 127 if ty == I8 else 32767
         so = (ga[0] * gb[0] * top if kind == "MulOptions" else ga[0] + gb[0]) * float(rng.uniform(0.5, 1.5))
@@ -373,14 +378,7 @@ def rsqrt(rng, ty):
 
 def squared_difference(rng, ty):
     b = Builder()
-    a_shape = rand_shape(rng, int(rng.integers(1, 5)))
-    b_shape = broadcast_partner(rng, a_shape) if rng.random() < 0.6 else list(a_shape)
-    if rng.random() < 0.5:
-        a_shape, b_shape = b_shape, a_shape
-    out = list(np.broadcast_shapes(tuple(a_shape), tuple(b_shape)))
-    ga, gb = grid(rng, ty), grid(rng, ty)
-    x = b.tensor(a_shape, ty, *ga, name="a")
-    y = b.tensor(b_shape, ty, *gb, name="b")
+    x, y, out, ga, gb = broadcast_operands(rng, ty, b)
     # Squares of differences up to ~(128·(s_a + s_b))²: the output grid covers a random part.
     so = (128 * (ga[0] + gb[0])) ** 2 / 255 * float(rng.uniform(0.05, 0.6))
     z = b.tensor(out, ty, so, int(rng.integers(-128, -100)), name="y")

@@ -1967,39 +1967,27 @@ impl Writer<'_> {
                 self.flush(pending);
             }
             OpKind::Float { op: fop } => self.float(op, fop),
-            OpKind::Extremum { which } => {
+            OpKind::Extremum { .. } | OpKind::SquaredDifference => {
                 let layout = self.nhwc[op.outputs[0]];
                 let rank = yt.shape.len();
                 let a = self.operand(op.inputs[0], rank, layout);
                 let b = self.operand(op.inputs[1], rank, layout);
                 let (y, pending) = self.output_as(op.outputs[0], layout);
-                let code = if *which == Extreme::Max {
-                    tfl::BuiltinOperator::MAXIMUM
-                } else {
-                    tfl::BuiltinOperator::MINIMUM
+                let (code, options) = match op.kind {
+                    OpKind::Extremum { which: Extreme::Max } => (
+                        tfl::BuiltinOperator::MAXIMUM,
+                        tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default()),
+                    ),
+                    OpKind::Extremum { which: Extreme::Min } => (
+                        tfl::BuiltinOperator::MINIMUM,
+                        tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default()),
+                    ),
+                    _ => (
+                        tfl::BuiltinOperator::SQUARED_DIFFERENCE,
+                        tfl::BuiltinOptionsT::SquaredDifferenceOptions(Box::default()),
+                    ),
                 };
-                self.emit(
-                    code,
-                    2,
-                    vec![a, b],
-                    vec![y],
-                    tfl::BuiltinOptionsT::MaximumMinimumOptions(Box::default()),
-                );
-                self.flush(pending);
-            }
-            OpKind::SquaredDifference => {
-                let layout = self.nhwc[op.outputs[0]];
-                let rank = yt.shape.len();
-                let a = self.operand(op.inputs[0], rank, layout);
-                let b = self.operand(op.inputs[1], rank, layout);
-                let (y, pending) = self.output_as(op.outputs[0], layout);
-                self.emit(
-                    tfl::BuiltinOperator::SQUARED_DIFFERENCE,
-                    2,
-                    vec![a, b],
-                    vec![y],
-                    tfl::BuiltinOptionsT::SquaredDifferenceOptions(Box::default()),
-                );
+                self.emit(code, 2, vec![a, b], vec![y], options);
                 self.flush(pending);
             }
             OpKind::Rsqrt => {

@@ -1876,27 +1876,12 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                     }
                     (vec![n, c, h / b, b, w / b, b], vec![0, 3, 5, 1, 2, 4])
                 };
-                let xi = self.act(x)?;
-                let y = self.act(out)?;
-                let q = self.program.tensors[xi].q.clone();
-                let name = self.name(out);
                 let moved: Vec<usize> = perm.iter().map(|&p| split[p]).collect();
-                let a = self.push(ITensor {
-                    name: format!("{name}:blocks"),
-                    shape: split,
-                    q: q.clone(),
-                    data: None,
-                });
-                let t = self.push(ITensor {
-                    name: format!("{name}:moved"),
-                    shape: moved,
-                    q,
-                    data: None,
-                });
-                self.op(node, OpKind::Reshape, vec![xi], vec![a]);
-                self.op(node, OpKind::Transpose { perm }, vec![a], vec![t]);
-                self.op(node, OpKind::Reshape, vec![t], vec![y]);
-                Ok(())
+                let steps = [
+                    (OpKind::Reshape, "blocks", split),
+                    (OpKind::Transpose { perm }, "moved", moved),
+                ];
+                self.copy_chain(node, x, out, steps)
             }
             "Tile" => {
                 // A RESHAPE that puts a unit axis before each repeated one, a BROADCAST_TO
@@ -1906,30 +1891,14 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
                 let Some((unit, wide)) = crate::program::tile_shapes(&xs, &ys) else {
                     return Err(format!("output {ys:?} is not a tiling of input {xs:?}"));
                 };
-                let xi = self.act(x)?;
-                let y = self.act(out)?;
                 if unit.len() == xs.len() {
-                    self.op(node, OpKind::Reshape, vec![xi], vec![y]);
-                    return Ok(());
+                    return self.copy_chain(node, x, out, []);
                 }
-                let q = self.program.tensors[xi].q.clone();
-                let name = self.name(out);
-                let a = self.push(ITensor {
-                    name: format!("{name}:unit_axes"),
-                    shape: unit,
-                    q: q.clone(),
-                    data: None,
-                });
-                let t = self.push(ITensor {
-                    name: format!("{name}:repeated"),
-                    shape: wide,
-                    q,
-                    data: None,
-                });
-                self.op(node, OpKind::Reshape, vec![xi], vec![a]);
-                self.op(node, OpKind::BroadcastTo, vec![a], vec![t]);
-                self.op(node, OpKind::Reshape, vec![t], vec![y]);
-                Ok(())
+                let steps = [
+                    (OpKind::Reshape, "unit_axes", unit),
+                    (OpKind::BroadcastTo, "repeated", wide),
+                ];
+                self.copy_chain(node, x, out, steps)
             }
             "Expand" => {
                 let xi = self.act(x)?;
@@ -2625,6 +2594,32 @@ impl<'a, 'm: 'a> Lower<'a, 'm> {
         self.op(node, kind(Act::None), inputs, vec![pre]);
         let yi = self.act(y)?;
         self.op(node, lut, vec![pre], vec![yi]);
+        Ok(())
+    }
+
+    /// `x` copied into `out` through `steps` (each op into a hidden `<out>:<suffix>` tensor
+    /// of the given shape, on `x`'s grid) and a final RESHAPE.
+    fn copy_chain<const N: usize>(
+        &mut self,
+        node: &Node,
+        x: ValueId,
+        out: ValueId,
+        steps: [(OpKind, &str, Vec<usize>); N],
+    ) -> Result<(), String> {
+        let mut cur = self.act(x)?;
+        let y = self.act(out)?;
+        let (q, name) = (self.program.tensors[cur].q.clone(), self.name(out));
+        for (kind, suffix, shape) in steps {
+            let t = self.push(ITensor {
+                name: format!("{name}:{suffix}"),
+                shape,
+                q: q.clone(),
+                data: None,
+            });
+            self.op(node, kind, vec![cur], vec![t]);
+            cur = t;
+        }
+        self.op(node, OpKind::Reshape, vec![cur], vec![y]);
         Ok(())
     }
 
